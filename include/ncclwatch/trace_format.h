@@ -1,0 +1,361 @@
+// ncclwatch trace format: the one schema shared by the writer (lib/dump) and the readers
+// (tools/, tests). Documented field by field in docs/trace-format.md; bump kTraceVersion on
+// any change a reader could notice, and keep readers accepting every version they know.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace ncclwatch {
+namespace trace {
+
+constexpr const char* kFormatName = "ncclwatch-trace";
+constexpr int kTraceVersion = 1;
+
+// Operation kinds. X(kind, bus-bandwidth factor kind). The NCCL function list in
+// nccl_abi.h names one of these per wrapped data-moving function.
+//   BusAllReduce: busbw = algbw * 2(n-1)/n; BusGather: (n-1)/n; BusOne: 1 (nccl-tests).
+#define NCCLWATCH_FOR_EACH_OP_KIND(X) \
+  X(AllReduce, BusAllReduce)          \
+  X(Broadcast, BusOne)                \
+  X(Reduce, BusOne)                   \
+  X(AllGather, BusGather)             \
+  X(ReduceScatter, BusGather)         \
+  X(AlltoAll, BusGather)              \
+  X(Gather, BusGather)                \
+  X(Scatter, BusGather)               \
+  X(Send, BusOne)                     \
+  X(Recv, BusOne)
+
+enum class OpKind : uint8_t {
+#define NCCLWATCH_ENUM_OP(kind, bus) kind,
+  NCCLWATCH_FOR_EACH_OP_KIND(NCCLWATCH_ENUM_OP)
+#undef NCCLWATCH_ENUM_OP
+      Count
+};
+
+constexpr const char* kOpKindNames[] = {
+#define NCCLWATCH_NAME_OP(kind, bus) #kind,
+    NCCLWATCH_FOR_EACH_OP_KIND(NCCLWATCH_NAME_OP)
+#undef NCCLWATCH_NAME_OP
+};
+
+enum class BusFactor : uint8_t { BusAllReduce, BusGather, BusOne };
+constexpr BusFactor kOpKindBusFactor[] = {
+#define NCCLWATCH_BUS_OP(kind, bus) BusFactor::bus,
+    NCCLWATCH_FOR_EACH_OP_KIND(NCCLWATCH_BUS_OP)
+#undef NCCLWATCH_BUS_OP
+};
+
+inline bool IsPointToPoint(OpKind k) { return k == OpKind::Send || k == OpKind::Recv; }
+
+inline const char* OpKindName(OpKind k) {
+  auto i = static_cast<size_t>(k);
+  return i < static_cast<size_t>(OpKind::Count) ? kOpKindNames[i] : "Unknown";
+}
+
+inline bool ParseOpKind(const char* s, OpKind* out) {
+  for (size_t i = 0; i < static_cast<size_t>(OpKind::Count); ++i) {
+    if (std::strcmp(s, kOpKindNames[i]) == 0) {
+      *out = static_cast<OpKind>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+// Life of one recorded operation. Forward-only, except that any state may become Error.
+//   PendingLaunch: called inside ncclGroupStart/End, not yet launched by the outermost GroupEnd
+//   Enqueued:      launched on its stream by the host; the GPU has not reached it yet
+//   GpuReached:    all earlier work on its stream is done: the GPU is inside the operation
+//   Completed:     the GPU finished it
+//   Error:         the NCCL call returned an error
+//   Captured:      issued while its stream was being captured into a CUDA graph (not followed)
+//   Unmonitored:   no GPU markers (no CUDA driver, or marker resources exhausted)
+#define NCCLWATCH_FOR_EACH_OP_STATE(X) \
+  X(PendingLaunch, "pending_launch")   \
+  X(Enqueued, "enqueued")              \
+  X(GpuReached, "gpu_reached")         \
+  X(Completed, "completed")            \
+  X(Error, "error")                    \
+  X(Captured, "captured")              \
+  X(Unmonitored, "unmonitored")
+
+enum class OpState : uint8_t {
+#define NCCLWATCH_ENUM_STATE(e, s) e,
+  NCCLWATCH_FOR_EACH_OP_STATE(NCCLWATCH_ENUM_STATE)
+#undef NCCLWATCH_ENUM_STATE
+      Count
+};
+
+constexpr const char* kOpStateNames[] = {
+#define NCCLWATCH_NAME_STATE(e, s) s,
+    NCCLWATCH_FOR_EACH_OP_STATE(NCCLWATCH_NAME_STATE)
+#undef NCCLWATCH_NAME_STATE
+};
+
+inline const char* OpStateName(OpState s) {
+  auto i = static_cast<size_t>(s);
+  return i < static_cast<size_t>(OpState::Count) ? kOpStateNames[i] : "unknown";
+}
+
+// Why a dump was written (summary.reason).
+#define NCCLWATCH_FOR_EACH_DUMP_REASON(X)                                                  \
+  X(Stall, "stall")                   /* an operation passed its deadline */              \
+  X(Abort, "abort")                   /* ncclCommAbort was called */                      \
+  X(NcclError, "nccl_error")          /* an NCCL call returned an error */                \
+  X(AsyncError, "async_error")        /* ncclCommGetAsyncError reported an error */       \
+  X(Signal, "signal")                 /* SIGTERM / SIGINT */                              \
+  X(FatalSignal, "fatal_signal")      /* SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL */      \
+  X(OnDemand, "on_demand")            /* the dump signal (default SIGUSR2) */             \
+  X(ExitInFlight, "exit_in_flight")   /* process exit with operations still in flight */  \
+  X(PeerRequest, "peer_request")      /* another rank of the job dumped for a hang */     \
+  X(Recovery, "recovery")             /* a stalled operation completed after all */
+
+enum class DumpReason : uint8_t {
+#define NCCLWATCH_ENUM_REASON(e, s) e,
+  NCCLWATCH_FOR_EACH_DUMP_REASON(NCCLWATCH_ENUM_REASON)
+#undef NCCLWATCH_ENUM_REASON
+      Count
+};
+
+constexpr const char* kDumpReasonNames[] = {
+#define NCCLWATCH_NAME_REASON(e, s) s,
+    NCCLWATCH_FOR_EACH_DUMP_REASON(NCCLWATCH_NAME_REASON)
+#undef NCCLWATCH_NAME_REASON
+};
+
+inline const char* DumpReasonName(DumpReason r) {
+  auto i = static_cast<size_t>(r);
+  return i < static_cast<size_t>(DumpReason::Count) ? kDumpReasonNames[i] : "unknown";
+}
+
+// Analyzer verdict causes (`ncclwatch analyze`, docs/trace-format.md "Analysis output").
+#define NCCLWATCH_FOR_EACH_CAUSE(X)            \
+  X(RankMissing, "rank_missing")               \
+  X(GpuNotReached, "gpu_not_reached")          \
+  X(StuckInCollective, "stuck_in_collective")  \
+  X(Mismatch, "mismatch")                      \
+  X(P2pUnmatched, "p2p_unmatched")             \
+  X(CrossCommDeadlock, "cross_comm_deadlock")  \
+  X(RankDead, "rank_dead")                     \
+  X(NoHang, "no_hang")
+
+enum class Cause : uint8_t {
+#define NCCLWATCH_ENUM_CAUSE(e, s) e,
+  NCCLWATCH_FOR_EACH_CAUSE(NCCLWATCH_ENUM_CAUSE)
+#undef NCCLWATCH_ENUM_CAUSE
+      Count
+};
+
+constexpr const char* kCauseNames[] = {
+#define NCCLWATCH_NAME_CAUSE(e, s) s,
+    NCCLWATCH_FOR_EACH_CAUSE(NCCLWATCH_NAME_CAUSE)
+#undef NCCLWATCH_NAME_CAUSE
+};
+
+inline const char* CauseName(Cause c) {
+  auto i = static_cast<size_t>(c);
+  return i < static_cast<size_t>(Cause::Count) ? kCauseNames[i] : "unknown";
+}
+
+// NCCL datatype and reduction names as written in dumps (index = NCCL enum value).
+constexpr const char* kDatatypeNames[] = {"int8",    "uint8",   "int32",    "uint32",
+                                          "int64",   "uint64",  "float16",  "float32",
+                                          "float64", "bfloat16", "float8e4m3", "float8e5m2"};
+constexpr size_t kDatatypeSizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
+constexpr int kNumDatatypes = 12;
+constexpr const char* kRedOpNames[] = {"sum", "prod", "max", "min", "avg"};
+constexpr int kNumBuiltinRedOps = 5;
+
+inline const char* DatatypeName(int dt) {
+  return dt >= 0 && dt < kNumDatatypes ? kDatatypeNames[dt] : "unknown";
+}
+inline size_t DatatypeSize(int dt) { return dt >= 0 && dt < kNumDatatypes ? kDatatypeSizes[dt] : 0; }
+// -1: the operation has no reduction; >= 5: a user-created op (ncclRedOpCreatePreMulSum).
+inline const char* RedOpName(int op) {
+  if (op < 0) return nullptr;
+  return op < kNumBuiltinRedOps ? kRedOpNames[op] : "premulsum";
+}
+
+// Bytes an operation moves, as nccl-tests counts its "size" so that busbw formulas apply:
+// AllGather/ReduceScatter/AlltoAll/Gather/Scatter: count * nranks * typesize; else count * typesize.
+inline uint64_t OperationBytes(OpKind k, uint64_t count, int dtype, int nranks) {
+  uint64_t b = count * DatatypeSize(dtype);
+  switch (k) {
+    case OpKind::AllGather:
+    case OpKind::ReduceScatter:
+    case OpKind::AlltoAll:
+    case OpKind::Gather:
+    case OpKind::Scatter:
+      return b * static_cast<uint64_t>(nranks > 0 ? nranks : 1);
+    default:
+      return b;
+  }
+}
+
+// Key names. Writer and readers use only these constants.
+namespace key {
+// top level
+constexpr const char* kFormat = "format";
+constexpr const char* kVersion = "version";
+constexpr const char* kSummary = "summary";
+constexpr const char* kProcess = "process";
+constexpr const char* kCommunicators = "communicators";
+constexpr const char* kRing = "ring";
+constexpr const char* kCallsites = "callsites";
+constexpr const char* kThreads = "threads";
+constexpr const char* kRecoveries = "recoveries";
+// summary
+constexpr const char* kRank = "rank";
+constexpr const char* kLocalRank = "local_rank";
+constexpr const char* kWorldSize = "world_size";
+constexpr const char* kHost = "host";
+constexpr const char* kPid = "pid";
+constexpr const char* kDumpSeq = "dump_seq";
+constexpr const char* kReason = "reason";
+constexpr const char* kDetail = "detail";
+constexpr const char* kTrigger = "trigger";
+constexpr const char* kRequest = "request";
+constexpr const char* kOriginRank = "origin_rank";
+constexpr const char* kOriginHost = "origin_host";
+constexpr const char* kTimeUnixNs = "time_unix_ns";
+constexpr const char* kTimeMonoNs = "time_mono_ns";
+constexpr const char* kStartMonoNs = "start_mono_ns";
+constexpr const char* kNcclVersion = "nccl_version";
+constexpr const char* kInNccl = "in_nccl";
+constexpr const char* kFunction = "function";
+constexpr const char* kSinceS = "since_s";
+constexpr const char* kComms = "comms";
+constexpr const char* kInFlight = "in_flight";
+constexpr const char* kStalled = "stalled";
+constexpr const char* kRingOverwritten = "ring_overwritten";
+// communicator (summary.comms[] and communicators[])
+constexpr const char* kId = "id";
+constexpr const char* kSize = "size";
+constexpr const char* kName = "name";
+constexpr const char* kState = "state";
+constexpr const char* kLastEnqueued = "last_enqueued";
+constexpr const char* kLastGpuReached = "last_gpu_reached";
+constexpr const char* kLastCompleted = "last_completed";
+constexpr const char* kP2p = "p2p";
+constexpr const char* kPeer = "peer";
+constexpr const char* kSendEnqueued = "send_enqueued";
+constexpr const char* kSendCompleted = "send_completed";
+constexpr const char* kRecvEnqueued = "recv_enqueued";
+constexpr const char* kRecvCompleted = "recv_completed";
+constexpr const char* kDevice = "device";
+constexpr const char* kKind = "kind";
+constexpr const char* kParent = "parent";
+constexpr const char* kColor = "color";
+constexpr const char* kKey = "key";
+constexpr const char* kBlocking = "blocking";
+constexpr const char* kCreatedMonoNs = "created_mono_ns";
+constexpr const char* kEndedMonoNs = "ended_mono_ns";
+// operation (ring.entries[], summary.in_flight[], summary.stalled)
+constexpr const char* kComm = "comm";
+constexpr const char* kSeq = "seq";
+constexpr const char* kP2pSeq = "p2p_seq";
+constexpr const char* kOp = "op";
+constexpr const char* kCount = "count";
+constexpr const char* kDtype = "dtype";
+constexpr const char* kBytes = "bytes";
+constexpr const char* kRedop = "redop";
+constexpr const char* kRoot = "root";
+constexpr const char* kStream = "stream";
+constexpr const char* kGroup = "group";
+constexpr const char* kTid = "tid";
+constexpr const char* kEnqueueNs = "enqueue_ns";
+constexpr const char* kGpuReachedNs = "gpu_reached_ns";
+constexpr const char* kCompletedNs = "completed_ns";
+constexpr const char* kResult = "result";
+constexpr const char* kCallsite = "callsite";
+constexpr const char* kGpuMs = "gpu_ms";
+constexpr const char* kAgeS = "age_s";
+constexpr const char* kDeadlineS = "deadline_s";
+// ring
+constexpr const char* kCapacity = "capacity";
+constexpr const char* kRecorded = "recorded";
+constexpr const char* kOverwritten = "overwritten";
+constexpr const char* kEntries = "entries";
+// stacks
+constexpr const char* kFrames = "frames";
+constexpr const char* kPython = "python";
+constexpr const char* kNote = "note";
+constexpr const char* kIp = "ip";
+constexpr const char* kModule = "module";
+constexpr const char* kSymbol = "symbol";
+constexpr const char* kOffset = "offset";
+constexpr const char* kFile = "file";
+constexpr const char* kLine = "line";
+constexpr const char* kLibrary = "library";
+// process
+constexpr const char* kExe = "exe";
+constexpr const char* kCmdline = "cmdline";
+constexpr const char* kCwd = "cwd";
+constexpr const char* kEnv = "env";
+constexpr const char* kCudaDriverVersion = "cuda_driver_version";
+constexpr const char* kNcclwatchVersion = "ncclwatch_version";
+constexpr const char* kConfig = "config";
+// recoveries
+constexpr const char* kStalledAfterS = "stalled_after_s";
+constexpr const char* kRecoveredAfterS = "recovered_after_s";
+}  // namespace key
+
+// Dump file names: rank<R>-<host>-<pid>-<dump_seq>-<reason>.json (R zero-padded to 5,
+// "x" when unknown). Readers select files by this prefix and suffix.
+constexpr const char* kDumpFilePrefix = "rank";
+constexpr const char* kDumpFileSuffix = ".json";
+// The job-wide dump request marker in the dump directory (see docs/trace-format.md).
+constexpr const char* kDumpRequestFile = "dump-request.json";
+
+// Key names of the analysis output (`ncclwatch analyze --json`), documented in
+// docs/analysis.md and summarized in docs/trace-format.md "Analysis output".
+namespace report_key {
+constexpr const char* kVerdicts = "verdicts";
+constexpr const char* kCause = "cause";
+constexpr const char* kComm = "comm";
+constexpr const char* kCommName = "comm_name";
+constexpr const char* kCommSize = "comm_size";
+constexpr const char* kSeq = "seq";
+constexpr const char* kOp = "op";
+constexpr const char* kBytes = "bytes";
+constexpr const char* kP2pSrc = "p2p_src";
+constexpr const char* kP2pDst = "p2p_dst";
+constexpr const char* kCulpritRanks = "culprit_ranks";
+constexpr const char* kCulpritCommRanks = "culprit_comm_ranks";
+constexpr const char* kWaitingRanks = "waiting_ranks";
+constexpr const char* kWaitedS = "waited_s";
+constexpr const char* kCulpritStacks = "culprit_stacks";
+constexpr const char* kCallsite = "callsite";
+constexpr const char* kCallsiteOp = "callsite_op";
+constexpr const char* kCurrent = "current";
+constexpr const char* kThread = "thread";
+constexpr const char* kWhere = "where";
+constexpr const char* kNote = "note";
+constexpr const char* kHost = "host";
+constexpr const char* kPid = "pid";
+constexpr const char* kFile = "file";
+constexpr const char* kCycle = "cycle";
+constexpr const char* kCycleSteps = "cycle_steps";
+constexpr const char* kGroups = "groups";
+constexpr const char* kRanks = "ranks";
+constexpr const char* kCount = "count";
+constexpr const char* kDtype = "dtype";
+constexpr const char* kRoot = "root";
+constexpr const char* kRedop = "redop";
+constexpr const char* kTie = "tie";
+constexpr const char* kCallCountDivergence = "call_count_divergence";
+constexpr const char* kNcclEnv = "nccl_env";
+constexpr const char* kAdvice = "advice";
+constexpr const char* kConsequences = "consequences";
+constexpr const char* kRanksSeen = "ranks_seen";
+constexpr const char* kWorldSize = "world_size";
+constexpr const char* kRanksWithoutDump = "ranks_without_dump";
+constexpr const char* kProblems = "problems";
+constexpr const char* kProblem = "problem";
+}  // namespace report_key
+
+}  // namespace trace
+}  // namespace ncclwatch

@@ -1,0 +1,297 @@
+#include "common/config.h"
+
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <strings.h>
+
+#include <sstream>
+
+namespace ncclwatch {
+namespace {
+
+std::string Trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  size_t e = s.find_last_not_of(" \t");
+  return s.substr(b, e - b + 1);
+}
+
+bool ParseBool(const std::string& t, bool* out, std::string* err) {
+  static const char* kTrue[] = {"1", "true", "yes", "on"};
+  static const char* kFalse[] = {"0", "false", "no", "off"};
+  for (const char* v : kTrue)
+    if (strcasecmp(t.c_str(), v) == 0) return *out = true, true;
+  for (const char* v : kFalse)
+    if (strcasecmp(t.c_str(), v) == 0) return *out = false, true;
+  *err = "expected 1/0, true/false, yes/no or on/off";
+  return false;
+}
+
+bool ParseCount(const std::string& t, uint64_t* out, std::string* err) {
+  if (t.empty() || t.find_first_not_of("0123456789") != std::string::npos) {
+    *err = "expected a whole number";
+    return false;
+  }
+  errno = 0;
+  unsigned long long v = strtoull(t.c_str(), nullptr, 10);
+  if (errno != 0 || v > (1ull << 40)) {
+    *err = "number out of range";
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+bool ParseSeconds(const std::string& t, double* out, std::string* err) {
+  char* end = nullptr;
+  errno = 0;
+  double v = strtod(t.c_str(), &end);
+  if (t.empty() || errno != 0 || end == t.c_str() || *end != '\0' || !(v >= 0) || v > 1e7) {
+    *err = "expected a number of seconds >= 0";
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+bool ParseString(const std::string& t, std::string* out, std::string* err) {
+  if (t.empty()) {
+    *err = "empty";
+    return false;
+  }
+  *out = t;
+  return true;
+}
+
+bool ParseLevel(const std::string& t, LogLevel* out, std::string* err) {
+  static const std::pair<const char*, LogLevel> kLevels[] = {
+      {"quiet", LogLevel::Quiet}, {"warn", LogLevel::Warn}, {"info", LogLevel::Info},
+      {"debug", LogLevel::Debug}, {"0", LogLevel::Quiet},   {"1", LogLevel::Warn},
+      {"2", LogLevel::Info},      {"3", LogLevel::Debug}};
+  for (auto& l : kLevels)
+    if (strcasecmp(t.c_str(), l.first) == 0) return *out = l.second, true;
+  *err = "expected quiet, warn, info or debug";
+  return false;
+}
+
+bool ParseSignalSetting(const std::string& t, int* out, std::string* err) {
+  return ParseSignal(t, out, err);
+}
+
+}  // namespace
+
+int DefaultSignal(const char* text) {
+  int s = 0;
+  std::string ignored;
+  ParseSignal(text, &s, &ignored);
+  return s;
+}
+
+LogLevel DefaultLevel(const char* text) {
+  LogLevel l = LogLevel::Warn;
+  std::string ignored;
+  ParseLevel(text, &l, &ignored);
+  return l;
+}
+
+bool ParseSignal(const std::string& text, int* signo, std::string* error) {
+  std::string t = Trim(text);
+  if (strcasecmp(t.c_str(), "none") == 0 || t == "0") return *signo = 0, true;
+  if (!t.empty() && t.find_first_not_of("0123456789") == std::string::npos) {
+    int v = atoi(t.c_str());
+    if (v > 0 && v < NSIG) return *signo = v, true;
+    *error = "signal number out of range";
+    return false;
+  }
+  std::string name = t;
+  if (strncasecmp(name.c_str(), "SIG", 3) == 0) name = name.substr(3);
+  // Real-time signals: RTMIN+n / RTMAX-n.
+  if (strncasecmp(name.c_str(), "RTMIN", 5) == 0 || strncasecmp(name.c_str(), "RTMAX", 5) == 0) {
+    bool min = strncasecmp(name.c_str(), "RTMIN", 5) == 0;
+    int off = 0;
+    std::string rest = name.substr(5);
+    if (!rest.empty()) {
+      if ((min && rest[0] != '+') || (!min && rest[0] != '-') ||
+          rest.find_first_not_of("0123456789", 1) != std::string::npos || rest.size() < 2) {
+        *error = "expected RTMIN+n or RTMAX-n";
+        return false;
+      }
+      off = atoi(rest.c_str() + 1);
+    }
+    int v = min ? SIGRTMIN + off : SIGRTMAX - off;
+    if (v < SIGRTMIN || v > SIGRTMAX) {
+      *error = "real-time signal out of range";
+      return false;
+    }
+    return *signo = v, true;
+  }
+  static const std::pair<const char*, int> kNames[] = {
+      {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"HUP", SIGHUP},   {"QUIT", SIGQUIT},
+      {"PWR", SIGPWR},   {"URG", SIGURG},   {"WINCH", SIGWINCH}, {"PROF", SIGPROF}};
+  for (auto& n : kNames)
+    if (strcasecmp(name.c_str(), n.first) == 0) return *signo = n.second, true;
+  *error = "unknown signal (use a name like SIGUSR2, RTMIN+5, a number, or none)";
+  return false;
+}
+
+std::string SignalName(int signo) {
+  if (signo == 0) return "none";
+  if (signo >= SIGRTMIN && signo <= SIGRTMAX) return "SIGRTMIN+" + std::to_string(signo - SIGRTMIN);
+  const char* abbrev = sigabbrev_np(signo);
+  return abbrev ? std::string("SIG") + abbrev : std::to_string(signo);
+}
+
+bool ParseDeadlineSpec(const std::string& text, DeadlineSpec* out, std::string* error) {
+  DeadlineSpec spec;
+  std::string t = Trim(text);
+  double plain = 0;
+  std::string ignored;
+  if (t.find('=') == std::string::npos) {
+    if (!ParseSeconds(t, &plain, error) || plain <= 0) {
+      *error = "expected seconds > 0, or a list like AllGather=120,Send=600,default=300";
+      return false;
+    }
+    spec.default_s = plain;
+    *out = spec;
+    return true;
+  }
+  std::stringstream ss(t);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    item = Trim(item);
+    if (item.empty()) continue;
+    size_t eq = item.find('=');
+    if (eq == std::string::npos) {
+      *error = "'" + item + "' is not Op=SECONDS";
+      return false;
+    }
+    std::string name = Trim(item.substr(0, eq));
+    double v = 0;
+    std::string verr;
+    if (!ParseSeconds(Trim(item.substr(eq + 1)), &v, &verr) || v <= 0) {
+      *error = "'" + item + "': expected seconds > 0";
+      return false;
+    }
+    if (strcasecmp(name.c_str(), "default") == 0) {
+      spec.default_s = v;
+      continue;
+    }
+    bool found = false;
+    for (int k = 0; k < static_cast<int>(trace::OpKind::Count); ++k) {
+      if (strcasecmp(name.c_str(), trace::kOpKindNames[k]) == 0) {
+        spec.per_op_s[k] = v;
+        found = true;
+      }
+    }
+    if (!found) {
+      std::string known;
+      for (const char* n : trace::kOpKindNames) known += std::string(known.empty() ? "" : ", ") + n;
+      *error = "unknown operation '" + name + "' (known: " + known + ", default)";
+      return false;
+    }
+  }
+  *out = spec;
+  return true;
+}
+
+ConfigResult ParseConfig(EnvLookup getenv_fn) {
+  ConfigResult r;
+  Config& c = r.config;
+  auto report = [&](const char* var, const std::string& value, const std::string& problem,
+                    const std::string& dflt) {
+    r.errors.push_back(std::string(var) + "='" + value + "': " + problem + "; using the default (" +
+                       dflt + ")");
+  };
+  auto describe_default = [&](const char* var) {
+    for (auto& kv : DescribeConfig(Config{}))
+      if (kv.first == var) return kv.second.empty() ? std::string("unset") : kv.second;
+    return std::string("?");
+  };
+#define NCCLWATCH_PARSE_SETTING(field, env, kind, def, help)                          \
+  if (const char* raw = getenv_fn("NCCLWATCH_" #env)) {                                \
+    std::string value = Trim(raw), err;                                               \
+    decltype(c.field) parsed{};                                                       \
+    if (Parse##kind##Setting(value, &parsed, &err))                                   \
+      c.field = parsed;                                                               \
+    else                                                                              \
+      report("NCCLWATCH_" #env, raw, err, describe_default("NCCLWATCH_" #env));        \
+  }
+#define ParseBoolSetting ParseBool
+#define ParseStringSetting ParseString
+#define ParseCountSetting ParseCount
+#define ParseSecondsSetting ParseSeconds
+#define ParseLevelSetting ParseLevel
+  NCCLWATCH_FOR_EACH_SETTING(NCCLWATCH_PARSE_SETTING)
+#undef ParseBoolSetting
+#undef ParseStringSetting
+#undef ParseCountSetting
+#undef ParseSecondsSetting
+#undef ParseLevelSetting
+#undef NCCLWATCH_PARSE_SETTING
+
+  if (const char* raw = getenv_fn("NCCLWATCH_TIMEOUT")) {
+    std::string err;
+    if (!ParseDeadlineSpec(raw, &c.timeout, &err)) report("NCCLWATCH_TIMEOUT", raw, err, "60");
+  }
+  // Range checks that the per-kind parsers cannot know.
+  auto clamp = [&](const char* var, uint64_t* v, uint64_t lo, uint64_t hi, uint64_t dflt) {
+    if (*v < lo || *v > hi) {
+      report(var, std::to_string(*v),
+             "must be between " + std::to_string(lo) + " and " + std::to_string(hi),
+             std::to_string(dflt));
+      *v = dflt;
+    }
+  };
+  Config d;
+  clamp("NCCLWATCH_RING", &c.ring, 16, 1u << 24, d.ring);
+  clamp("NCCLWATCH_POLL_MS", &c.poll_ms, 1, 60000, d.poll_ms);
+  clamp("NCCLWATCH_PEER_POLL_MS", &c.peer_poll_ms, 10, 600000, d.peer_poll_ms);
+  clamp("NCCLWATCH_CALLSITE_DEPTH", &c.callsite_depth, 1, 64, d.callsite_depth);
+  clamp("NCCLWATCH_MAX_DUMPS", &c.max_dumps, 1, 100000, d.max_dumps);
+  clamp("NCCLWATCH_SIGNAL_WAIT_MS", &c.signal_wait_ms, 0, 600000, d.signal_wait_ms);
+  // Rounded to a power of two so the ring index is a mask.
+  uint64_t p = 1;
+  while (p < c.ring) p <<= 1;
+  c.ring = p;
+  if (c.dump_signal != 0 && c.dump_signal == c.stack_signal) {
+    report("NCCLWATCH_STACK_SIGNAL", SignalName(c.stack_signal),
+           "is the same as NCCLWATCH_DUMP_SIGNAL", SignalName(d.stack_signal));
+    c.stack_signal = d.stack_signal;
+  }
+  return r;
+}
+
+std::vector<std::pair<std::string, std::string>> DescribeConfig(const Config& c) {
+  std::vector<std::pair<std::string, std::string>> out;
+  auto fmt = [](const auto& v) {
+    using T = std::decay_t<decltype(v)>;
+    std::ostringstream os;
+    if constexpr (std::is_same_v<T, bool>)
+      os << (v ? "1" : "0");
+    else if constexpr (std::is_same_v<T, LogLevel>) {
+      static const char* kNames[] = {"quiet", "warn", "info", "debug"};
+      os << kNames[static_cast<int>(v)];
+    } else
+      os << v;
+    return os.str();
+  };
+#define NCCLWATCH_DESCRIBE_SETTING(field, env, kind, def, help) \
+  out.emplace_back("NCCLWATCH_" #env, NCCLWATCH_DESCRIBE_##kind(c.field));
+#define NCCLWATCH_DESCRIBE_Bool(v) fmt(v)
+#define NCCLWATCH_DESCRIBE_String(v) fmt(v)
+#define NCCLWATCH_DESCRIBE_Count(v) fmt(v)
+#define NCCLWATCH_DESCRIBE_Seconds(v) fmt(v)
+#define NCCLWATCH_DESCRIBE_Level(v) fmt(v)
+#define NCCLWATCH_DESCRIBE_Signal(v) SignalName(v)
+  NCCLWATCH_FOR_EACH_SETTING(NCCLWATCH_DESCRIBE_SETTING)
+#undef NCCLWATCH_DESCRIBE_SETTING
+  std::ostringstream t;
+  t << "default=" << c.timeout.default_s;
+  for (int k = 0; k < static_cast<int>(trace::OpKind::Count); ++k)
+    if (c.timeout.per_op_s[k] > 0) t << "," << trace::kOpKindNames[k] << "=" << c.timeout.per_op_s[k];
+  out.emplace_back("NCCLWATCH_TIMEOUT", t.str());
+  return out;
+}
+
+}  // namespace ncclwatch

@@ -1,0 +1,33 @@
+// Who this process is in the job, from the launcher's environment (torchrun, Slurm, Open MPI,
+// PMI), read once at start-up.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ncclwatch {
+
+struct ProcessIdentity {
+  int env_rank = -1;        // RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID, PMI_RANK
+  int local_rank = -1;      // LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, MPI_LOCALRANKID
+  int env_world_size = -1;  // WORLD_SIZE, OMPI_COMM_WORLD_SIZE, SLURM_NTASKS, PMI_SIZE
+  std::string host;
+  int pid = 0;
+  std::string job_id;  // SLURM_JOB_ID, TORCHELASTIC_RUN_ID, PMIX_NAMESPACE, OMPI_MCA_orte_ess_jobid
+};
+
+ProcessIdentity ReadProcessIdentity();
+
+// Default dump directory: ./ncclwatch-<job id> ("job" when the launcher gives none).
+std::string DefaultDumpDir(const ProcessIdentity& id);
+
+// Environment variables worth keeping in a dump (NCCL_*, TORCH_NCCL_*, launcher ids, ...).
+std::vector<std::pair<std::string, std::string>> RelevantEnvironment();
+
+// Executable path, argv, working directory.
+std::string ExecutablePath();
+std::vector<std::string> CommandLine();
+std::string WorkingDirectory();
+
+}  // namespace ncclwatch

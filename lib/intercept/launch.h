@@ -1,0 +1,59 @@
+// The interception core shared by every wrapper: describe an operation, give it its sequence
+// numbers, record it in the ring, put GPU markers around its launch and hand it to the watchdog.
+// A single operation is a batch of one; the outermost ncclGroupEnd launches the group's batch.
+#pragma once
+
+#include <cstdint>
+
+#include "intercept/runtime.h"
+#include "intercept/thread_state.h"
+#include "ncclwatch/nccl_abi.h"
+
+namespace ncclwatch {
+
+// A non-owning callable: how the wrappers pass "call the real function" down.
+class RealCall {
+ public:
+  template <typename F>
+  explicit RealCall(F& f) : obj_(&f), fn_([](void* o) { return (*static_cast<F*>(o))(); }) {}
+  ncclResult_t operator()() const { return fn_(obj_); }
+
+ private:
+  void* obj_;
+  ncclResult_t (*fn_)(void*);
+};
+
+struct OpCall {
+  const char* function;
+  trace::OpKind kind;
+  uint64_t count;
+  int dtype;
+  int redop;         // -1: none
+  int root_or_peer;  // -1: none
+  const void* comm;
+  cudaStream_t stream;
+};
+
+// Claims the thread's registry slot on first use.
+void AttachThread(Runtime& rt, ThreadState& ts);
+
+// Hot path for every data-moving call (ncclAllReduce, ncclSend, ...).
+ncclResult_t InterceptOperation(Runtime& rt, ThreadState& ts, const OpCall& call, RealCall real);
+// The outermost ncclGroupEnd: launches the buffered operations.
+ncclResult_t LaunchGroup(Runtime& rt, ThreadState& ts, RealCall real);
+// ncclCommGetAsyncError on a non-blocking communicator: operations that returned
+// ncclInProgress are followed from the moment NCCL reports them launched.
+void SettleNonblocking(Runtime& rt, CommInfo* comm, ncclResult_t async_state);
+
+// Every wrapper starts the same way: pass straight through when disabled or re-entered.
+template <typename F>
+ncclResult_t GuardedOperation(const OpCall& call, F&& real) {
+  ThreadState& ts = CurrentThread();
+  if (ts.inside) return real();
+  Runtime* rt = Runtime::Acquire();
+  if (!rt) return real();
+  ReentryGuard guard(ts);
+  return InterceptOperation(*rt, ts, call, RealCall(real));
+}
+
+}  // namespace ncclwatch

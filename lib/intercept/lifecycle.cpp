@@ -1,0 +1,272 @@
+// Wrappers with logic of their own: groups, communicator life cycle, errors. Their
+// declarations, real-symbol lookup and ABI check come from NCCLWATCH_FOR_EACH_MANAGED.
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstring>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "intercept/launch.h"
+#include "intercept/real_nccl.h"
+
+using namespace ncclwatch;
+
+namespace {
+
+std::atomic<uint64_t> g_next_group_id{1};
+std::atomic<uint32_t> g_init_all_count{0};
+
+// Runs `call` as a tracked NCCL call (re-entry guard, "inside NCCL" marker), then `after`.
+// `start`: whether this call may start ncclwatch (creation and operations do; queries do not).
+template <typename Call, typename After>
+ncclResult_t Managed(const char* function, bool start, Call&& call, After&& after) {
+  ThreadState& ts = CurrentThread();
+  if (ts.inside) return call();
+  Runtime* rt = start ? Runtime::Acquire() : Runtime::IfActive();
+  if (!rt) return call();
+  ReentryGuard guard(ts);
+  AttachThread(*rt, ts);
+  ncclResult_t r;
+  {
+    InNcclScope scope(ts.slot, function, MonoNs());
+    r = call();
+  }
+  after(*rt, ts, r);
+  return r;
+}
+
+// Reads ncclConfig_t only as far as its own size field says it reaches (older NCCLs have a
+// prefix of today's fields).
+void ReadConfig(const ncclConfig_t* config, CommInfo* info) {
+  if (!config) return;
+  size_t size = config->size;
+  if (size >= offsetof(ncclConfig_t, blocking) + sizeof(int) && config->blocking != NCCL_CONFIG_UNDEF_INT)
+    info->blocking = config->blocking;
+  if (size >= offsetof(ncclConfig_t, commName) + sizeof(const char*) && config->commName)
+    info->name.assign(config->commName, strnlen(config->commName, 256));
+}
+
+void Register(Runtime& rt, ncclComm_t handle, uint64_t id, int size, int rank, CommKind kind,
+              const ncclConfig_t* config, const CommInfo* parent = nullptr, int color = 0, int key = 0) {
+  if (!handle) return;
+  auto info = std::make_unique<CommInfo>();
+  info->handle = handle;
+  info->id = id;
+  info->size = size;
+  info->rank = rank;
+  info->kind = kind;
+  info->created_ns = MonoNs();
+  if (parent) {
+    info->parent_id = parent->id;
+    info->blocking = parent->blocking;
+  }
+  info->color = color;
+  info->key = key;
+  ReadConfig(config, info.get());
+  if (info->size <= 0 && Real().ncclCommCount) Real().ncclCommCount(handle, &info->size);
+  if (info->rank < 0 && Real().ncclCommUserRank) Real().ncclCommUserRank(handle, &info->rank);
+  if (Real().ncclCommCuDevice) Real().ncclCommCuDevice(handle, &info->device);
+  rt.AddCommunicator(std::move(info));
+}
+
+bool Ok(ncclResult_t r) { return r == ncclSuccess || r == ncclInProgress; }
+
+CommInfo* Known(Runtime& rt, ncclComm_t comm) {
+  CommInfo* c = rt.comms().Lookup(comm);
+  return c || !comm ? c : rt.AdoptUnknown(comm);
+}
+
+}  // namespace
+
+#define NCCLWATCH_REAL(name)   \
+  auto real = Real().name;     \
+  if (!real) return MissingFunction(#name)
+
+extern "C" {
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
+  NCCLWATCH_REAL(ncclGetUniqueId);
+  return real(uniqueId);
+}
+
+ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
+  NCCLWATCH_REAL(ncclCommInitRank);
+  return Managed(
+      "ncclCommInitRank", true, [&] { return real(comm, nranks, commId, rank); },
+      [&](Runtime& rt, ThreadState&, ncclResult_t r) {
+        if (Ok(r) && comm)
+          Register(rt, *comm, CommIdFromUniqueIds(&commId, sizeof commId), nranks, rank, CommKind::InitRank, nullptr);
+        else if (!Ok(r))
+          rt.OnNcclError("ncclCommInitRank", r, nullptr, false);
+      });
+}
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t* config) {
+  NCCLWATCH_REAL(ncclCommInitRankConfig);
+  return Managed(
+      "ncclCommInitRankConfig", true, [&] { return real(comm, nranks, commId, rank, config); },
+      [&](Runtime& rt, ThreadState&, ncclResult_t r) {
+        if (Ok(r) && comm)
+          Register(rt, *comm, CommIdFromUniqueIds(&commId, sizeof commId), nranks, rank, CommKind::InitRankConfig,
+                   config);
+        else if (!Ok(r))
+          rt.OnNcclError("ncclCommInitRankConfig", r, nullptr, false);
+      });
+}
+
+ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId, ncclUniqueId* commIds,
+                                      ncclConfig_t* config) {
+  NCCLWATCH_REAL(ncclCommInitRankScalable);
+  return Managed(
+      "ncclCommInitRankScalable", true, [&] { return real(newcomm, nranks, myrank, nId, commIds, config); },
+      [&](Runtime& rt, ThreadState&, ncclResult_t r) {
+        if (Ok(r) && newcomm && commIds && nId > 0)
+          Register(rt, *newcomm, CommIdFromUniqueIds(commIds, sizeof(ncclUniqueId) * static_cast<size_t>(nId)),
+                   nranks, myrank, CommKind::InitScalable, config);
+        else if (!Ok(r))
+          rt.OnNcclError("ncclCommInitRankScalable", r, nullptr, false);
+      });
+}
+
+ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
+  NCCLWATCH_REAL(ncclCommInitAll);
+  return Managed(
+      "ncclCommInitAll", true, [&] { return real(comms, ndev, devlist); },
+      [&](Runtime& rt, ThreadState&, ncclResult_t r) {
+        if (!Ok(r) || !comms) return;
+        // All ranks live in this process: an id local to it is an id equal on every member.
+        uint64_t seed[2] = {static_cast<uint64_t>(getpid()), g_init_all_count.fetch_add(1)};
+        uint64_t id = Fnv1a64(seed, sizeof seed, Fnv1a64("init_all", 8));
+        for (int i = 0; i < ndev; ++i) Register(rt, comms[i], id, ndev, i, CommKind::InitAll, nullptr);
+      });
+}
+
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
+  NCCLWATCH_REAL(ncclCommSplit);
+  CommInfo* parent = nullptr;
+  uint32_t child = 0;
+  return Managed(
+      "ncclCommSplit", true,
+      [&] {
+        // Every member, NOCOLOR ones included, counts the split: child ids stay aligned.
+        if (Runtime* rt = Runtime::IfActive()) {
+          parent = Known(*rt, comm);
+          if (parent) child = parent->children.fetch_add(1);
+        }
+        return real(comm, color, key, newcomm, config);
+      },
+      [&](Runtime& rt, ThreadState&, ncclResult_t r) {
+        if (!Ok(r)) {
+          rt.OnNcclError("ncclCommSplit", r, parent, false);
+          return;
+        }
+        if (newcomm && *newcomm && parent)
+          Register(rt, *newcomm, CommIdForSplit(parent->id, child, color), 0, -1, CommKind::Split, config, parent,
+                   color, key);
+      });
+}
+
+ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm,
+                            ncclConfig_t* config, int shrinkFlags) {
+  NCCLWATCH_REAL(ncclCommShrink);
+  CommInfo* parent = nullptr;
+  uint32_t child = 0;
+  return Managed(
+      "ncclCommShrink", true,
+      [&] {
+        if (Runtime* rt = Runtime::IfActive()) {
+          parent = Known(*rt, comm);
+          if (parent) child = parent->children.fetch_add(1);
+        }
+        return real(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags);
+      },
+      [&](Runtime& rt, ThreadState&, ncclResult_t r) {
+        if (!Ok(r)) {
+          rt.OnNcclError("ncclCommShrink", r, parent, false);
+          return;
+        }
+        if (newcomm && *newcomm && parent)
+          Register(rt, *newcomm, CommIdForShrink(parent->id, child, excludeRanksList, excludeRanksCount), 0, -1,
+                   CommKind::Shrink, config, parent);
+      });
+}
+
+#define NCCLWATCH_END_OF_LIFE(fn, new_state)                                              \
+  ncclResult_t fn(ncclComm_t comm) {                                                      \
+    NCCLWATCH_REAL(fn);                                                                   \
+    if (Runtime* rt = Runtime::IfActive()) {                                              \
+      if (CommInfo* c = rt->comms().Lookup(comm)) {                                       \
+        c->state.store(new_state);                                                        \
+        c->ended_ns.store(MonoNs());                                                      \
+      }                                                                                   \
+    }                                                                                     \
+    return Managed(#fn, false, [&] { return real(comm); }, [](Runtime&, ThreadState&, ncclResult_t) {}); \
+  }
+NCCLWATCH_END_OF_LIFE(ncclCommFinalize, CommState::Finalized)
+NCCLWATCH_END_OF_LIFE(ncclCommDestroy, CommState::Destroyed)
+#undef NCCLWATCH_END_OF_LIFE
+
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  NCCLWATCH_REAL(ncclCommAbort);
+  // Dump before forwarding: frameworks abort communicators right before killing the process.
+  if (Runtime* rt = Runtime::IfActive()) {
+    ThreadState& ts = CurrentThread();
+    if (!ts.inside) {
+      ReentryGuard guard(ts);
+      rt->OnAbort(rt->comms().Lookup(comm));
+    }
+  }
+  return Managed("ncclCommAbort", false, [&] { return real(comm); }, [](Runtime&, ThreadState&, ncclResult_t) {});
+}
+
+ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+  NCCLWATCH_REAL(ncclCommRevoke);
+  return Managed("ncclCommRevoke", false, [&] { return real(comm, revokeFlags); },
+                 [](Runtime&, ThreadState&, ncclResult_t) {});
+}
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+  NCCLWATCH_REAL(ncclCommGetAsyncError);
+  ncclResult_t r = real(comm, asyncError);
+  Runtime* rt = Runtime::IfActive();
+  ThreadState& ts = CurrentThread();
+  if (!rt || ts.inside || r != ncclSuccess || !asyncError) return r;
+  ReentryGuard guard(ts);
+  CommInfo* c = rt->comms().Lookup(comm);
+  SettleNonblocking(*rt, c, *asyncError);
+  if (*asyncError != ncclSuccess && *asyncError != ncclInProgress)
+    rt->OnNcclError("ncclCommGetAsyncError", *asyncError, c, true);
+  return r;
+}
+
+ncclResult_t ncclGroupStart() {
+  NCCLWATCH_REAL(ncclGroupStart);
+  ThreadState& ts = CurrentThread();
+  if (ts.inside || !Runtime::Acquire()) return real();
+  if (ts.group_depth++ == 0) ts.group_id = g_next_group_id.fetch_add(1);
+  ReentryGuard guard(ts);
+  return real();
+}
+
+ncclResult_t ncclGroupEnd() {
+  NCCLWATCH_REAL(ncclGroupEnd);
+  ThreadState& ts = CurrentThread();
+  Runtime* rt = Runtime::IfActive();
+  if (ts.inside || !rt || ts.group_depth == 0) return real();
+  ReentryGuard guard(ts);
+  if (--ts.group_depth > 0) return real();
+  auto call = [&] { return real(); };
+  return LaunchGroup(*rt, ts, RealCall(call));
+}
+
+ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
+  NCCLWATCH_REAL(ncclGroupSimulateEnd);
+  ThreadState& ts = CurrentThread();
+  // Launches nothing: the operations buffered in the group are dropped, unnumbered.
+  if (!ts.inside && ts.group_depth > 0 && --ts.group_depth == 0 && ts.group) ts.group->count = 0;
+  ReentryGuard guard(ts);
+  return real(simInfo);
+}
+
+}  // extern "C"

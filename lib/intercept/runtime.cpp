@@ -1,0 +1,315 @@
+#include "intercept/runtime.h"
+
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <set>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "dump/dump_writer.h"
+#include "dump/signals.h"
+#include "intercept/real_nccl.h"
+#include "stacks/stacks.h"
+
+namespace ncclwatch {
+namespace {
+
+enum : int { kUnstarted = 0, kActive = 1, kDisabled = 2 };
+std::atomic<int> g_state{kUnstarted};
+std::atomic<Runtime*> g_runtime{nullptr};
+std::mutex g_start_mu;
+
+constexpr int kStackTimeoutMs = 300;
+constexpr uint64_t kPeerDumpQuietNs = 5ull * 1000000000ull;  // a rank that just dumped skips a peer request
+
+int32_t CurrentTid() { return static_cast<int32_t>(syscall(SYS_gettid)); }
+
+void WakeWatchdog(void* arg) { static_cast<Watchdog*>(arg)->Wake(); }
+
+std::vector<FrameOut> Symbolized(const std::vector<uintptr_t>& ips) {
+  std::vector<FrameOut> out;
+  out.reserve(ips.size());
+  for (uintptr_t ip : ips) {
+    stacks::NativeFrame f = stacks::Symbolize(ip);
+    out.push_back({f.ip, f.module, f.symbol, f.offset});
+  }
+  return out;
+}
+
+std::vector<PyFrameOut> PythonOut(const std::vector<stacks::PythonFrame>& frames) {
+  std::vector<PyFrameOut> out;
+  out.reserve(frames.size());
+  for (auto& f : frames) out.push_back({f.file, f.function, f.line, f.library});
+  return out;
+}
+
+}  // namespace
+
+Runtime::Runtime() = default;
+
+Runtime* Runtime::IfActive() {
+  return g_state.load(std::memory_order_acquire) == kActive ? g_runtime.load(std::memory_order_acquire) : nullptr;
+}
+
+Runtime* Runtime::Acquire() {
+  int s = g_state.load(std::memory_order_acquire);
+  if (s == kActive) return g_runtime.load(std::memory_order_acquire);
+  if (s == kDisabled) return nullptr;
+  std::lock_guard<std::mutex> lock(g_start_mu);
+  s = g_state.load(std::memory_order_acquire);
+  if (s != kUnstarted) return s == kActive ? g_runtime.load() : nullptr;
+  auto* rt = new Runtime;  // never deleted: threads and handlers may use it until exit
+  if (!rt->Start()) {
+    g_state.store(kDisabled, std::memory_order_release);
+    return nullptr;
+  }
+  g_runtime.store(rt, std::memory_order_release);
+  g_state.store(kActive, std::memory_order_release);
+  return rt;
+}
+
+bool Runtime::Start() {
+  ConfigResult parsed = ParseConfig([](const char* name) -> const char* { return getenv(name); });
+  config_ = parsed.config;
+  SetLogLevel(config_.log);
+  for (auto& e : parsed.errors) LogWarn("%s", e.c_str());
+  if (config_.disable) return false;
+
+  identity_ = ReadProcessIdentity();
+  start_mono_ns_ = MonoNs();
+  if (identity_.env_rank >= 0) {
+    global_rank_.store(identity_.env_rank);
+    SetLogRank(identity_.env_rank);
+  }
+  world_size_.store(identity_.env_world_size);
+  ring_ = std::make_unique<FlightRing>(config_.ring);
+  if (Real().ncclGetVersion) Real().ncclGetVersion(&nccl_version_);
+
+  std::string why;
+  if (driver_.Load(config_.cuda_lib, &why))
+    markers_ = std::make_unique<GpuMarkers>(&driver_, config_.gpu_timing);
+  else
+    LogWarn("%s: operations are recorded but not followed on the GPU", why.c_str());
+
+  dumps_ = std::make_unique<DumpDirectory>(config_.dir, DefaultDumpDir(identity_), config_.max_dumps);
+  if (config_.stacks && config_.stack_signal && !stacks::InstallThreadStackSignal(config_.stack_signal))
+    LogInfo("signal %s is in use; thread stacks in dumps are limited to the dumping thread",
+            SignalName(config_.stack_signal).c_str());
+
+  Watchdog::Callbacks cb;
+  cb.on_stall = [this](const InflightView& v, const std::string& d) { OnStall(v, d); };
+  cb.on_recovery = [this](const Recovery& r) { OnRecovery(r); };
+  cb.on_tick = [this] { OnTick(); };
+  watchdog_ = std::make_unique<Watchdog>(config_, ring_.get(), markers_.get(), &threads_, std::move(cb));
+  if (!watchdog_->Start()) LogWarn("cannot start the watchdog thread; stalls will not be detected");
+
+  InstallSignalHandlers(config_.signals, config_.dump_signal, config_.signal_wait_ms,
+                        SignalHooks{&WakeWatchdog, watchdog_.get()});
+  atexit(&Runtime::AtExitThunk);
+  pthread_atfork(nullptr, nullptr, &Runtime::AtForkChild);
+  LogInfo("started: ring %llu entries (%zu KiB), dumps to %s", static_cast<unsigned long long>(ring_->capacity()),
+          ring_->MemoryBytes() / 1024, config_.dir.empty() ? DefaultDumpDir(identity_).c_str() : config_.dir.c_str());
+  return true;
+}
+
+void Runtime::AtForkChild() {
+  // A forked child (a data-loader worker) has no watchdog thread: it becomes a pass-through.
+  g_state.store(kDisabled, std::memory_order_release);
+}
+
+void Runtime::AtExitThunk() {
+  if (Runtime* rt = IfActive()) rt->AtExit();
+}
+
+void Runtime::AtExit() {
+  if (identity_.pid != getpid()) return;
+  g_state.store(kDisabled, std::memory_order_release);  // late NCCL calls pass straight through
+  // Operations that finish while the process exits are normal (a script that ends without a
+  // final synchronize): give them a moment before calling them "in flight at exit".
+  std::vector<InflightView> pending;
+  for (int i = 0; i < 5; ++i) {
+    pending = watchdog_->Inflight(200);
+    pending.erase(std::remove_if(pending.begin(), pending.end(),
+                                 [](const InflightView& v) { return v.op.state == trace::OpState::Completed; }),
+                  pending.end());
+    if (pending.empty()) break;
+    usleep(50 * 1000);
+  }
+  watchdog_->Stop(1000);
+  if (!pending.empty()) {
+    std::string detail = std::to_string(pending.size()) + " operation(s) still in flight at exit, oldest " +
+                         trace::OpKindName(pending.front().op.kind) + " seq " +
+                         std::to_string(pending.front().op.seq);
+    Dump(trace::DumpReason::ExitInFlight, detail);
+  }
+}
+
+CommInfo* Runtime::AddCommunicator(std::unique_ptr<CommInfo> info) {
+  int size = info->size, rank = info->rank;
+  CommInfo* c = comms_.Register(std::move(info));
+  int ws = world_size_.load();
+  if (identity_.env_world_size < 0 && size > ws) world_size_.store(size);
+  if (global_rank_.load() < 0 && (identity_.env_world_size < 0 || size == identity_.env_world_size)) {
+    int expected = -1;
+    if (global_rank_.compare_exchange_strong(expected, rank)) SetLogRank(rank);
+  }
+  return c;
+}
+
+CommInfo* Runtime::AdoptUnknown(const void* handle) {
+  auto info = std::make_unique<CommInfo>();
+  info->handle = handle;
+  info->id = Fnv1a64(&handle, sizeof handle) ^ static_cast<uint64_t>(identity_.pid);
+  info->created_ns = MonoNs();
+  auto comm = static_cast<ncclComm_t>(const_cast<void*>(handle));
+  if (Real().ncclCommCount) Real().ncclCommCount(comm, &info->size);
+  if (Real().ncclCommUserRank) Real().ncclCommUserRank(comm, &info->rank);
+  LogInfo("operation on a communicator created without ncclwatch; its id is local to this process");
+  return comms_.Register(std::move(info));
+}
+
+void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const std::optional<PeerRequest>& trigger,
+                   const std::optional<InflightView>& stalled, bool light) {
+  std::unique_lock<std::timed_mutex> lock(dump_mu_, std::defer_lock);
+  if (!lock.try_lock_for(std::chrono::seconds(30))) return;
+  if (dumps_->LimitReached()) {
+    dumps_->Write("", "");  // logs the limit once
+    return;
+  }
+  DumpInput in;
+  in.reason = reason;
+  in.detail = detail;
+  in.trigger = trigger;
+  in.identity = identity_;
+  in.global_rank = global_rank_.load();
+  in.world_size = world_size_.load();
+  in.nccl_version = nccl_version_;
+  in.cuda_driver_version = driver_.version;
+  in.dump_seq = dump_seq_++;
+  in.start_mono_ns = start_mono_ns_;
+  in.config = &config_;
+  for (CommInfo* c : comms_.All()) in.comms.push_back(c);
+  in.in_nccl = threads_.InsideNccl();
+  in.inflight = watchdog_->Inflight(1000);
+  in.stalled = stalled;
+  in.recoveries = watchdog_->Recoveries();
+  in.light = light;
+  in.ring_capacity = ring_->capacity();
+  in.ring_recorded = ring_->recorded();
+  in.ring_overwritten = ring_->overwritten();
+  if (!light) {
+    in.environment = RelevantEnvironment();
+    in.exe = ExecutablePath();
+    in.cmdline = CommandLine();
+    in.cwd = WorkingDirectory();
+    in.ring = ring_->Snapshot();
+    std::set<int32_t> sites;
+    for (auto& o : in.ring)
+      if (o.callsite >= 0) sites.insert(o.callsite);
+    for (auto& v : in.inflight)
+      if (v.op.callsite >= 0) sites.insert(v.op.callsite);
+    for (int32_t id : sites) {
+      stacks::Callsite cs;
+      if (!stacks::GetCallsite(id, &cs, static_cast<int>(config_.gil_timeout_ms))) continue;
+      in.callsites.push_back({id, Symbolized(cs.ips), PythonOut(cs.python)});
+    }
+    if (config_.stacks) {
+      std::string note;
+      for (auto& t : stacks::CaptureAllThreads(kStackTimeoutMs, config_.python, static_cast<int>(config_.gil_timeout_ms),
+                                               &note))
+        in.threads.push_back({t.tid, t.name, t.note, Symbolized(t.ips), PythonOut(t.python)});
+    }
+  }
+  in.time_unix_ns = UnixNs();
+  in.time_mono_ns = MonoNs();
+  std::string path = dumps_->Write(
+      DumpFileStem(in.global_rank, identity_.host, identity_.pid, in.dump_seq, reason), SerializeDump(in));
+  last_dump_mono_ns_.store(MonoNs());
+  if (!path.empty())
+    LogWarn("%s dump written: %s%s%s", trace::DumpReasonName(reason), path.c_str(), detail.empty() ? "" : " -- ",
+            detail.c_str());
+}
+
+void Runtime::AskPeersToDump(trace::DumpReason reason) {
+  PeerRequest r;
+  r.request = identity_.host + "-" + std::to_string(identity_.pid) + "-" + std::to_string(requests_made_.fetch_add(1));
+  r.origin_rank = global_rank_.load();
+  r.origin_host = identity_.host;
+  r.reason = trace::DumpReasonName(reason);
+  {
+    std::lock_guard<std::mutex> lock(request_mu_);
+    served_requests_.insert(r.request);
+  }
+  if (!dumps_->WriteRequest(r)) LogInfo("could not write the job-wide dump request in %s", dumps_->path().c_str());
+}
+
+void Runtime::OnStall(const InflightView& v, const std::string& detail) {
+  LogWarn("stall: %s", detail.c_str());
+  Dump(trace::DumpReason::Stall, detail, std::nullopt, v);
+  AskPeersToDump(trace::DumpReason::Stall);
+}
+
+void Runtime::OnRecovery(const Recovery& r) {
+  char line[256];
+  snprintf(line, sizeof line, "%s seq %llu on comm %s completed after %.1f s (reported stalled at %.1f s)",
+           trace::OpKindName(r.kind), static_cast<unsigned long long>(r.seq), CommIdHex(r.comm_id).c_str(),
+           r.recovered_after_s, r.stalled_after_s);
+  LogWarn("recovered: %s", line);
+  Dump(trace::DumpReason::Recovery, line, std::nullopt, std::nullopt, /*light=*/true);
+}
+
+void Runtime::OnNcclError(const char* function, int result, CommInfo* comm, bool async) {
+  {
+    std::lock_guard<std::mutex> lock(error_mu_);
+    if (!error_dumped_comms_.insert(comm ? comm->id : 0).second) return;
+  }
+  const char* text = Real().ncclGetErrorString ? Real().ncclGetErrorString(static_cast<ncclResult_t>(result)) : "";
+  std::string detail = std::string(function) + (async ? " reported asynchronous error " : " returned ") +
+                       std::to_string(result) + " (" + (text ? text : "") + ")" +
+                       (comm ? " on comm " + CommIdHex(comm->id) : std::string());
+  Dump(async ? trace::DumpReason::AsyncError : trace::DumpReason::NcclError, detail);
+}
+
+void Runtime::OnAbort(CommInfo* comm) {
+  if (comm) {
+    comm->state.store(CommState::Aborted);
+    comm->ended_ns.store(MonoNs());
+  }
+  // Frameworks abort every communicator in a row: one dump for the lot.
+  uint64_t now = MonoNs(), last = last_abort_dump_ns_.load();
+  if (last && now - last < SToNs(30)) return;
+  last_abort_dump_ns_.store(now);
+  Dump(trace::DumpReason::Abort,
+       "ncclCommAbort called" + (comm ? " on comm " + CommIdHex(comm->id) : std::string()));
+  AskPeersToDump(trace::DumpReason::Abort);
+}
+
+void Runtime::OnTick() {
+  static std::once_flag tid_once;
+  std::call_once(tid_once, [] { SetWatchdogTid(CurrentTid()); });
+  trace::DumpReason reason;
+  if (int sig = TakePendingSignal(&reason)) {
+    Dump(reason, "signal " + SignalName(sig) + " (" + std::string(sigdescr_np(sig) ? sigdescr_np(sig) : "") + ")");
+    DoneSignalDump();
+  }
+  uint64_t now = MonoNs();
+  if (now - last_peer_poll_ns_ < config_.peer_poll_ms * 1000000ull) return;
+  last_peer_poll_ns_ = now;
+  std::optional<PeerRequest> req = dumps_->PollRequest();
+  if (!req) return;
+  {
+    std::lock_guard<std::mutex> lock(request_mu_);
+    if (!served_requests_.insert(req->request).second) return;
+  }
+  uint64_t last = last_dump_mono_ns_.load();
+  if (last && now - last < kPeerDumpQuietNs) return;  // this rank dumped moments ago anyway
+  Dump(trace::DumpReason::PeerRequest,
+       "rank " + std::to_string(req->origin_rank) + " on " + req->origin_host + " dumped (" + req->reason + ")", req);
+}
+
+}  // namespace ncclwatch

@@ -1,0 +1,92 @@
+// The process-wide ncclwatch state, created at the first NCCL use (communicator creation or
+// operation) and never destroyed. A process that never calls NCCL never creates it: no thread,
+// no file, no output.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "common/config.h"
+#include "common/process_info.h"
+#include "dump/dump_files.h"
+#include "gpu/driver.h"
+#include "gpu/markers.h"
+#include "record/comm_registry.h"
+#include "record/flight_ring.h"
+#include "record/thread_registry.h"
+#include "watchdog/watchdog.h"
+
+namespace ncclwatch {
+
+class Runtime {
+ public:
+  // The runtime if active, starting it on first use; null when disabled (NCCLWATCH_DISABLE,
+  // a forked child, or start-up failed).
+  static Runtime* Acquire();
+  // The runtime if it is already active (never starts it).
+  static Runtime* IfActive();
+
+  const Config& config() const { return config_; }
+  FlightRing& ring() { return *ring_; }
+  CommRegistry& comms() { return comms_; }
+  ThreadRegistry& threads() { return threads_; }
+  GpuMarkers* markers() { return markers_.get(); }
+  Watchdog& watchdog() { return *watchdog_; }
+
+  // A communicator was created: records it and, the first time, works out the global rank.
+  CommInfo* AddCommunicator(std::unique_ptr<CommInfo> info);
+  // An operation on a communicator created behind our back (e.g. through pncclCommInitRank).
+  CommInfo* AdoptUnknown(const void* handle);
+
+  // Writes one dump now, on the calling thread. `light`: summary and recoveries only.
+  void Dump(trace::DumpReason reason, const std::string& detail,
+            const std::optional<PeerRequest>& trigger = std::nullopt,
+            const std::optional<InflightView>& stalled = std::nullopt, bool light = false);
+  // An NCCL call returned an error (or GetAsyncError reported one): one dump per communicator.
+  void OnNcclError(const char* function, int result, CommInfo* comm, bool async);
+  // ncclCommAbort, before it is forwarded: marks the communicator and dumps (once per episode).
+  void OnAbort(CommInfo* comm);
+
+ private:
+  Runtime();
+  bool Start();
+  void OnTick();
+  void OnStall(const InflightView& v, const std::string& detail);
+  void OnRecovery(const Recovery& r);
+  void AtExit();
+  static void AtExitThunk();
+  static void AtForkChild();
+  void AskPeersToDump(trace::DumpReason reason);
+
+  Config config_;
+  ProcessIdentity identity_;
+  uint64_t start_mono_ns_ = 0;
+  CudaDriver driver_;
+  std::unique_ptr<GpuMarkers> markers_;
+  std::unique_ptr<FlightRing> ring_;
+  CommRegistry comms_;
+  ThreadRegistry threads_;
+  std::unique_ptr<Watchdog> watchdog_;
+  std::unique_ptr<DumpDirectory> dumps_;
+
+  std::atomic<int> global_rank_{-1};
+  std::atomic<int> world_size_{-1};
+  int nccl_version_ = 0;
+
+  std::timed_mutex dump_mu_;
+  uint64_t dump_seq_ = 0;
+  std::atomic<uint64_t> last_dump_mono_ns_{0};
+  std::atomic<uint64_t> last_abort_dump_ns_{0};
+  uint64_t last_peer_poll_ns_ = 0;
+  std::mutex request_mu_;
+  std::set<std::string> served_requests_;
+  std::atomic<uint64_t> requests_made_{0};
+  std::mutex error_mu_;
+  std::set<uint64_t> error_dumped_comms_;
+};
+
+}  // namespace ncclwatch

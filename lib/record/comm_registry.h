@@ -1,0 +1,95 @@
+// Communicators: identity (an id equal on every member), per-communicator sequence counters
+// that survive ring overflow, and a lock-free handle -> info lookup for the hot path.
+// Registration happens at communicator creation (not the hot path) under a mutex.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace ncclwatch {
+
+enum class CommKind : uint8_t { InitRank, InitRankConfig, InitAll, InitScalable, Split, Shrink, Unknown };
+const char* CommKindName(CommKind k);
+
+enum class CommState : uint8_t { Active, Destroyed, Finalized, Aborted };
+const char* CommStateName(CommState s);
+
+struct PeerCounters {
+  std::atomic<uint64_t> send_enqueued{0}, send_completed{0}, recv_enqueued{0}, recv_completed{0};
+};
+
+struct CommInfo {
+  // Immutable after registration.
+  const void* handle = nullptr;
+  uint64_t id = 0;
+  int size = 0;
+  int rank = -1;
+  int device = -1;
+  std::string name;
+  CommKind kind = CommKind::Unknown;
+  uint64_t parent_id = 0;
+  int color = 0;
+  int key = 0;
+  int blocking = 1;
+  uint64_t created_ns = 0;
+  std::unique_ptr<PeerCounters[]> peers;  // `size` entries; null for huge communicators
+
+  // Mutable.
+  std::atomic<CommState> state{CommState::Active};
+  std::atomic<uint64_t> ended_ns{0};
+  std::atomic<uint64_t> last_enqueued{0};    // = collectives issued so far (seq of the last one)
+  std::atomic<uint64_t> last_gpu_reached{0};
+  std::atomic<uint64_t> last_completed{0};
+  std::atomic<uint32_t> children{0};  // splits + shrinks issued on this comm (for child ids)
+
+  PeerCounters* Peer(int peer) const {
+    return peers && peer >= 0 && peer < size ? &peers[peer] : nullptr;
+  }
+};
+
+// Raises `a` to at least `v`.
+inline void StoreMax(std::atomic<uint64_t>& a, uint64_t v) {
+  uint64_t cur = a.load(std::memory_order_relaxed);
+  while (cur < v && !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
+  }
+}
+
+class CommRegistry {
+ public:
+  static constexpr size_t kCapacity = 8192;  // live handles tracked at once
+  static constexpr int kMaxPeerTracking = 1 << 16;
+
+  CommRegistry();
+
+  // Registers (or re-registers, when NCCL reuses a handle) a communicator. Never on the hot path.
+  CommInfo* Register(std::unique_ptr<CommInfo> info);
+  // Hot path: lock-free.
+  CommInfo* Lookup(const void* handle) const;
+  // Every communicator ever registered, in creation order (dump time).
+  std::vector<CommInfo*> All() const;
+  size_t count() const;
+
+ private:
+  struct Slot {
+    std::atomic<const void*> handle{nullptr};
+    std::atomic<CommInfo*> info{nullptr};
+  };
+  static size_t Hash(const void* p);
+
+  std::unique_ptr<Slot[]> slots_;
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<CommInfo>> all_;  // owned forever: dumps show destroyed comms too
+};
+
+// Communicator ids (docs/trace-format.md "Communicator ids").
+uint64_t Fnv1a64(const void* data, size_t len, uint64_t seed = 0xcbf29ce484222325ull);
+uint64_t CommIdFromUniqueIds(const void* ids, size_t nbytes);
+uint64_t CommIdForSplit(uint64_t parent_id, uint32_t child_index, int color);
+uint64_t CommIdForShrink(uint64_t parent_id, uint32_t child_index, const int* excluded, int nexcluded);
+std::string CommIdHex(uint64_t id);
+
+}  // namespace ncclwatch

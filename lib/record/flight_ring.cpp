@@ -1,0 +1,126 @@
+#include "record/flight_ring.h"
+
+namespace ncclwatch {
+namespace {
+constexpr uint64_t Gen(uint64_t index) { return index + 1; }
+constexpr uint64_t Word(uint64_t index, uint64_t state) { return (Gen(index) << 8) | state; }
+}  // namespace
+
+FlightRing::FlightRing(uint64_t capacity_pow2)
+    : mask_(capacity_pow2 - 1), slots_(new OpSlot[capacity_pow2]) {}
+
+uint64_t FlightRing::Record(OpSnapshot& op) {
+  uint64_t index = head_.fetch_add(1, std::memory_order_acq_rel);
+  op.index = index;
+  OpSlot& s = SlotOf(index);
+  s.gen_state.store(Word(index, OpSlot::kWriting), std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  s.comm_id.set(op.comm_id);
+  s.seq.set(op.seq);
+  s.p2p_seq.set(op.p2p_seq);
+  s.count.set(op.count);
+  s.bytes.set(op.bytes);
+  s.stream.set(op.stream);
+  s.group.set(op.group);
+  s.enqueue_ns.set(op.enqueue_ns);
+  s.gpu_reached_ns.set(0);
+  s.completed_ns.set(0);
+  s.gpu_ms.set(-1.f);
+  s.result.set(op.result);
+  s.root.set(op.root);
+  s.peer.set(op.peer);
+  s.redop.set(op.redop);
+  s.callsite.set(op.callsite);
+  s.tid.set(op.tid);
+  s.comm_size.set(op.comm_size);
+  s.kind.set(static_cast<uint8_t>(op.kind));
+  s.dtype.set(op.dtype);
+  s.gen_state.store(Word(index, static_cast<uint64_t>(op.state)), std::memory_order_release);
+  return index;
+}
+
+bool FlightRing::Transition(uint64_t index, trace::OpState state) {
+  OpSlot& s = SlotOf(index);
+  uint64_t cur = s.gen_state.load(std::memory_order_acquire);
+  while ((cur >> 8) == Gen(index) && (cur & 0xff) != OpSlot::kWriting) {
+    if (s.gen_state.compare_exchange_weak(cur, Word(index, static_cast<uint64_t>(state)),
+                                          std::memory_order_acq_rel))
+      return true;
+  }
+  return false;
+}
+
+bool FlightRing::SetState(uint64_t index, trace::OpState state, uint64_t when_ns) {
+  OpSlot& s = SlotOf(index);
+  if ((s.gen_state.load(std::memory_order_acquire) >> 8) != Gen(index)) return false;
+  // Discovery times go first so that a reader seeing the new state sees its time. If the slot
+  // is overwritten between the check above and the CAS, the newer record can keep a stale
+  // time: harmless (times are informational) and requires a full ring wrap in that window.
+  if (state == trace::OpState::GpuReached || state == trace::OpState::Completed) {
+    if (s.gpu_reached_ns.get() == 0) s.gpu_reached_ns.set(when_ns);
+  }
+  if (state == trace::OpState::Completed) s.completed_ns.set(when_ns);
+  return Transition(index, state);
+}
+
+bool FlightRing::SetResult(uint64_t index, int32_t result) {
+  OpSlot& s = SlotOf(index);
+  if ((s.gen_state.load(std::memory_order_acquire) >> 8) != Gen(index)) return false;
+  s.result.set(result);
+  return true;
+}
+
+bool FlightRing::SetGpuMs(uint64_t index, float ms) {
+  OpSlot& s = SlotOf(index);
+  if ((s.gen_state.load(std::memory_order_acquire) >> 8) != Gen(index)) return false;
+  s.gpu_ms.set(ms);
+  return true;
+}
+
+bool FlightRing::Read(uint64_t index, OpSnapshot* out) const {
+  const OpSlot& s = SlotOf(index);
+  uint64_t before = s.gen_state.load(std::memory_order_acquire);
+  if ((before >> 8) != Gen(index) || (before & 0xff) == OpSlot::kWriting) return false;
+  OpSnapshot o;
+  o.index = index;
+  o.comm_id = s.comm_id.get();
+  o.seq = s.seq.get();
+  o.p2p_seq = s.p2p_seq.get();
+  o.count = s.count.get();
+  o.bytes = s.bytes.get();
+  o.stream = s.stream.get();
+  o.group = s.group.get();
+  o.enqueue_ns = s.enqueue_ns.get();
+  o.gpu_reached_ns = s.gpu_reached_ns.get();
+  o.completed_ns = s.completed_ns.get();
+  o.gpu_ms = s.gpu_ms.get();
+  o.result = s.result.get();
+  o.root = s.root.get();
+  o.peer = s.peer.get();
+  o.redop = s.redop.get();
+  o.callsite = s.callsite.get();
+  o.tid = s.tid.get();
+  o.comm_size = s.comm_size.get();
+  o.kind = static_cast<trace::OpKind>(s.kind.get());
+  o.dtype = s.dtype.get();
+  std::atomic_thread_fence(std::memory_order_acquire);
+  uint64_t after = s.gen_state.load(std::memory_order_relaxed);
+  if ((after >> 8) != Gen(index) || (after & 0xff) == OpSlot::kWriting) return false;
+  o.state = static_cast<trace::OpState>(after & 0xff);
+  *out = o;
+  return true;
+}
+
+std::vector<OpSnapshot> FlightRing::Snapshot() const {
+  uint64_t head = recorded();
+  uint64_t first = head > capacity() ? head - capacity() : 0;
+  std::vector<OpSnapshot> out;
+  out.reserve(head - first);
+  for (uint64_t i = first; i < head; ++i) {
+    OpSnapshot o;
+    if (Read(i, &o)) out.push_back(o);
+  }
+  return out;
+}
+
+}  // namespace ncclwatch

@@ -1,0 +1,58 @@
+// One recorded NCCL operation, as stored in the flight ring and copied out for dumps.
+// Recording layer: no NCCL or CUDA headers here.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "ncclwatch/trace_format.h"
+
+namespace ncclwatch {
+
+// Plain copy of an operation (what the dump and the watchdog work with).
+struct OpSnapshot {
+  uint64_t index = 0;  // position in the ring's recording order (0-based, never reused)
+  uint64_t comm_id = 0;
+  uint64_t seq = 0;      // collective sequence number on the comm, from 1; 0 for p2p
+  uint64_t p2p_seq = 0;  // n-th send to / recv from `peer`, from 1; 0 for collectives
+  uint64_t count = 0;
+  uint64_t bytes = 0;
+  uint64_t stream = 0;
+  uint64_t group = 0;
+  uint64_t enqueue_ns = 0;
+  uint64_t gpu_reached_ns = 0;
+  uint64_t completed_ns = 0;
+  float gpu_ms = -1.f;
+  int32_t root = -1;
+  int32_t peer = -1;
+  int32_t redop = -1;
+  int32_t callsite = -1;
+  int32_t tid = 0;
+  int32_t result = 0;
+  int32_t comm_size = 0;
+  trace::OpKind kind = trace::OpKind::AllReduce;
+  int8_t dtype = 0;
+  trace::OpState state = trace::OpState::Enqueued;
+};
+
+// The ring slot. A seqlock-like generation word publishes the slot: (index + 1) << 8 | state,
+// with state kWriting while the producer fills it. Later state changes are CAS on that word,
+// so a change aimed at an overwritten slot fails instead of corrupting the newer record.
+struct OpSlot {
+  static constexpr uint64_t kWriting = 0xff;
+  template <typename T>
+  struct Field {  // relaxed atomic: a reader may race with an overwrite; the generation check decides
+    std::atomic<T> v{};
+    void set(T x) { v.store(x, std::memory_order_relaxed); }
+    T get() const { return v.load(std::memory_order_relaxed); }
+  };
+  std::atomic<uint64_t> gen_state{0};
+  Field<uint64_t> comm_id, seq, p2p_seq, count, bytes, stream, group, enqueue_ns;
+  Field<uint64_t> gpu_reached_ns, completed_ns;
+  Field<float> gpu_ms;
+  Field<int32_t> result, root, peer, redop, callsite, tid, comm_size;
+  Field<uint8_t> kind;
+  Field<int8_t> dtype;
+};
+
+}  // namespace ncclwatch

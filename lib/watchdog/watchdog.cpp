@@ -1,0 +1,317 @@
+#include "watchdog/watchdog.h"
+
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "common/clock.h"
+#include "common/log.h"
+
+namespace ncclwatch {
+namespace {
+
+constexpr size_t kQueueCapacity = 8192;
+
+std::string HumanBytes(uint64_t b) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, kUnits[u]);
+  return buf;
+}
+
+std::string DescribeStall(const InflightView& v, const char* where) {
+  char buf[512];
+  const OpSnapshot& o = v.op;
+  std::string id = CommIdHex(o.comm_id);
+  if (o.seq > 0)
+    snprintf(buf, sizeof buf, "%s seq %llu on comm %s (%s) %s for %.1f s; deadline %.1f s",
+             trace::OpKindName(o.kind), static_cast<unsigned long long>(o.seq), id.c_str(),
+             HumanBytes(o.bytes).c_str(), where, v.age_s, v.deadline_s);
+  else
+    snprintf(buf, sizeof buf, "%s #%llu %s peer %d on comm %s (%s) %s for %.1f s; deadline %.1f s",
+             trace::OpKindName(o.kind), static_cast<unsigned long long>(o.p2p_seq),
+             o.kind == trace::OpKind::Send ? "to" : "from", o.peer, id.c_str(),
+             HumanBytes(o.bytes).c_str(), where, v.age_s, v.deadline_s);
+  return buf;
+}
+
+}  // namespace
+
+Watchdog::Watchdog(const Config& config, FlightRing* ring, GpuMarkers* markers, ThreadRegistry* threads,
+                   Callbacks callbacks)
+    : config_(config),
+      ring_(ring),
+      markers_(markers),
+      threads_(threads),
+      callbacks_(std::move(callbacks)),
+      deadlines_(config.timeout, config.adaptive, config.adaptive_floor_s, config.adaptive_min_samples),
+      queue_(kQueueCapacity) {
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+}
+
+Watchdog::~Watchdog() {
+  if (thread_.joinable()) thread_.detach();
+  if (wake_fd_ >= 0) close(wake_fd_);
+}
+
+bool Watchdog::Start() {
+  // The thread starts with every asynchronous signal blocked: SIGTERM/SIGINT/the dump signal
+  // must be handled by application threads, whose handlers ask this thread to dump.
+  sigset_t all, old;
+  sigfillset(&all);
+  for (int s : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) sigdelset(&all, s);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  running_.store(true, std::memory_order_release);
+  try {
+    thread_ = std::thread([this] { Run(); });
+  } catch (...) {
+    running_.store(false);
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return running_.load();
+}
+
+void Watchdog::Wake() {
+  if (wake_fd_ < 0) return;
+  uint64_t one = 1;
+  ssize_t ignored = write(wake_fd_, &one, sizeof one);
+  (void)ignored;
+}
+
+void Watchdog::Stop(int timeout_ms) {
+  if (!thread_.joinable()) return;
+  stop_.store(true, std::memory_order_release);
+  Wake();
+  for (int waited = 0; running_.load(std::memory_order_acquire) && waited < timeout_ms; waited += 5)
+    usleep(5000);
+  if (running_.load(std::memory_order_acquire))
+    thread_.detach();  // stuck in the driver: never hold up the process
+  else
+    thread_.join();
+}
+
+void Watchdog::Run() {
+  thread_id_.store(std::this_thread::get_id());
+  pthread_setname_np(pthread_self(), "ncclwatch");
+  if (markers_) markers_->PrepareThread();
+  while (!stop_.load(std::memory_order_acquire)) {
+    pollfd pfd{wake_fd_, POLLIN, 0};
+    int n = poll(&pfd, 1, static_cast<int>(config_.poll_ms));
+    if (n > 0) {
+      uint64_t drained;
+      ssize_t ignored = read(wake_fd_, &drained, sizeof drained);
+      (void)ignored;
+    }
+    if (stop_.load(std::memory_order_acquire)) break;
+    PollOnce(MonoNs());
+    if (callbacks_.on_tick) callbacks_.on_tick();
+  }
+  running_.store(false, std::memory_order_release);
+}
+
+void Watchdog::Drain() {
+  InflightItem item;
+  while (queue_.TryPop(&item)) {
+    Tracked t;
+    t.item = item;
+    t.state = item.op.state;
+    streams_[item.op.stream].items.push_back(t);
+  }
+}
+
+void Watchdog::PollOnce(uint64_t now_ns) {
+  std::vector<std::pair<InflightView, std::string>> stalls;
+  std::vector<Recovery> recovered;
+  {
+    std::lock_guard<std::timed_mutex> lock(mu_);
+    size_t before = recoveries_.size();
+    Drain();
+    for (auto it = streams_.begin(); it != streams_.end();) {
+      Advance(it->second, now_ns);
+      // Forget idle streams, but keep the last completion time while work may follow soon.
+      if (it->second.items.empty() && now_ns - it->second.last_done_ns > SToNs(600))
+        it = streams_.erase(it);
+      else
+        ++it;
+    }
+    CheckDeadlines(now_ns, &stalls);
+    CheckHostBlocked(now_ns, &stalls);
+    recovered.assign(recoveries_.begin() + before, recoveries_.end());
+  }
+  // Callbacks write dumps, which read our state: never call them with the lock held.
+  for (auto& r : recovered)
+    if (callbacks_.on_recovery) callbacks_.on_recovery(r);
+  for (auto& s : stalls)
+    if (callbacks_.on_stall) callbacks_.on_stall(s.first, s.second);
+}
+
+void Watchdog::Advance(StreamTrack& track, uint64_t now_ns) {
+  while (!track.items.empty()) {
+    Tracked& t = track.items.front();
+    // An operation's clock starts when it becomes current on its stream: the ones queued
+    // behind it cannot start earlier.
+    if (t.current_since_ns == 0) t.current_since_ns = std::max(t.item.op.enqueue_ns, track.last_done_ns);
+    CUresult r = markers_->QueryEnd(t.item.marker);
+    if (r == CUDA_SUCCESS) {
+      Complete(t, now_ns);
+      track.last_done_ns = now_ns;
+      track.items.pop_front();
+      continue;
+    }
+    if (r != CUDA_ERROR_NOT_READY) {
+      LogWarn("CUDA error %d while following %s on stream 0x%llx; no longer following it", static_cast<int>(r),
+              trace::OpKindName(t.item.op.kind), static_cast<unsigned long long>(t.item.op.stream));
+      ring_->SetState(t.item.op.index, trace::OpState::Error, now_ns);
+      markers_->Release(t.item.marker);
+      track.items.pop_front();
+      continue;
+    }
+    if (t.state == trace::OpState::Enqueued && markers_->QueryStart(t.item.marker) == CUDA_SUCCESS) {
+      t.state = trace::OpState::GpuReached;
+      ring_->SetState(t.item.op.index, trace::OpState::GpuReached, now_ns);
+      t.item.op.gpu_reached_ns = now_ns;
+      if (t.item.op.seq > 0 && t.item.comm) StoreMax(t.item.comm->last_gpu_reached, t.item.op.seq);
+    }
+    break;
+  }
+}
+
+void Watchdog::Complete(Tracked& t, uint64_t now_ns) {
+  const OpSnapshot& o = t.item.op;
+  ring_->SetState(o.index, trace::OpState::Completed, now_ns);
+  if (markers_->timing()) ring_->SetGpuMs(o.index, markers_->ElapsedMs(t.item.marker));
+  if (CommInfo* c = t.item.comm) {
+    if (o.seq > 0) {
+      StoreMax(c->last_gpu_reached, o.seq);
+      StoreMax(c->last_completed, o.seq);
+    } else if (PeerCounters* p = c->Peer(o.peer)) {
+      StoreMax(o.kind == trace::OpKind::Send ? p->send_completed : p->recv_completed, o.p2p_seq);
+    }
+  }
+  double took = NsToS(now_ns - t.current_since_ns);
+  if (!t.stall_reported) {
+    deadlines_.RecordHealthy(o.comm_id, o.kind, o.bytes, took);
+  } else {
+    Recovery r;
+    r.comm_id = o.comm_id;
+    r.seq = o.seq;
+    r.kind = o.kind;
+    r.stalled_after_s = t.deadline_s;
+    r.recovered_after_s = took;
+    recoveries_.push_back(r);
+  }
+  markers_->Release(t.item.marker);
+}
+
+InflightView Watchdog::ViewOf(const Tracked& t, uint64_t now_ns) const {
+  InflightView v;
+  v.op = t.item.op;
+  v.op.state = t.state;
+  uint64_t since = t.current_since_ns ? t.current_since_ns : t.item.op.enqueue_ns;
+  v.age_s = now_ns > since ? NsToS(now_ns - since) : 0;
+  v.deadline_s = t.deadline_s > 0 ? t.deadline_s
+                                   : deadlines_.DeadlineS(t.item.op.comm_id, t.item.op.kind, t.item.op.bytes);
+  v.stalled = t.stall_reported;
+  return v;
+}
+
+void Watchdog::CheckDeadlines(uint64_t now_ns, std::vector<std::pair<InflightView, std::string>>* stalls) {
+  bool outstanding = false;
+  for (auto& kv : streams_)
+    for (auto& t : kv.second.items) outstanding = outstanding || t.stall_reported;
+  for (auto& kv : streams_) {
+    if (kv.second.items.empty()) continue;
+    Tracked& t = kv.second.items.front();  // only the current operation of a stream can be late
+    t.deadline_s = deadlines_.DeadlineS(t.item.op.comm_id, t.item.op.kind, t.item.op.bytes);
+    double age = NsToS(now_ns - t.current_since_ns);
+    if (t.stall_reported || age <= t.deadline_s) continue;
+    t.stall_reported = true;
+    InflightView v = ViewOf(t, now_ns);
+    const char* where = t.state == trace::OpState::Enqueued
+                            ? "launched but not reached by the GPU"
+                            : "reached by the GPU but not completed";
+    std::string detail = DescribeStall(v, where);
+    // One dump per episode: further late operations while one is outstanding are consequences.
+    if (outstanding)
+      LogInfo("also late: %s", detail.c_str());
+    else
+      stalls->emplace_back(v, detail);
+    outstanding = true;
+  }
+  outstanding_stall_ = outstanding;
+}
+
+void Watchdog::CheckHostBlocked(uint64_t now_ns, std::vector<std::pair<InflightView, std::string>>* stalls) {
+  std::map<std::pair<int32_t, uint64_t>, bool> still;
+  for (auto& call : threads_->InsideNccl()) {
+    auto key = std::make_pair(call.tid, call.since_ns);
+    bool reported = host_stalls_reported_.count(key) > 0;
+    InflightView v;
+    v.host_blocked = true;
+    v.age_s = now_ns > call.since_ns ? NsToS(now_ns - call.since_ns) : 0;
+    bool has_op = call.op_index1 != 0 && ring_->Read(call.op_index1 - 1, &v.op);
+    v.deadline_s = has_op ? deadlines_.DeadlineS(v.op.comm_id, v.op.kind, v.op.bytes) : config_.timeout.default_s;
+    if (reported || v.age_s > v.deadline_s) still[key] = true;
+    if (reported || v.age_s <= v.deadline_s) continue;
+    v.stalled = true;
+    char where[160];
+    snprintf(where, sizeof where, "blocked on the host inside %s (thread %d)", call.function, call.tid);
+    std::string detail = has_op ? DescribeStall(v, where)
+                                : std::string("thread ") + std::to_string(call.tid) + " blocked inside " +
+                                      call.function + " for " + std::to_string(static_cast<int>(v.age_s)) +
+                                      " s; deadline " + std::to_string(static_cast<int>(v.deadline_s)) + " s";
+    if (!has_op) v.op = OpSnapshot{};
+    if (outstanding_stall_)
+      LogInfo("also late: %s", detail.c_str());
+    else
+      stalls->emplace_back(v, detail);
+    outstanding_stall_ = true;
+  }
+  host_stalls_reported_.swap(still);
+}
+
+std::vector<InflightView> Watchdog::Inflight(int lock_timeout_ms, uint64_t now_ns) {
+  uint64_t now = now_ns ? now_ns : MonoNs();
+  std::vector<InflightView> out;
+  std::unique_lock<std::timed_mutex> lock(mu_, std::defer_lock);
+  // Callers on the watchdog thread are callbacks: PollOnce has released the lock by then.
+  bool locked = lock.try_lock_for(std::chrono::milliseconds(lock_timeout_ms));
+  if (locked) {
+    Drain();
+    for (auto& kv : streams_)
+      for (auto& t : kv.second.items) out.push_back(ViewOf(t, now));
+  }
+  // Operations whose NCCL call has not returned yet (not handed to us so far).
+  for (auto& call : threads_->InsideNccl()) {
+    InflightView v;
+    if (call.op_index1 == 0 || !ring_->Read(call.op_index1 - 1, &v.op)) continue;
+    v.host_blocked = true;
+    v.age_s = now > call.since_ns ? NsToS(now - call.since_ns) : 0;
+    v.deadline_s = locked ? deadlines_.DeadlineS(v.op.comm_id, v.op.kind, v.op.bytes) : config_.timeout.default_s;
+    v.stalled = v.age_s > v.deadline_s;
+    out.push_back(v);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const InflightView& a, const InflightView& b) { return a.op.index < b.op.index; });
+  return out;
+}
+
+std::vector<Recovery> Watchdog::Recoveries() {
+  std::unique_lock<std::timed_mutex> lock(mu_, std::defer_lock);
+  if (!lock.try_lock_for(std::chrono::milliseconds(500))) return {};
+  return recoveries_;
+}
+
+}  // namespace ncclwatch

@@ -1,0 +1,125 @@
+// The watchdog: one thread, started at the first NCCL operation, that follows every launched
+// operation's GPU markers, moves its state forward (enqueued -> gpu_reached -> completed),
+// and reports an operation that passes its deadline. A stall is a report, not a kill.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "common/config.h"
+#include "common/mpmc_queue.h"
+#include "gpu/markers.h"
+#include "record/comm_registry.h"
+#include "record/flight_ring.h"
+#include "record/thread_registry.h"
+#include "watchdog/deadlines.h"
+
+namespace ncclwatch {
+
+// Handed from the application thread to the watchdog when an operation was launched.
+struct InflightItem {
+  OpSnapshot op;
+  CommInfo* comm = nullptr;
+  Marker* marker = nullptr;
+};
+
+// An operation not yet completed, as a dump shows it.
+struct InflightView {
+  OpSnapshot op;
+  double age_s = 0;       // since it became current on its stream
+  double deadline_s = 0;
+  bool stalled = false;
+  bool host_blocked = false;  // the NCCL call itself has not returned
+};
+
+struct Recovery {
+  uint64_t comm_id = 0;
+  uint64_t seq = 0;
+  trace::OpKind kind = trace::OpKind::AllReduce;
+  double stalled_after_s = 0;
+  double recovered_after_s = 0;
+};
+
+class Watchdog {
+ public:
+  struct Callbacks {
+    std::function<void(const InflightView& stalled, const std::string& detail)> on_stall;
+    std::function<void(const Recovery&)> on_recovery;
+    std::function<void()> on_tick;  // after each poll, on the watchdog thread, no lock held
+  };
+
+  Watchdog(const Config& config, FlightRing* ring, GpuMarkers* markers, ThreadRegistry* threads,
+           Callbacks callbacks);
+  ~Watchdog();
+
+  bool Start();
+  // Asks the thread to stop and waits up to `timeout_ms`; detaches it if it does not stop
+  // (stuck in the driver), never blocking exit for longer.
+  void Stop(int timeout_ms);
+
+  // Hot path: hands a launched operation over. False when the queue is full (the caller then
+  // gives the marker back and the operation stays unmonitored).
+  bool Submit(const InflightItem& item) { return queue_.TryPush(item); }
+  // Async-signal-safe.
+  void Wake();
+
+  // Dump side: operations not completed (launched ones, then ones whose NCCL call has not
+  // returned). Waits at most `lock_timeout_ms` for the watchdog's state.
+  // `now_ns` 0: the current time (tests pass their own clock).
+  std::vector<InflightView> Inflight(int lock_timeout_ms, uint64_t now_ns = 0);
+  std::vector<Recovery> Recoveries();
+  bool OnWatchdogThread() const { return std::this_thread::get_id() == thread_id_.load(); }
+  bool running() const { return running_.load(std::memory_order_acquire); }
+
+  // One poll step, exposed for unit tests (the thread calls it every poll interval).
+  void PollOnce(uint64_t now_ns);
+
+ private:
+  struct Tracked {
+    InflightItem item;
+    trace::OpState state = trace::OpState::Enqueued;
+    uint64_t current_since_ns = 0;
+    double deadline_s = 0;
+    bool stall_reported = false;
+  };
+  struct StreamTrack {
+    std::deque<Tracked> items;
+    uint64_t last_done_ns = 0;
+  };
+
+  void Run();
+  void Drain();
+  void Advance(StreamTrack& track, uint64_t now_ns);
+  void Complete(Tracked& t, uint64_t now_ns);
+  void CheckDeadlines(uint64_t now_ns, std::vector<std::pair<InflightView, std::string>>* stalls);
+  void CheckHostBlocked(uint64_t now_ns, std::vector<std::pair<InflightView, std::string>>* stalls);
+  InflightView ViewOf(const Tracked& t, uint64_t now_ns) const;
+
+  const Config& config_;
+  FlightRing* ring_;
+  GpuMarkers* markers_;
+  ThreadRegistry* threads_;
+  Callbacks callbacks_;
+  DeadlinePolicy deadlines_;
+  MpmcQueue<InflightItem> queue_;
+
+  std::timed_mutex mu_;  // guards everything below; held by the watchdog during a poll
+  std::map<uint64_t, StreamTrack> streams_;
+  std::vector<Recovery> recoveries_;
+  std::map<std::pair<int32_t, uint64_t>, bool> host_stalls_reported_;  // (tid, since) -> reported
+  bool outstanding_stall_ = false;
+
+  std::thread thread_;
+  std::atomic<std::thread::id> thread_id_{};
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> running_{false};
+  int wake_fd_ = -1;
+};
+
+}  // namespace ncclwatch

@@ -1,0 +1,105 @@
+#include <catch2/catch.hpp>
+
+#include <csignal>
+#include <map>
+#include <string>
+
+#include "common/config.h"
+
+using namespace ncclwatch;
+
+namespace {
+std::map<std::string, std::string> g_env;
+const char* FakeEnv(const char* name) {
+  auto it = g_env.find(name);
+  return it == g_env.end() ? nullptr : it->second.c_str();
+}
+ConfigResult Parse(std::map<std::string, std::string> env) {
+  g_env = std::move(env);
+  return ParseConfig(&FakeEnv);
+}
+}  // namespace
+
+TEST_CASE("defaults apply when nothing is set") {
+  auto r = Parse({});
+  CHECK(r.errors.empty());
+  CHECK(r.config.ring == 4096);
+  CHECK(r.config.poll_ms == 100);
+  CHECK(r.config.timeout.default_s == 60.0);
+  CHECK(r.config.dump_signal == SIGUSR2);
+  CHECK(r.config.stack_signal == SIGRTMIN + 5);
+  CHECK_FALSE(r.config.gpu_timing);
+  CHECK(r.config.callsites);
+}
+
+TEST_CASE("valid values are taken") {
+  auto r = Parse({{"NCCLWATCH_RING", "1000"},
+                  {"NCCLWATCH_GPU_TIMING", "yes"},
+                  {"NCCLWATCH_DUMP_SIGNAL", "SIGUSR1"},
+                  {"NCCLWATCH_LOG", "debug"},
+                  {"NCCLWATCH_DIR", "/tmp/x"},
+                  {"NCCLWATCH_ADAPTIVE_FLOOR", "2.5"}});
+  CHECK(r.errors.empty());
+  CHECK(r.config.ring == 1024);  // rounded up to a power of two
+  CHECK(r.config.gpu_timing);
+  CHECK(r.config.dump_signal == SIGUSR1);
+  CHECK(r.config.log == LogLevel::Debug);
+  CHECK(r.config.dir == "/tmp/x");
+  CHECK(r.config.adaptive_floor_s == 2.5);
+}
+
+TEST_CASE("an invalid value gives one line naming the variable, and the default is used") {
+  auto r = Parse({{"NCCLWATCH_RING", "lots"}, {"NCCLWATCH_GPU_TIMING", "maybe"}, {"NCCLWATCH_POLL_MS", "0"}});
+  REQUIRE(r.errors.size() == 3);
+  CHECK(r.errors[0].find("NCCLWATCH_RING='lots'") != std::string::npos);
+  CHECK(r.errors[0].find("4096") != std::string::npos);
+  CHECK(r.config.ring == 4096);
+  CHECK_FALSE(r.config.gpu_timing);
+  CHECK(r.config.poll_ms == 100);
+}
+
+TEST_CASE("NCCLWATCH_TIMEOUT: plain seconds and per-operation lists") {
+  DeadlineSpec s;
+  std::string err;
+  REQUIRE(ParseDeadlineSpec("300", &s, &err));
+  CHECK(s.default_s == 300);
+  REQUIRE(ParseDeadlineSpec("AllGather=120, Send=600,default=30", &s, &err));
+  CHECK(s.default_s == 30);
+  CHECK(s.per_op_s[static_cast<int>(trace::OpKind::AllGather)] == 120);
+  CHECK(s.per_op_s[static_cast<int>(trace::OpKind::Send)] == 600);
+  CHECK(s.per_op_s[static_cast<int>(trace::OpKind::AllReduce)] == 0);
+  CHECK(ParseDeadlineSpec("allreduce=5", &s, &err));  // case-insensitive
+  CHECK(s.per_op_s[static_cast<int>(trace::OpKind::AllReduce)] == 5);
+  CHECK_FALSE(ParseDeadlineSpec("Allgathr=120", &s, &err));
+  CHECK(err.find("unknown operation 'Allgathr'") != std::string::npos);
+  CHECK_FALSE(ParseDeadlineSpec("AllGather=-1", &s, &err));
+  CHECK_FALSE(ParseDeadlineSpec("soon", &s, &err));
+  auto r = Parse({{"NCCLWATCH_TIMEOUT", "Bogus=1"}});
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.config.timeout.default_s == 60);
+}
+
+TEST_CASE("signals by name, number, real-time offset or none") {
+  int s = 0;
+  std::string err;
+  CHECK((ParseSignal("SIGUSR2", &s, &err) && s == SIGUSR2));
+  CHECK((ParseSignal("usr1", &s, &err) && s == SIGUSR1));
+  CHECK((ParseSignal("12", &s, &err) && s == 12));
+  CHECK((ParseSignal("RTMIN+3", &s, &err) && s == SIGRTMIN + 3));
+  CHECK((ParseSignal("SIGRTMAX-1", &s, &err) && s == SIGRTMAX - 1));
+  CHECK((ParseSignal("none", &s, &err) && s == 0));
+  CHECK_FALSE(ParseSignal("SIGFOO", &s, &err));
+  CHECK_FALSE(ParseSignal("RTMIN+999", &s, &err));
+  auto r = Parse({{"NCCLWATCH_DUMP_SIGNAL", "RTMIN+5"}});  // clashes with the stack signal
+  CHECK(r.errors.size() == 1);
+}
+
+TEST_CASE("every setting is described for dumps and docs") {
+  auto d = DescribeConfig(Config{});
+  std::map<std::string, std::string> m(d.begin(), d.end());
+  for (const char* v : {"NCCLWATCH_DISABLE", "NCCLWATCH_DIR", "NCCLWATCH_RING", "NCCLWATCH_TIMEOUT",
+                        "NCCLWATCH_DUMP_SIGNAL", "NCCLWATCH_GPU_TIMING", "NCCLWATCH_MAX_DUMPS"})
+    CHECK(m.count(v) == 1);
+  CHECK(m["NCCLWATCH_DUMP_SIGNAL"] == "SIGUSR2");
+  CHECK(m["NCCLWATCH_TIMEOUT"] == "default=60");
+}

@@ -1,0 +1,223 @@
+#include <catch2/catch.hpp>
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "dump/dump_files.h"
+#include "dump/dump_writer.h"
+
+using namespace ncclwatch;
+using nlohmann::json;
+namespace k = trace::key;
+
+namespace {
+
+std::string TempDir() {
+  char tmpl[] = "/tmp/ncclwatch-test-XXXXXX";
+  return mkdtemp(tmpl);
+}
+
+std::vector<std::string> List(const std::string& dir) {
+  std::vector<std::string> out;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d))
+      if (e->d_name[0] != '.') out.push_back(e->d_name);
+    closedir(d);
+  }
+  return out;
+}
+
+std::string Read(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+struct Sample {
+  Config config;
+  CommInfo comm;
+  DumpInput in;
+  Sample() {
+    comm.id = 0xabcdef;
+    comm.size = 8;
+    comm.rank = 3;
+    comm.name = "world";
+    comm.peers.reset(new PeerCounters[8]);
+    comm.peers[5].send_enqueued = 2;
+    comm.peers[5].send_completed = 1;
+    comm.last_enqueued = 42;
+    comm.last_gpu_reached = 41;
+    comm.last_completed = 41;
+    in.reason = trace::DumpReason::Stall;
+    in.detail = "AllGather seq 42 stuck";
+    in.identity.host = "node1";
+    in.identity.pid = 1234;
+    in.global_rank = 3;
+    in.world_size = 8;
+    in.config = &config;
+    in.comms = {&comm};
+    OpSnapshot o;
+    o.comm_id = comm.id;
+    o.seq = 42;
+    o.kind = trace::OpKind::AllGather;
+    o.count = 1024;
+    o.dtype = 9;
+    o.bytes = 1024 * 2 * 8;
+    o.state = trace::OpState::GpuReached;
+    o.callsite = 0;
+    in.ring = {o};
+    in.ring_capacity = 4096;
+    in.ring_recorded = 1;
+    InflightView v;
+    v.op = o;
+    v.age_s = 12.5;
+    v.deadline_s = 10;
+    v.stalled = true;
+    in.inflight = {v};
+    in.stalled = v;
+    in.in_nccl = {{99, "ncclAllGather", 0, 0}};
+    in.callsites = {{0, {{0x1000, "/lib/libx.so", "train_step", 16}}, {{"train.py", "step", 88, false}}}};
+    in.threads = {{99, "python", "", {{0x2000, "/lib/liby.so", "wait", 4}}, {{"train.py", "main", 90, false}}}};
+    in.environment = {{"NCCL_DEBUG", "WARN"}};
+    in.recoveries = {{comm.id, 40, trace::OpKind::AllReduce, 10, 14}};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("dump round trip: the documented keys, in order, with the values written") {
+  Sample s;
+  std::string text = SerializeDump(s.in);
+  auto ordered = nlohmann::ordered_json::parse(text);
+  std::vector<std::string> keys;
+  for (auto& kv : ordered.items()) keys.push_back(kv.key());
+  // The summary comes right after format/version: readers stop there.
+  REQUIRE(keys.size() == 9);
+  CHECK(keys[0] == k::kFormat);
+  CHECK(keys[1] == k::kVersion);
+  CHECK(keys[2] == k::kSummary);
+  CHECK(keys[3] == k::kProcess);
+  json j = json::parse(text);
+  CHECK(j[k::kFormat] == trace::kFormatName);
+  CHECK(j[k::kVersion] == trace::kTraceVersion);
+  const json& sum = j[k::kSummary];
+  CHECK(sum[k::kRank] == 3);
+  CHECK(sum[k::kReason] == "stall");
+  CHECK(sum[k::kTrigger].is_null());
+  CHECK(sum[k::kInNccl][0][k::kFunction] == "ncclAllGather");
+  const json& c = sum[k::kComms][0];
+  CHECK(c[k::kId] == "0000000000abcdef");
+  CHECK(c[k::kLastEnqueued] == 42);
+  CHECK(c[k::kLastCompleted] == 41);
+  REQUIRE(c[k::kP2p].size() == 1);  // only peers with traffic
+  CHECK(c[k::kP2p][0][k::kPeer] == 5);
+  CHECK(c[k::kP2p][0][k::kSendEnqueued] == 2);
+  const json& st = sum[k::kStalled];
+  CHECK(st[k::kOp] == "AllGather");
+  CHECK(st[k::kDtype] == "bfloat16");
+  CHECK(st[k::kRedop].is_null());
+  CHECK(st[k::kState] == "gpu_reached");
+  CHECK(st[k::kAgeS] == 12.5);
+  CHECK(j[k::kRing][k::kEntries].size() == 1);
+  CHECK(j[k::kRing][k::kCapacity] == 4096);
+  CHECK(j[k::kCallsites][0][k::kPython][0][k::kLine] == 88);
+  CHECK(j[k::kThreads][0][k::kFrames][0][k::kSymbol] == "wait");
+  CHECK(j[k::kProcess][k::kEnv]["NCCL_DEBUG"] == "WARN");
+  CHECK(j[k::kProcess][k::kConfig]["NCCLWATCH_RING"] == "4096");
+  CHECK(j[k::kRecoveries][0][k::kRecoveredAfterS] == 14);
+  CHECK(j[k::kCommunicators][0][k::kName] == "world");
+}
+
+TEST_CASE("every key the format document lists is written by the writer") {
+  Sample s;
+  json j = json::parse(SerializeDump(s.in));
+  std::string doc = Read(std::string(NCCLWATCH_SOURCE_DIR) + "/docs/trace-format.md");
+  REQUIRE(!doc.empty());
+  for (const char* key : {k::kRank, k::kLocalRank, k::kWorldSize, k::kHost, k::kPid, k::kDumpSeq, k::kReason,
+                          k::kDetail, k::kTrigger, k::kTimeUnixNs, k::kTimeMonoNs, k::kStartMonoNs,
+                          k::kNcclVersion, k::kInNccl, k::kComms, k::kInFlight, k::kStalled, k::kRingOverwritten}) {
+    CHECK(j[k::kSummary].contains(key));
+    CHECK(doc.find(std::string("`") + key + "`") != std::string::npos);
+  }
+  for (const char* key : {k::kComm, k::kSeq, k::kP2pSeq, k::kOp, k::kCount, k::kDtype, k::kBytes, k::kRedop,
+                          k::kRoot, k::kPeer, k::kStream, k::kGroup, k::kTid, k::kEnqueueNs, k::kGpuReachedNs,
+                          k::kCompletedNs, k::kState, k::kResult, k::kCallsite}) {
+    CHECK(j[k::kRing][k::kEntries][0].contains(key));
+    CHECK(doc.find(std::string("`") + key + "`") != std::string::npos);
+  }
+}
+
+TEST_CASE("light dumps hold the summary and recoveries only") {
+  Sample s;
+  s.in.light = true;
+  json j = json::parse(SerializeDump(s.in));
+  CHECK(j.contains(k::kSummary));
+  CHECK(j.contains(k::kRecoveries));
+  CHECK_FALSE(j.contains(k::kRing));
+  CHECK_FALSE(j.contains(k::kThreads));
+}
+
+TEST_CASE("invalid UTF-8 in a value never breaks a dump") {
+  Sample s;
+  s.in.environment = {{"NCCL_SOCKET_IFNAME", std::string("eth\xff\xfe")}};
+  std::string text = SerializeDump(s.in);
+  CHECK_NOTHROW(json::parse(text));
+}
+
+TEST_CASE("dump file names") {
+  CHECK(DumpFileStem(3, "node-1.cluster", 77, 0, trace::DumpReason::Stall) == "rank00003-node_1.cluster-77-0-stall");
+  CHECK(DumpFileStem(-1, "h", 1, 2, trace::DumpReason::PeerRequest) == "rankx-h-1-2-peer_request");
+}
+
+TEST_CASE("dumps are never overwritten and never more than the bound") {
+  std::string dir = TempDir();
+  DumpDirectory d(dir, dir + "-fallback", 3);
+  std::string a = d.Write("rank00000-h-1-0-stall", "{\"a\":1}\n");
+  std::string b = d.Write("rank00000-h-1-0-stall", "{\"b\":2}\n");
+  REQUIRE(!a.empty());
+  REQUIRE(!b.empty());
+  CHECK(a != b);
+  CHECK(Read(a) == "{\"a\":1}\n");
+  CHECK(Read(b) == "{\"b\":2}\n");
+  CHECK(!d.Write("x", "{}").empty());
+  CHECK(d.Write("y", "{}").empty());  // bound reached
+  CHECK(List(dir).size() == 3);       // no temp files left behind either
+  CHECK(WriteFileNoReplace(a, "other") == EEXIST);
+  CHECK(Read(a) == "{\"a\":1}\n");
+}
+
+TEST_CASE("an unwritable dump directory falls back, with one line") {
+  std::string fallback = TempDir() + "/fallback";
+  DumpDirectory d("/proc/ncclwatch-cannot-write-here", fallback, 5);
+  std::string p = d.Write("rank00001-h-1-0-abort", "{}");
+  REQUIRE(!p.empty());
+  CHECK(p.rfind(fallback, 0) == 0);
+}
+
+TEST_CASE("the job-wide dump request is seen once per change") {
+  std::string dir = TempDir();
+  DumpDirectory writer(dir, dir, 5), reader(dir, dir, 5);
+  CHECK_FALSE(reader.PollRequest().has_value());
+  PeerRequest r{"h-1-0", 2, "h", "stall"};
+  REQUIRE(writer.WriteRequest(r));
+  auto got = reader.PollRequest();
+  REQUIRE(got.has_value());
+  CHECK(got->request == "h-1-0");
+  CHECK(got->origin_rank == 2);
+  CHECK_FALSE(reader.PollRequest().has_value());
+  usleep(20000);
+  REQUIRE(writer.WriteRequest({"h-1-1", 2, "h", "abort"}));
+  got = reader.PollRequest();
+  REQUIRE(got.has_value());
+  CHECK(got->request == "h-1-1");
+}

@@ -1,0 +1,225 @@
+// The watchdog over a fake CUDA driver whose events the test completes by hand.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "watchdog/watchdog.h"
+
+using namespace ncclwatch;
+
+namespace {
+
+struct FakeGpu {
+  std::map<CUevent, bool> reached;  // recorded events: reached yet?
+  intptr_t next = 1;
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUstreamCaptureMode last_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  int created = 0;
+} g_gpu;
+
+CUresult Ok0(unsigned) { return CUDA_SUCCESS; }
+CUresult GetCtx(CUstream, CUcontext* c) { return *c = reinterpret_cast<CUcontext>(0x10), CUDA_SUCCESS; }
+CUresult CurCtx(CUcontext* c) { return *c = reinterpret_cast<CUcontext>(0x10), CUDA_SUCCESS; }
+CUresult Push(CUcontext) { return CUDA_SUCCESS; }
+CUresult Pop(CUcontext*) { return CUDA_SUCCESS; }
+CUresult IsCapturing(CUstream, CUstreamCaptureStatus* s) { return *s = g_gpu.capture, CUDA_SUCCESS; }
+CUresult Exchange(CUstreamCaptureMode* m) {
+  std::swap(g_gpu.last_mode, *m);
+  return CUDA_SUCCESS;
+}
+CUresult Create(CUevent* e, unsigned) {
+  *e = reinterpret_cast<CUevent>(g_gpu.next++);
+  g_gpu.created++;
+  return CUDA_SUCCESS;
+}
+CUresult Record(CUevent e, CUstream) { return g_gpu.reached[e] = false, CUDA_SUCCESS; }
+CUresult Query(CUevent e) { return g_gpu.reached[e] ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY; }
+CUresult Elapsed(float* ms, CUevent, CUevent) { return *ms = 1.5f, CUDA_SUCCESS; }
+CUresult Destroy(CUevent) { return CUDA_SUCCESS; }
+CUresult Version(int* v) { return *v = 12080, CUDA_SUCCESS; }
+CUresult ErrStr(CUresult, const char** s) { return *s = "fake", CUDA_SUCCESS; }
+
+CudaDriver FakeDriver() {
+  CudaDriver d;
+  d.Init = &Ok0;
+  d.DriverGetVersion = &Version;
+  d.CtxGetCurrent = &CurCtx;
+  d.CtxPushCurrent = &Push;
+  d.CtxPopCurrent = &Pop;
+  d.StreamGetCtx = &GetCtx;
+  d.StreamIsCapturing = &IsCapturing;
+  d.ThreadExchangeStreamCaptureMode = &Exchange;
+  d.EventCreate = &Create;
+  d.EventRecord = &Record;
+  d.EventQuery = &Query;
+  d.EventElapsedTime = &Elapsed;
+  d.EventDestroy = &Destroy;
+  d.GetErrorString = &ErrStr;
+  return d;
+}
+
+struct Bench {
+  Config config;
+  CudaDriver driver = FakeDriver();
+  FlightRing ring{64};
+  ThreadRegistry threads;
+  GpuMarkers markers{&driver, false};
+  CommInfo comm;
+  std::vector<std::string> stalls;
+  std::vector<Recovery> recoveries;
+  std::unique_ptr<Watchdog> wd;
+
+  Bench() {
+    g_gpu = FakeGpu{};
+    config.timeout.default_s = 5;
+    config.adaptive = 20;
+    config.adaptive_floor_s = 1;
+    config.adaptive_min_samples = 1;
+    comm.id = 77;
+    comm.size = 4;
+    Watchdog::Callbacks cb;
+    cb.on_stall = [this](const InflightView&, const std::string& d) { stalls.push_back(d); };
+    cb.on_recovery = [this](const Recovery& r) { recoveries.push_back(r); };
+    wd = std::make_unique<Watchdog>(config, &ring, &markers, &threads, cb);
+  }
+
+  // Records and launches one collective on `stream` at time `t`; returns its marker.
+  Marker* Launch(uint64_t seq, uint64_t t, uintptr_t stream = 0x5) {
+    OpSnapshot o;
+    o.comm_id = comm.id;
+    o.seq = seq;
+    o.kind = trace::OpKind::AllGather;
+    o.bytes = 1 << 20;
+    o.stream = stream;
+    o.enqueue_ns = t;
+    ring.Record(o);
+    Marker* m = nullptr;
+    REQUIRE(markers.Begin(reinterpret_cast<CUstream>(stream), &m) == MarkResult::Marked);
+    REQUIRE(markers.End(m, reinterpret_cast<CUstream>(stream)));
+    comm.last_enqueued = seq;
+    REQUIRE(wd->Submit({o, &comm, m}));
+    return m;
+  }
+  trace::OpState StateOf(uint64_t index) {
+    OpSnapshot o;
+    REQUIRE(ring.Read(index, &o));
+    return o.state;
+  }
+};
+
+constexpr uint64_t S = 1000000000ull;
+
+}  // namespace
+
+TEST_CASE("states move forward as the GPU reaches and completes the operation") {
+  Bench b;
+  Marker* m = b.Launch(1, 100 * S);
+  b.wd->PollOnce(101 * S);
+  CHECK(b.StateOf(0) == trace::OpState::Enqueued);
+  g_gpu.reached[m->start] = true;
+  b.wd->PollOnce(102 * S);
+  CHECK(b.StateOf(0) == trace::OpState::GpuReached);
+  CHECK(b.comm.last_gpu_reached == 1);
+  CHECK(b.comm.last_completed == 0);
+  g_gpu.reached[m->end] = true;
+  b.wd->PollOnce(103 * S);
+  CHECK(b.StateOf(0) == trace::OpState::Completed);
+  CHECK(b.comm.last_completed == 1);
+  CHECK(b.wd->Inflight(100).empty());
+  CHECK(b.stalls.empty());
+}
+
+TEST_CASE("a stall is reported once, with where the operation is, and its recovery follows") {
+  Bench b;
+  Marker* m = b.Launch(1, 100 * S);
+  g_gpu.reached[m->start] = true;
+  b.wd->PollOnce(104 * S);
+  CHECK(b.stalls.empty());
+  b.wd->PollOnce(106 * S);  // 6 s > 5 s default deadline
+  REQUIRE(b.stalls.size() == 1);
+  CHECK(b.stalls[0].find("AllGather seq 1") != std::string::npos);
+  CHECK(b.stalls[0].find("reached by the GPU but not completed") != std::string::npos);
+  b.wd->PollOnce(107 * S);
+  CHECK(b.stalls.size() == 1);  // not again
+  auto inflight = b.wd->Inflight(100, 107 * S);
+  REQUIRE(inflight.size() == 1);
+  CHECK(inflight[0].stalled);
+  CHECK(inflight[0].age_s == Approx(7.0).margin(0.1));
+  g_gpu.reached[m->end] = true;
+  b.wd->PollOnce(110 * S);
+  REQUIRE(b.recoveries.size() == 1);
+  CHECK(b.recoveries[0].recovered_after_s == Approx(10.0));
+}
+
+TEST_CASE("an operation whose GPU never reached it is reported as such") {
+  Bench b;
+  b.Launch(1, 100 * S);
+  b.wd->PollOnce(106 * S);
+  REQUIRE(b.stalls.size() == 1);
+  CHECK(b.stalls[0].find("launched but not reached by the GPU") != std::string::npos);
+}
+
+TEST_CASE("an operation's clock starts when the one before it on the stream completes") {
+  Bench b;
+  Marker* m1 = b.Launch(1, 100 * S);
+  b.Launch(2, 100 * S);  // queued behind seq 1 on the same stream
+  b.wd->PollOnce(104 * S);
+  g_gpu.reached[m1->start] = g_gpu.reached[m1->end] = true;
+  b.wd->PollOnce(104 * S);
+  b.wd->PollOnce(108 * S);  // seq 2 is 8 s old but current for 4 s only
+  CHECK(b.stalls.empty());
+  b.wd->PollOnce(110 * S);
+  CHECK(b.stalls.size() == 1);
+}
+
+TEST_CASE("history tightens the deadline to the adaptive one") {
+  Bench b;
+  Marker* m = b.Launch(1, 100 * S);
+  g_gpu.reached[m->start] = g_gpu.reached[m->end] = true;
+  b.wd->PollOnce(100 * S + S / 10);  // healthy in 0.1 s
+  b.Launch(2, 101 * S);
+  b.wd->PollOnce(103 * S + S / 10);  // 2.1 s > max(floor 1 s, 20 x 0.1 s)
+  CHECK(b.stalls.size() == 1);
+}
+
+TEST_CASE("captured operations get no marker; the watchdog's queries never invalidate a capture") {
+  Bench b;
+  g_gpu.capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  Marker* m = nullptr;
+  CHECK(b.markers.Begin(reinterpret_cast<CUstream>(0x5), &m) == MarkResult::Captured);
+  CHECK(m == nullptr);
+  CHECK(g_gpu.created == 0);
+  b.markers.PrepareThread();
+  CHECK(g_gpu.last_mode == CU_STREAM_CAPTURE_MODE_RELAXED);
+}
+
+TEST_CASE("markers come back to the pool: no new events in steady state") {
+  Bench b;
+  for (uint64_t i = 1; i <= 50; ++i) {
+    Marker* m = b.Launch(i, (100 + i) * S);
+    g_gpu.reached[m->start] = g_gpu.reached[m->end] = true;
+    b.wd->PollOnce((100 + i) * S + 1);
+  }
+  CHECK(g_gpu.created == 2);  // one start/end pair, reused
+}
+
+TEST_CASE("a thread blocked inside an NCCL call past the deadline is a stall too") {
+  Bench b;
+  ThreadSlot* slot = b.threads.Claim(4242);
+  REQUIRE(slot);
+  {
+    InNcclScope scope(slot, "ncclCommInitRank", 100 * S);
+    b.wd->PollOnce(103 * S);
+    CHECK(b.stalls.empty());
+    b.wd->PollOnce(106 * S);
+    REQUIRE(b.stalls.size() == 1);
+    CHECK(b.stalls[0].find("blocked inside ncclCommInitRank") != std::string::npos);
+    b.wd->PollOnce(107 * S);
+    CHECK(b.stalls.size() == 1);
+  }
+  b.wd->PollOnce(108 * S);
+  CHECK(b.threads.InsideNccl().empty());
+}
