@@ -1,0 +1,428 @@
+#!/usr/bin/env python3
+"""End-to-end tests of libncclwatch.so: real multi-process jobs over the GPU-free simulator.
+
+    run_e2e.py --build BUILD_DIR CASE [CASE...]     (ctest runs one case per test)
+    run_e2e.py --build BUILD_DIR --list
+
+Each case starts ranks with tests/sim's launcher (simlaunch) and the simulator's libnccl.so.2 /
+libcuda.so.1, with libncclwatch.so preloaded, then checks the dumps the ranks wrote.
+"""
+import argparse
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+B = None  # build directory
+CASES = {}
+
+
+def case(fn):
+    CASES[fn.__name__] = fn
+    return fn
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Failure(what)
+
+
+class Job:
+    def __init__(self, rc, out, err, tmp):
+        self.rc, self.out, self.err, self.tmp = rc, out, err, tmp
+        self.dir = os.path.join(tmp, "dumps")
+
+    def dumps(self):
+        """{rank: [dump, ...]} ordered by dump_seq."""
+        by_rank = {}
+        for path in sorted(glob.glob(os.path.join(self.dir, "rank*.json"))):
+            with open(path) as f:
+                d = json.load(f)
+            d["_path"] = path
+            by_rank.setdefault(d["summary"]["rank"], []).append(d)
+        for v in by_rank.values():
+            v.sort(key=lambda d: d["summary"]["dump_seq"])
+        return by_rank
+
+    def reasons(self, rank):
+        return [d["summary"]["reason"] for d in self.dumps().get(rank, [])]
+
+    def first(self, rank, reason):
+        for d in self.dumps().get(rank, []):
+            if d["summary"]["reason"] == reason:
+                return d
+        raise Failure(f"rank {rank} has no '{reason}' dump (has {self.reasons(rank)})\n{self.err[-3000:]}")
+
+    def ncclwatch_lines(self):
+        return [l for l in self.err.splitlines() if l.startswith("ncclwatch")]
+
+
+def job(n, args, env=None, timeout=30, preload=True, program="sim_workload", cwd=None, after_start=None):
+    tmp = tempfile.mkdtemp(prefix="ncclwatch-e2e-")
+    e = dict(os.environ)
+    e.pop("LD_PRELOAD", None)
+    for k in list(e):
+        if k.startswith("NCCLWATCH_"):
+            del e[k]
+    e["NCCLWATCH_DIR"] = os.path.join(tmp, "dumps")
+    e["NCCLWATCH_PEER_POLL_MS"] = "200"
+    if preload:
+        e["LD_PRELOAD"] = os.path.join(B, "lib", "libncclwatch.so")
+    e.update(env or {})
+    cmd = [os.path.join(B, "bin", "simlaunch"), "-n", str(n), "--timeout", str(timeout), "--",
+           os.path.join(B, "bin", program)] + args
+    p = subprocess.Popen(cmd, env=e, cwd=cwd or tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if after_start:
+        after_start(p)
+    out, err = p.communicate(timeout=timeout + 60)
+    return Job(p.returncode, out, err, tmp)
+
+
+def rank_pids(launcher_pid):
+    """Pids of the launcher's children (the ranks)."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                if int(fields[1]) == launcher_pid:
+                    pids.append(int(d))
+            except OSError:
+                pass
+    return pids
+
+
+def stalled(d):
+    s = d["summary"]["stalled"]
+    check(s is not None, f"{d['_path']}: summary.stalled is null")
+    return s
+
+
+def world_comm(d):
+    return max(d["summary"]["comms"], key=lambda c: c["size"])
+
+
+# ---------------------------------------------------------------------------------------------
+# A process that never uses NCCL, or uses only queries, must not notice us.
+
+@case
+def healthy_run_leaves_nothing():
+    j = job(4, ["--iters", "200", "--comms", "2"])
+    check(j.rc == 0, f"job failed ({j.rc}): {j.err[-2000:]}")
+    check(j.out.count("ok") == 4, "every rank prints ok")
+    check(not os.path.exists(j.dir), "no dump directory for a healthy run")
+    check(not j.ncclwatch_lines(), f"no output from ncclwatch: {j.ncclwatch_lines()}")
+
+
+@case
+def non_nccl_process_untouched():
+    lib = os.path.join(B, "lib", "libncclwatch.so")
+    probe = ["python3", "-c", "import os,threading; print(len(os.listdir('/proc/self/task')), sorted(os.listdir('.')))"]
+    for preload in (False, True):
+        cwd = tempfile.mkdtemp(prefix="ncclwatch-e2e-")
+        env = dict(os.environ, LD_PRELOAD=lib) if preload else dict(os.environ)
+        r = subprocess.run(probe, env=env, cwd=cwd, capture_output=True, text=True)
+        if not preload:
+            baseline = r
+        else:
+            check(r.returncode == 0 and r.stdout == baseline.stdout, f"same threads and files: {r.stdout!r} vs {baseline.stdout!r}")
+            check(r.stderr == "", f"no output: {r.stderr!r}")
+            t = subprocess.run(["/bin/true"], env=env, cwd=cwd, capture_output=True, text=True)
+            check(t.returncode == 0 and t.stdout == "" and t.stderr == "", "/bin/true untouched")
+            check(os.listdir(cwd) == [], "no file written")
+
+
+@case
+def version_only_starts_nothing():
+    lib = os.path.join(B, "lib", "libncclwatch.so")
+    exe = os.path.join(B, "bin", "e2e_version_only")
+    dirs = [os.path.join(B, "sim")]
+    for real in ("/usr/local/cuda/lib64", "/usr/local/cuda/lib"):
+        if os.path.exists(os.path.join(real, "libnccl.so.2")):
+            dirs.append(real)  # the real NCCL, where the toolkit is installed
+            break
+    for libdir in dirs:
+        cwd = tempfile.mkdtemp(prefix="ncclwatch-e2e-")
+        env = dict(os.environ, LD_PRELOAD=lib, LD_LIBRARY_PATH=libdir)
+        r = subprocess.run([exe], env=env, cwd=cwd, capture_output=True, text=True)
+        check(r.returncode == 0, f"{libdir}: ncclGetVersion works through the library: {r.stdout} {r.stderr}")
+        fields = r.stdout.split()
+        check(int(fields[1]) >= 21800, f"{libdir}: a version >= 2.18 ({r.stdout})")
+        check(fields[5] == "1", f"{libdir}: one thread only, no watchdog ({r.stdout})")
+        check(fields[7] == "0" and os.listdir(cwd) == [], f"{libdir}: no file ({r.stdout})")
+        check(r.stderr == "", f"{libdir}: no output ({r.stderr!r})")
+        print(f"  {libdir}: {r.stdout.strip()}")
+
+
+@case
+def disable_is_pass_through():
+    j = job(3, ["--iters", "8", "--busy-rank", "0", "--busy-at", "3", "--busy-ms", "2500"],
+            env={"NCCLWATCH_DISABLE": "1", "NCCLWATCH_TIMEOUT": "1"})
+    check(j.rc == 0, f"job ok: {j.err[-2000:]}")
+    check(not os.path.exists(j.dir), "no dump when disabled")
+    check(not j.ncclwatch_lines(), "no output when disabled")
+
+
+# ---------------------------------------------------------------------------------------------
+# Stalls, and every rank's evidence.
+
+@case
+def busy_rank_every_rank_dumps():
+    j = job(4, ["--iters", "20", "--busy-rank", "0", "--busy-at", "5", "--busy-ms", "-1"],
+            env={"NCCLWATCH_TIMEOUT": "3"}, timeout=12)
+    dumps = j.dumps()
+    check(sorted(dumps) == [0, 1, 2, 3], f"every rank dumped: {sorted(dumps)}")
+    stall_times = []
+    for r in (1, 2, 3):
+        d = j.first(r, "stall")
+        s = stalled(d)
+        check(s["op"] == "AllReduce" and s["seq"] == 6, f"rank {r} stalled at AllReduce seq 6: {s}")
+        check(s["state"] == "gpu_reached", f"rank {r}: its GPU is inside the collective: {s['state']}")
+        check(world_comm(d)["last_enqueued"] == 6, "waiting ranks issued seq 6")
+        stall_times.append(os.stat(d["_path"]).st_mtime)
+    d0 = j.first(0, "peer_request")
+    s0 = d0["summary"]
+    check(s0["in_nccl"] == [], f"the busy rank is not inside NCCL: {s0['in_nccl']}")
+    check(world_comm(d0)["last_enqueued"] == 5, "the busy rank never issued seq 6")
+    check(s0["trigger"]["origin_rank"] in (1, 2, 3), "the request names its origin")
+    lag = os.stat(d0["_path"]).st_mtime - min(stall_times)
+    check(lag < 5, f"the busy rank dumped within a few seconds of the first stall dump ({lag:.1f} s)")
+    check(any(t["frames"] for t in d0["threads"]), "the busy rank's dump has native stacks")
+    check(len(d0["ring"]["entries"]) == 5, "its ring holds its five operations")
+
+
+@case
+def adaptive_deadline_within_15s():
+    # No NCCLWATCH_TIMEOUT: with millisecond collectives the adaptive deadline applies.
+    j = job(4, ["--iters", "400", "--busy-rank", "0", "--busy-at", "150", "--busy-ms", "-1"], timeout=30)
+    d = j.first(1, "stall")
+    s = stalled(d)
+    check(s["seq"] == 151, f"stalled at seq 151: {s['seq']}")
+    check(s["deadline_s"] <= 12, f"adaptive deadline applied ({s['deadline_s']} s)")
+    check(s["age_s"] <= 15, f"reported within 15 s ({s['age_s']:.1f} s)")
+    print(f"  reported after {s['age_s']:.1f} s, deadline {s['deadline_s']:.1f} s")
+
+
+@case
+def gpu_not_reached():
+    j = job(4, ["--iters", "20"], env={"NCCLWATCH_TIMEOUT": "3",
+                                        "NCCLWATCH_SIM_FAULT": "kernel:rank=2,seq=6,ms=-1"}, timeout=12)
+    s2 = stalled(j.first(2, "stall"))
+    check(s2["seq"] == 6 and s2["state"] == "enqueued", f"rank 2's GPU never reached seq 6: {s2}")
+    for r in (0, 1, 3):
+        s = stalled(j.first(r, "stall"))
+        check(s["seq"] == 6 and s["state"] == "gpu_reached", f"rank {r} waits inside seq 6: {s}")
+
+
+@case
+def transport_stall():
+    j = job(4, ["--iters", "20"], env={"NCCLWATCH_TIMEOUT": "3", "NCCLWATCH_SIM_FAULT": "stall:rank=1,seq=4"},
+            timeout=12)
+    for r in range(4):
+        s = stalled(j.first(r, "stall"))
+        check(s["seq"] == 4 and s["state"] == "gpu_reached", f"rank {r} inside seq 4: {s}")
+        check(world_comm(j.first(r, "stall"))["last_completed"] == 3, "seq 3 was the last completed")
+
+
+@case
+def abort_dumps_before_forwarding():
+    j = job(4, ["--iters", "20", "--busy-rank", "0", "--busy-at", "5", "--busy-ms", "-1",
+                "--abort-after-ms", "2000"], env={"NCCLWATCH_TIMEOUT": "600"}, timeout=15)
+    for r in (1, 2, 3):
+        d = j.first(r, "abort")
+        inflight = d["summary"]["in_flight"]
+        check(any(o["seq"] == 6 for o in inflight), f"rank {r}: seq 6 still in flight when dumped: {inflight}")
+    check("exited with code 6" in j.err or "exit 6" in j.err or j.rc != 0, "ranks exited through their abort path")
+    j.first(0, "peer_request")
+
+
+@case
+def sigterm_dumps_and_keeps_status():
+    j = job(4, ["--iters", "20", "--busy-rank", "0", "--busy-at", "5", "--busy-ms", "-1"],
+            env={"NCCLWATCH_TIMEOUT": "600"}, timeout=4)
+    check(j.rc == 124, f"the launcher timed out and sent SIGTERM ({j.rc})")
+    for r in range(4):
+        j.first(r, "signal")
+    check(j.err.count("SIGTERM") >= 4, f"every rank still died of SIGTERM:\n{j.err[-1500:]}")
+
+
+@case
+def sigterm_chains_to_app_handler():
+    j = job(2, ["--iters", "20", "--busy-rank", "0", "--busy-at", "5", "--busy-ms", "-1", "--sigterm-handler"],
+            env={"NCCLWATCH_TIMEOUT": "600"}, timeout=4)
+    check(j.out.count("app handler ran") == 2, f"the application's handler ran on both ranks: {j.out}")
+    check(j.err.count("code 42") == 2, f"and its exit status was kept:\n{j.err[-1500:]}")
+    for r in range(2):
+        j.first(r, "signal")
+
+
+@case
+def fatal_signal_dumps_and_keeps_status():
+    j = job(3, ["--iters", "20"], env={"NCCLWATCH_TIMEOUT": "600",
+                                        "NCCLWATCH_SIM_FAULT": "crash:rank=1,seq=5,signal=SEGV"}, timeout=8)
+    d = j.first(1, "fatal_signal")
+    check("SIGSEGV" in d["summary"]["detail"], d["summary"]["detail"])
+    check("rank 1 killed by SIGSEGV" in j.err, f"rank 1 still died of SIGSEGV:\n{j.err[-1500:]}")
+
+
+@case
+def on_demand_signal_dumps_and_continues():
+    def poke(p):
+        time.sleep(1.0)
+        for pid in rank_pids(p.pid):
+            os.kill(pid, signal.SIGUSR2)
+    j = job(2, ["--iters", "10", "--busy-rank", "0", "--busy-at", "3", "--busy-ms", "2500"], timeout=20,
+            after_start=poke)
+    check(j.rc == 0 and j.out.count("ok") == 2, f"the job went on and finished: {j.rc} {j.err[-1500:]}")
+    for r in range(2):
+        j.first(r, "on_demand")
+
+
+@case
+def exit_with_inflight_dumps():
+    j = job(2, ["--iters", "3", "--exit-in-flight"], timeout=20)
+    check(j.rc == 0, f"exit status unchanged: {j.rc} {j.err[-1500:]}")
+    for r in range(2):
+        d = j.first(r, "exit_in_flight")
+        check(d["summary"]["in_flight"], "the operation in flight is in the dump")
+
+
+@case
+def nccl_error_dumps():
+    j = job(3, ["--iters", "10"], env={"NCCLWATCH_SIM_FAULT": "error:rank=1,seq=3", "NCCLWATCH_TIMEOUT": "600"},
+            timeout=8)
+    d = j.first(1, "nccl_error")
+    check("returned 2" in d["summary"]["detail"], d["summary"]["detail"])
+
+
+@case
+def graph_capture_untouched():
+    j = job(4, ["--graph", "--iters", "30"], timeout=30)
+    check(j.rc == 0 and j.out.count("ok") == 4, f"capture and replay work with ncclwatch loaded: {j.err[-2000:]}")
+    check(not os.path.exists(j.dir), "nothing to dump")
+
+
+@case
+def nonblocking_followed():
+    j = job(3, ["--nonblocking", "--iters", "30", "--comms", "2"], timeout=30)
+    check(j.rc == 0 and j.out.count("ok") == 3, f"non-blocking communicators work: {j.err[-2000:]}")
+    check(not os.path.exists(j.dir), "no false stall")
+    j = job(3, ["--nonblocking", "--iters", "10"], env={"NCCLWATCH_TIMEOUT": "3",
+                                                         "NCCLWATCH_SIM_FAULT": "kernel:rank=1,seq=4,ms=-1"}, timeout=10)
+    s = stalled(j.first(1, "stall"))
+    check(s["seq"] == 4 and s["state"] == "enqueued", f"followed after ncclInProgress: {s}")
+
+
+@case
+def groups_and_p2p():
+    j = job(4, [], program="sim_p2p_ring", timeout=30)
+    check(j.rc == 0, f"a send/recv ring in a group works under ncclwatch: {j.err[-2000:]}")
+    # Both ranks send first, outside a group: each GPU sits in its send, the receive queued behind it.
+    j = job(2, ["--iters", "4", "--p2p-deadlock"], env={"NCCLWATCH_TIMEOUT": "3"}, timeout=10)
+    for r in (0, 1):
+        d = j.first(r, "stall")
+        peer = 1 - r
+        s = stalled(d)
+        check(s["op"] == "Send" and s["peer"] == peer and s["p2p_seq"] == 1 and s["state"] == "gpu_reached",
+              f"rank {r}: the stalled operation is its first send, inside the GPU: {s}")
+        p2p = world_comm(d)["p2p"]
+        check(any(p["peer"] == peer and p["send_enqueued"] == 1 and p["send_completed"] == 0 for p in p2p),
+              f"rank {r}: one send to {peer}, not completed: {p2p}")
+        check(any(o["op"] == "Recv" and o["peer"] == peer for o in d["summary"]["in_flight"]),
+              f"rank {r}: its receive is queued behind the send")
+
+
+@case
+def split_ids_match_across_ranks():
+    j = job(4, ["--iters", "6", "--comms", "3", "--busy-rank", "0", "--busy-at", "3", "--busy-ms", "3000"],
+            env={"NCCLWATCH_TIMEOUT": "1"}, timeout=20)
+    check(j.rc == 0, f"job recovered and finished: {j.err[-2000:]}")
+    comms = {}
+    for r, ds in j.dumps().items():
+        d = next(x for x in ds if "communicators" in x)
+        splits = [c for c in d["communicators"] if c["parent"] is not None]
+        comms[r] = {("world", 0): next(c["id"] for c in d["communicators"] if c["parent"] is None)}
+        comms[r].update({("split", i, c["color"]): c["id"] for i, c in enumerate(splits)})
+    check(sorted(comms) == [0, 1, 2, 3], f"all ranks dumped: {sorted(comms)}")
+    world = {comms[r][("world", 0)] for r in comms}
+    check(len(world) == 1, f"one world id on every rank: {world}")
+    # Communicator k splits with color rank % (k+1): ranks with the same color share the id.
+    for r in comms:
+        for q in comms:
+            for key in comms[r]:
+                if key in comms[q] and key[0] == "split":
+                    check(comms[r][key] == comms[q][key], f"split {key}: ranks {r} and {q} agree")
+    ids = {v for c in comms.values() for v in c.values()}
+    check(len(ids) == 1 + 2 + 3, f"distinct ids for distinct communicators: {len(ids)}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input: one line, defaults, nothing lost.
+
+@case
+def invalid_env_one_line():
+    j = job(2, ["--iters", "5"], env={"NCCLWATCH_RING": "abc", "NCCLWATCH_TIMEOUT": "AllGathr=5"})
+    check(j.rc == 0, f"job unaffected: {j.err[-1500:]}")
+    ring = [l for l in j.ncclwatch_lines() if "NCCLWATCH_RING='abc'" in l]
+    tmo = [l for l in j.ncclwatch_lines() if "NCCLWATCH_TIMEOUT='AllGathr=5'" in l]
+    check(len(ring) == 2 and len(tmo) == 2, f"one line per rank and variable:\n{j.err}")
+    check("default" in ring[0] and "unknown operation" in tmo[0], f"says what and which default:\n{ring[0]}\n{tmo[0]}")
+
+
+@case
+def unwritable_dir_falls_back():
+    j = job(2, ["--iters", "10", "--busy-rank", "0", "--busy-at", "3", "--busy-ms", "2500"],
+            env={"NCCLWATCH_DIR": "/proc/ncclwatch-nope", "NCCLWATCH_TIMEOUT": "1"}, timeout=20)
+    check(j.rc == 0, f"job unaffected: {j.err[-1500:]}")
+    check(any("cannot write dump directory '/proc/ncclwatch-nope'" in l for l in j.ncclwatch_lines()),
+          f"one line says what and where:\n{j.err}")
+    fallback = glob.glob(os.path.join(j.tmp, "ncclwatch-*", "rank*.json"))
+    check(fallback, "dumps went to the default directory instead")
+
+
+@case
+def max_dumps_bounded():
+    j = job(2, ["--iters", "10", "--busy-rank", "0", "--busy-at", "3", "--busy-ms", "2500"],
+            env={"NCCLWATCH_MAX_DUMPS": "1", "NCCLWATCH_TIMEOUT": "1"}, timeout=20)
+    for r, ds in j.dumps().items():
+        check(len(ds) <= 1, f"rank {r} wrote {len(ds)} dumps with NCCLWATCH_MAX_DUMPS=1")
+
+
+def main():
+    global B
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("cases", nargs="*")
+    a = ap.parse_args()
+    B = os.path.abspath(a.build)
+    if a.list:
+        print("\n".join(CASES))
+        return 0
+    failed = 0
+    for name in a.cases or list(CASES):
+        t = time.time()
+        try:
+            CASES[name]()
+            print(f"PASS {name} ({time.time() - t:.1f} s)")
+        except Failure as f:
+            failed += 1
+            print(f"FAIL {name}: {f}")
+        except Exception as e:  # a broken dump or a crash of the test itself is a failure too
+            failed += 1
+            print(f"FAIL {name}: {type(e).__name__}: {e}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
