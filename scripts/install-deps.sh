@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Installs what ncclwatch needs to build and test, from Debian/Ubuntu packages only.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config nlohmann-json3-dev catch2 libunwind-dev libbenchmark-dev python3)
+missing=()
+for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+[ ${#missing[@]} -eq 0 ] && { echo "install-deps: all packages present"; exit 0; }
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+echo "install-deps: installing ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The whole test suite: unit, simulator and end-to-end tests, then the same unit tests under
+# AddressSanitizer + UndefinedBehaviorSanitizer, and the recorder/watchdog/stack tests under
+# ThreadSanitizer. Exit status 0 only if everything passed.
+#   scripts/test.sh            everything
+#   scripts/test.sh --quick    the main build's tests only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+scripts/build.sh build
+echo "== tests (build/)"
+# End-to-end tests start many processes and use short deadlines: run them one at a time.
+ctest --test-dir build --output-on-failure -j "$jobs" -LE e2e
+ctest --test-dir build --output-on-failure -L e2e
+[ "${1:-}" = "--quick" ] && exit 0
+
+sanitized() {  # NAME SANITIZERS CTEST_REGEX TARGETS...
+  local dir=build-$1 san=$2 regex=$3
+  shift 3
+  cmake -S . -B "$dir" -DNCCLWATCH_SANITIZE="$san" -DNCCLWATCH_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null
+  cmake --build "$dir" -j "$jobs" --target "$@"
+  echo "== tests under $san ($dir/)"
+  ctest --test-dir "$dir" --output-on-failure -j "$jobs" -R "$regex"
+}
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+sanitized asan "address;undefined" '^(core|stacks|sim_cuda|sim_nccl|analyzer)' \
+  test_core test_stacks test_sim_cuda test_sim_nccl test_analyzer
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+sanitized tsan thread '^(core|stacks)' test_core test_stacks
