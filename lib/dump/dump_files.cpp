@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -139,13 +140,21 @@ bool DumpDirectory::WriteRequest(const PeerRequest& r) {
   return rename(tmp.c_str(), path.c_str()) == 0;
 }
 
+std::string DumpDirectory::RequestPath() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return (dir_ready_ ? dir_ : (configured_.empty() ? fallback_name_ : configured_)) + "/dump-request.json";
+}
+
+double DumpDirectory::RequestAgeS() {
+  struct stat st;
+  if (stat(RequestPath().c_str(), &st) != 0) return -1;
+  timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  return static_cast<double>(now.tv_sec - st.st_mtim.tv_sec) + (now.tv_nsec - st.st_mtim.tv_nsec) / 1e9;
+}
+
 std::optional<PeerRequest> DumpDirectory::PollRequest() {
-  std::string dir;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    dir = dir_ready_ ? dir_ : (configured_.empty() ? fallback_name_ : configured_);
-  }
-  std::string path = dir + "/dump-request.json";
+  std::string path = RequestPath();
   struct stat st;
   if (stat(path.c_str(), &st) != 0) return std::nullopt;
   int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;

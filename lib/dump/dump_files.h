@@ -34,9 +34,12 @@ class DumpDirectory {
   bool WriteRequest(const PeerRequest& r);
   // A request whose file changed since the last call, if any.
   std::optional<PeerRequest> PollRequest();
+  // Seconds since the request file was last written (by any rank); negative if there is none.
+  double RequestAgeS();
 
  private:
   bool EnsureDirectory();
+  std::string RequestPath();
 
   std::string configured_;
   std::string fallback_name_;

@@ -37,10 +37,36 @@ ContextPool* GpuMarkers::PoolFor(CUcontext ctx) {
   return nullptr;  // more contexts than we track: those operations go unmonitored
 }
 
+namespace {
+// The last stream a thread used and its context pool: saves a driver call per operation.
+// Default-stream handles (0, legacy, per-thread) follow the current context and are not cached.
+struct StreamCache {
+  const GpuMarkers* owner = nullptr;
+  CUstream stream = nullptr;
+  CUcontext ctx = nullptr;
+};
+thread_local StreamCache tl_stream_cache;
+
+bool IsDefaultStream(CUstream s) {
+  auto v = reinterpret_cast<uintptr_t>(s);
+  return v <= 2;
+}
+}  // namespace
+
+void GpuMarkers::ForgetStream(CUstream stream) const {
+  if (tl_stream_cache.owner == this && tl_stream_cache.stream == stream) tl_stream_cache = StreamCache{};
+}
+
 Marker* GpuMarkers::Acquire(CUstream stream) {
   CUcontext ctx = nullptr;
-  if (driver_->StreamGetCtx(stream, &ctx) != CUDA_SUCCESS || !ctx) {
-    if (driver_->CtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) return nullptr;
+  StreamCache& cache = tl_stream_cache;
+  if (cache.owner == this && cache.stream == stream && !IsDefaultStream(stream)) {
+    ctx = cache.ctx;
+  } else {
+    if (driver_->StreamGetCtx(stream, &ctx) != CUDA_SUCCESS || !ctx) {
+      if (driver_->CtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) return nullptr;
+    }
+    cache = StreamCache{this, stream, ctx};
   }
   ContextPool* pool = PoolFor(ctx);
   if (!pool) return nullptr;
@@ -78,6 +104,7 @@ MarkResult GpuMarkers::Begin(CUstream stream, Marker** out) {
   Marker* m = Acquire(stream);
   if (!m) return MarkResult::Unmonitored;
   if (driver_->EventRecord(m->start, stream) != CUDA_SUCCESS) {
+    ForgetStream(stream);  // a reused handle in another context: look it up afresh next time
     Abandon(m);
     return MarkResult::Unmonitored;
   }

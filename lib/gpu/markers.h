@@ -57,6 +57,7 @@ class GpuMarkers {
   static constexpr int kMaxContexts = 64;
   ContextPool* PoolFor(CUcontext ctx);
   Marker* Acquire(CUstream stream);
+  void ForgetStream(CUstream stream) const;
 
   const CudaDriver* driver_;
   bool timing_;

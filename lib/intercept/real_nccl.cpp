@@ -12,20 +12,28 @@
 namespace ncclwatch {
 namespace {
 
-void* Resolve(const char* name, void* own) {
+// True for an address inside libncclwatch itself. (Comparing with &::ncclX would not do: in a
+// process where NCCL was loaded first, that address is NCCL's, by symbol interposition.)
+bool InThisLibrary(void* p) {
+  Dl_info mine, theirs;
+  return dladdr(reinterpret_cast<void*>(&InThisLibrary), &mine) && dladdr(p, &theirs) &&
+         mine.dli_fbase == theirs.dli_fbase;
+}
+
+void* Resolve(const char* name) {
   void* f = dlsym(RTLD_NEXT, name);
-  if (f && f != own) return f;
+  if (f && !InThisLibrary(f)) return f;
   const char* lib = getenv("NCCLWATCH_NCCL_LIB");
   void* h = dlopen(lib && *lib ? lib : "libnccl.so.2", RTLD_LAZY | RTLD_NOLOAD);
   if (!h) return nullptr;
   f = dlsym(h, name);
-  return f != own ? f : nullptr;
+  return f && !InThisLibrary(f) ? f : nullptr;
 }
 
 RealNccl ResolveAll() {
   RealNccl r;
 #define NCCLWATCH_RESOLVE(name)                                                                 \
-  r.name = reinterpret_cast<decltype(r.name)>(Resolve(#name, reinterpret_cast<void*>(&::name)));
+  r.name = reinterpret_cast<decltype(r.name)>(Resolve(#name));
 #define NCCLWATCH_RESOLVE_OP(name, kind, params, args, c, d, rd, p) NCCLWATCH_RESOLVE(name)
 #define NCCLWATCH_RESOLVE_FN(ret, name, params, args, ...) NCCLWATCH_RESOLVE(name)
   NCCLWATCH_FOR_EACH_OPERATION(NCCLWATCH_RESOLVE_OP)

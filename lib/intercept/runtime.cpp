@@ -25,7 +25,11 @@ std::atomic<Runtime*> g_runtime{nullptr};
 std::mutex g_start_mu;
 
 constexpr int kStackTimeoutMs = 300;
-constexpr uint64_t kPeerDumpQuietNs = 5ull * 1000000000ull;  // a rank that just dumped skips a peer request
+// A rank that dumped this recently skips a peer request: one dump per rank per episode.
+constexpr uint64_t kPeerDumpQuietNs = 30ull * 1000000000ull;
+// While a request this recent exists, a stalling rank does not write another: with thousands
+// of ranks stalling at once, the file is written a few times, not thousands.
+constexpr double kRequestFreshS = 30;
 
 int32_t CurrentTid() { return static_cast<int32_t>(syscall(SYS_gettid)); }
 
@@ -236,6 +240,8 @@ void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const st
 }
 
 void Runtime::AskPeersToDump(trace::DumpReason reason) {
+  double age = dumps_->RequestAgeS();
+  if (age >= 0 && age < kRequestFreshS) return;
   PeerRequest r;
   r.request = identity_.host + "-" + std::to_string(identity_.pid) + "-" + std::to_string(requests_made_.fetch_add(1));
   r.origin_rank = global_rank_.load();

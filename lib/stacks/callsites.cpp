@@ -1,0 +1,171 @@
+// Call sites: capture and intern on the hot path, resolve at dump time.
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+
+#include "callsite_table.h"
+#include "native_unwind.h"
+#include "python_api.h"
+#include "stacks.h"
+
+namespace ncclwatch {
+namespace stacks {
+namespace {
+
+constexpr int kMaxSkip = 32;
+// unw_backtrace reports the frame of the function calling it (ours) above our caller.
+constexpr int kOwnFrames = 1;
+
+#if defined(__SANITIZE_THREAD__)
+// libunwind frees unw_backtrace's per-thread trace cache in a thread-exit destructor that locks
+// a mutex after ThreadSanitizer has torn the thread down, which crashes TSan. TSan builds walk
+// with unw_step instead: the same frames, slower, and the table code under test is the same.
+constexpr bool kUseTraceCache = false;
+#else
+constexpr bool kUseTraceCache = true;
+#endif
+
+// Zero-initialized static storage, constant-initialized table: no constructor has to run, so
+// CaptureCallsite works from any other library's constructor, and pages become resident only
+// as entries are used.
+static_assert(std::is_trivially_default_constructible<detail::CallsiteEntry>::value,
+              "entries must live in zero-initialized storage");
+detail::CallsiteEntry g_entries[kCallsiteCapacity];
+std::atomic<uint64_t> g_cells[2 * kCallsiteCapacity];
+detail::CallsiteTable g_table(g_entries, g_cells, kCallsiteCapacity);
+
+// The Python frames of call sites, keyed by (code object, position), named under the GIL in
+// batches: one GIL acquisition names every frame of every call site published so far.
+class PythonFrameCache {
+ public:
+  using Location = std::pair<uintptr_t, int32_t>;  // code object, position
+
+  bool Has(const Location& location) const { return frames_.count(location) != 0; }
+
+  // Names every frame of the published call sites that is not named yet. Returns an empty
+  // string on success, else why frames stay unnamed.
+  std::string NameAll(int gil_timeout_ms) {
+    std::vector<Location> missing;
+    std::set<Location> seen;
+    detail::CallsiteKey key;
+    for (uint32_t id = 0; id < g_table.Size(); ++id) {
+      if (!g_table.Get(static_cast<int32_t>(id), &key)) continue;
+      for (int i = 0; i < key.python_depth; ++i) {
+        const Location location(key.py_code[i], key.py_position[i]);
+        if (!Has(location) && seen.insert(location).second) missing.push_back(location);
+      }
+    }
+    if (missing.empty()) return std::string();
+
+    auto named = std::make_shared<std::vector<PythonFrame>>();  // outlives this call if the helper runs late
+    const detail::GilResult status = detail::RunWithGil(
+        [named, missing](const detail::PythonApi& api) {
+          const std::string stdlib_dir = detail::StandardLibraryDir(api);
+          std::unordered_map<uintptr_t, detail::CodeNames> names;
+          for (const Location& location : missing) {
+            auto* code = reinterpret_cast<detail::PyObject*>(location.first);
+            auto found = names.find(location.first);
+            if (found == names.end()) found = names.emplace(location.first, detail::NamesOfCode(api, code)).first;
+            PythonFrame frame;
+            frame.file = found->second.file;
+            frame.function = found->second.function;
+            frame.line = api.LineOf(code, location.second);
+            frame.library = detail::IsLibraryFile(frame.file, stdlib_dir);
+            named->push_back(std::move(frame));
+          }
+        },
+        gil_timeout_ms);
+    if (status != detail::GilResult::kRan) {
+      return std::string("python frames not named: ") + detail::GilResultText(status);
+    }
+    for (size_t i = 0; i < missing.size(); ++i) frames_[missing[i]] = std::move((*named)[i]);
+    return std::string();
+  }
+
+  // The named frame; an unnamed one has an empty file and function and line 0.
+  PythonFrame Frame(const Location& location) const {
+    const auto found = frames_.find(location);
+    return found != frames_.end() ? found->second : PythonFrame();
+  }
+
+ private:
+  std::map<Location, PythonFrame> frames_;
+};
+
+}  // namespace
+
+__attribute__((noinline)) int32_t CaptureCallsite(int skip, int max_depth) {
+  skip = std::min(std::max(skip, 0), kMaxSkip);
+  max_depth = std::min(max_depth, kMaxNativeFrames);
+  if (max_depth <= 0) return -1;
+  void* raw[kOwnFrames + kMaxSkip + kMaxNativeFrames];
+  int count;
+  if (kUseTraceCache) {
+    count = unw_backtrace(raw, kOwnFrames + skip + max_depth);
+  } else {
+    unw_context_t context;
+    unw_getcontext(&context);
+    uintptr_t ips[kOwnFrames + kMaxSkip + kMaxNativeFrames];
+    count = detail::UnwindContext(&context, /*signal_frame=*/false, ips, kOwnFrames + skip + max_depth);
+    for (int i = 0; i < count; ++i) raw[i] = reinterpret_cast<void*>(ips[i]);
+  }
+  // Our caller is the frame holding our return address, normally right after our own; look
+  // for it so that different inlining inside libunwind cannot shift every call site.
+  const void* caller = __builtin_return_address(0);
+  int first = kOwnFrames;
+  for (int i = 0; i < count && i <= kOwnFrames + 1; ++i) {
+    if (raw[i] == caller) {
+      first = i;
+      break;
+    }
+  }
+  first += skip;
+  const int depth = std::min(count - first, max_depth);
+  if (depth <= 0) return -1;
+
+  detail::CallsiteKey key;
+  key.native_depth = static_cast<uint16_t>(depth);
+  for (int i = 0; i < depth; ++i) key.ips[i] = reinterpret_cast<uintptr_t>(raw[first + i]);
+  key.python_depth = static_cast<uint16_t>(detail::CapturePythonFrames(key.py_code, key.py_position, kMaxPythonFrames));
+  if (key.python_depth > 0) {
+    const int native = detail::FramesBeforeInterpreter(key.ips, key.native_depth);
+    if (native > 0) key.native_depth = static_cast<uint16_t>(native);
+  }
+  const detail::CallsiteTable::InternResult result = g_table.Intern(key);
+  // Still under the GIL: the code objects are alive, and only a GIL holder can read them.
+  if (result.inserted && key.python_depth > 0) detail::RetainCodeObjects(key.py_code, key.python_depth);
+  return result.id;
+}
+
+bool GetCallsite(int32_t id, Callsite* out, int gil_timeout_ms) {
+  detail::CallsiteKey key;
+  if (!g_table.Get(id, &key)) return false;
+  out->ips.assign(key.ips, key.ips + key.native_depth);
+  out->python.clear();
+  out->note.clear();
+  if (key.python_depth == 0) return true;
+
+  // Leaked on purpose: dumps can run while the process exits, after static destructors.
+  static std::mutex* mu = new std::mutex;
+  static PythonFrameCache* cache = new PythonFrameCache;
+  std::lock_guard<std::mutex> lock(*mu);
+  std::vector<PythonFrameCache::Location> locations;
+  for (int i = 0; i < key.python_depth; ++i) locations.emplace_back(key.py_code[i], key.py_position[i]);
+  const bool all_named = std::all_of(locations.begin(), locations.end(),
+                                     [](const PythonFrameCache::Location& location) { return cache->Has(location); });
+  if (!all_named) out->note = cache->NameAll(gil_timeout_ms);
+  for (const auto& location : locations) out->python.push_back(cache->Frame(location));
+  return true;
+}
+
+size_t CallsiteCount() { return g_table.Size(); }
+
+size_t CallsiteTableBytes() { return detail::CallsiteTable::BytesFor(kCallsiteCapacity); }
+
+}  // namespace stacks
+}  // namespace ncclwatch

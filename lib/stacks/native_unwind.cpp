@@ -1,0 +1,44 @@
+#include "native_unwind.h"
+
+namespace ncclwatch {
+namespace stacks {
+namespace detail {
+namespace {
+
+// libunwind initializes itself on first use without full synchronization (ThreadSanitizer
+// reports it when threads start unwinding together), and that first use should not be in a
+// signal handler: do it once while the library loads, before the application's threads run.
+__attribute__((constructor)) void WarmUpUnwinder() {
+  unw_context_t context;
+  uintptr_t ips[2];
+  unw_getcontext(&context);
+  UnwindContext(&context, /*signal_frame=*/false, ips, 2);
+}
+
+}  // namespace
+
+int UnwindContext(unw_context_t* context, bool signal_frame, uintptr_t* out, int max) {
+  unw_cursor_t cursor;
+  const int init = signal_frame ? unw_init_local2(&cursor, context, UNW_INIT_SIGNAL_FRAME)
+                                : unw_init_local(&cursor, context);
+  if (init < 0) return 0;
+  int count = 0;
+  while (count < max) {
+    unw_word_t ip;
+    if (unw_get_reg(&cursor, UNW_REG_IP, &ip) < 0 || ip == 0) break;
+    out[count++] = static_cast<uintptr_t>(ip);
+    if (unw_step(&cursor) <= 0) break;
+  }
+  return count;
+}
+
+int FindFrame(const uintptr_t* ips, int count, uintptr_t ip, int window) {
+  for (int i = 0; i < count && i < window; ++i) {
+    if (ips[i] == ip) return i;
+  }
+  return -1;
+}
+
+}  // namespace detail
+}  // namespace stacks
+}  // namespace ncclwatch

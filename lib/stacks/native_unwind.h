@@ -1,0 +1,26 @@
+// Native unwinding helpers shared by the call-site and thread-stack code (internal).
+#pragma once
+
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
+
+#include <cstdint>
+
+namespace ncclwatch {
+namespace stacks {
+namespace detail {
+
+// Walks the stack described by `context` with unw_step and stores up to `max` instruction
+// pointers, innermost first. With `signal_frame`, `context` is the ucontext a signal handler
+// received and frame 0 is the exact interrupted pc; otherwise it comes from unw_getcontext and
+// every ip is a return address. Async-signal-safe: unlike unw_backtrace it never touches
+// libunwind's per-thread trace cache (which is not reentrant: a handler using it could unmap
+// it under an unw_backtrace interrupted on the same thread) and never allocates.
+int UnwindContext(unw_context_t* context, bool signal_frame, uintptr_t* out, int max);
+
+// Index of the first of `ips[0, count)` equal to `ip` among the first `window`, or -1.
+int FindFrame(const uintptr_t* ips, int count, uintptr_t ip, int window);
+
+}  // namespace detail
+}  // namespace stacks
+}  // namespace ncclwatch

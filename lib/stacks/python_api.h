@@ -1,0 +1,141 @@
+// CPython, found at run time (internal to lib/stacks).
+//
+// libpython is never linked: the few public C-API functions used are looked up once with
+// dlsym(RTLD_DEFAULT), so a process without CPython pays nothing and a process with it works
+// whatever its Python version (3.9+, which has PyFrame_GetCode/PyFrame_GetBack). PyObject is
+// opaque here; only functions are called, never struct fields read.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "stacks.h"
+
+namespace ncclwatch {
+namespace stacks {
+namespace detail {
+
+struct PyObject;  // opaque
+
+struct PythonApi {
+  // Used on the hot path.
+  int (*Py_IsInitialized)();
+  int (*IsFinalizing)();  // Py_IsFinalizing (3.13+) or _Py_IsFinalizing; may be null
+  int (*PyGILState_Check)();
+  void* (*PyGILState_GetThisThreadState)();
+  void* (*UncheckedThreadState)();  // PyThreadState_GetUnchecked / _PyThreadState_UncheckedGet; may be null
+  PyObject* (*PyEval_GetFrame)();
+  PyObject* (*PyFrame_GetCode)(PyObject*);
+  PyObject* (*PyFrame_GetBack)(PyObject*);
+  int (*PyFrame_GetLineNumber)(PyObject*);
+  int (*PyFrame_GetLasti)(PyObject*);  // 3.11+; may be null
+  void (*Py_IncRef)(PyObject*);
+  void (*Py_DecRef)(PyObject*);
+  // Used at dump time, under the GIL.
+  int (*PyGILState_Ensure)();  // returns PyGILState_STATE
+  void (*PyGILState_Release)(int);
+  PyObject* (*PySys_GetObject)(const char*);
+  PyObject* (*PyObject_GetAttrString)(PyObject*, const char*);
+  PyObject* (*PyObject_CallObject)(PyObject*, PyObject*);
+  PyObject* (*PyDict_GetItemString)(PyObject*, const char*);
+  int (*PyDict_Next)(PyObject*, ssize_t*, PyObject**, PyObject**);
+  PyObject* (*PyDict_Values)(PyObject*);
+  ssize_t (*PyList_Size)(PyObject*);
+  PyObject* (*PyList_GetItem)(PyObject*, ssize_t);
+  long long (*PyLong_AsLongLong)(PyObject*);
+  unsigned long long (*PyLong_AsUnsignedLongLong)(PyObject*);
+  const char* (*PyUnicode_AsUTF8)(PyObject*);
+  PyObject* (*PyErr_Occurred)();
+  void (*PyErr_Clear)();
+  void (*PyErr_Fetch)(PyObject**, PyObject**, PyObject**);
+  void (*PyErr_Restore)(PyObject*, PyObject*, PyObject*);
+  int (*PyCode_Addr2Line)(PyObject*, int);
+
+  // Where a frame is in its code, as stored in call sites: the offset of its last instruction
+  // where the API has it (cheap), else its line number (a scan of the line table per frame,
+  // which would cost ~20 ns per small frame on the hot path and more for long functions).
+  int PositionOf(PyObject* frame) const {
+    return PyFrame_GetLasti != nullptr ? PyFrame_GetLasti(frame) : PyFrame_GetLineNumber(frame);
+  }
+  // The line of a position returned by PositionOf (GIL held).
+  int LineOf(PyObject* code, int position) const {
+    return PyFrame_GetLasti != nullptr ? PyCode_Addr2Line(code, position) : position;
+  }
+
+  // The interpreter's machine code (the executable segment holding PyEval_GetFrame: libpython,
+  // or the python executable when it is linked in); empty when unknown.
+  uintptr_t interpreter_code_begin = 0;
+  uintptr_t interpreter_code_end = 0;
+  bool InInterpreter(uintptr_t ip) const { return ip >= interpreter_code_begin && ip < interpreter_code_end; }
+
+  // True when the interpreter is initialized and not finalizing.
+  bool InterpreterUsable() const;
+  // True when the calling thread holds the GIL of the main interpreter. PyGILState_Check alone
+  // answers 1 when it is disabled (once subinterpreters exist), so its answer is confirmed by
+  // comparing the attached thread state with this thread's GILState thread state.
+  bool ThisThreadHoldsGil() const;
+};
+
+// The process's CPython API, or nullptr when it has none. Resolved once, on first use; safe to
+// call from many threads (late callers wait for the one doing the lookup).
+const PythonApi* GetPythonApi();
+
+// Hot path: the innermost `max` Python frames of the calling thread as (code object, position
+// (see PositionOf)), when the thread holds the GIL; returns how many were stored (0 without
+// CPython or the GIL). The code pointers are borrowed (alive while the frames are); see
+// RetainCodeObjects.
+int CapturePythonFrames(uintptr_t* code, int32_t* position, int max);
+// Takes one reference on each code object so that it outlives its frames (GIL held).
+void RetainCodeObjects(const uintptr_t* code, int count);
+// How many of `ips` (innermost first) come before the first frame of the interpreter's code.
+// Outside of that, a call site with Python frames has only interpreter frames, which add nothing
+// to the Python frames and change as CPython specializes its bytecode (the same Python line
+// would otherwise give a new call site after its first runs).
+int FramesBeforeInterpreter(const uintptr_t* ips, int count);
+
+// ---- dump time ----
+enum class GilResult {
+  kRan,        // `work` ran to completion under the GIL
+  kNoPython,   // no CPython in the process, or not initialized / finalizing
+  kTimedOut,   // the GIL was not obtained (or `work` did not finish) in time
+  kBusy,       // a helper from an earlier timed-out attempt is still waiting for the GIL
+  kNoHelper,   // the helper thread could not be created
+};
+const char* GilResultText(GilResult result);
+
+// Runs `work` with the GIL held and waits at most timeout_ms. When the calling thread already
+// holds the GIL, `work` runs right here. Otherwise a helper thread takes the GIL with
+// PyGILState_Ensure; if that does not happen in time, the caller returns kTimedOut and the
+// helper, once it gets the GIL, releases it at once without running `work` and exits. `work`
+// must only write to state it owns (captured by value / shared_ptr): on timeout the caller is
+// gone. At most one helper exists at a time.
+GilResult RunWithGil(std::function<void(const PythonApi&)> work, int timeout_ms);
+
+// Names of a code object (under the GIL).
+struct CodeNames {
+  std::string file;
+  std::string function;
+};
+CodeNames NamesOfCode(const PythonApi& api, PyObject* code);
+
+// The directory of the standard library (dirname of os.__file__), empty if unknown (GIL held).
+std::string StandardLibraryDir(const PythonApi& api);
+// Whether a frame in `file` belongs to a library rather than to the user's own code.
+bool IsLibraryFile(const std::string& file, const std::string& stdlib_dir);
+
+struct PythonThread {
+  unsigned long long ident = 0;  // threading.get_ident()
+  long long native_id = -1;      // Thread.native_id (the tid), -1 when unknown
+  std::vector<PythonFrame> frames;  // innermost first
+};
+// Every Python thread with a frame (sys._current_frames), matched to its native id through
+// threading.enumerate() (GIL held).
+std::vector<PythonThread> CollectPythonThreads(const PythonApi& api, int max_frames);
+
+}  // namespace detail
+}  // namespace stacks
+}  // namespace ncclwatch

@@ -1,0 +1,15 @@
+// Hooks for lib/stacks' own tests (internal).
+#pragma once
+
+namespace ncclwatch {
+namespace stacks {
+namespace detail {
+
+// CaptureAllThreads skips threads whose /proc status says they block the stack signal. With
+// `check` false it signals them anyway, so that tests can reach the no-answer path (a thread
+// that blocks the signal after the check looks the same).
+void SetCheckSignalMaskForTesting(bool check);
+
+}  // namespace detail
+}  // namespace stacks
+}  // namespace ncclwatch

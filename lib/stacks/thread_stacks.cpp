@@ -1,0 +1,374 @@
+// Stacks of every thread: each thread unwinds itself in a signal handler into a preallocated
+// slot; the dumping thread signals them in parallel batches and waits a bounded time.
+#include <dirent.h>
+#include <pthread.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "native_unwind.h"
+#include "python_api.h"
+#include "stacks.h"
+#include "testing.h"
+
+namespace ncclwatch {
+namespace stacks {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Threads signalled at once (slots are ~1 KiB each, in static storage).
+constexpr int kSlots = 64;
+// How long a handler that has started capturing gets to finish after the deadline.
+constexpr auto kCapturingGrace = std::chrono::milliseconds(20);
+
+// Each slot's state word is (tid << 2 | phase):
+//   dumper:   kIdle -> kArmed(tid), then tgkill(tid)
+//   handler:  kArmed(own tid) -> kCapturing (CAS), unwind into `frames`, -> kDone
+//   dumper:   kDone -> read `frames` -> kIdle; at the deadline kArmed -> kIdle (CAS). A handler
+//             that won the race (kCapturing) keeps the slot until it is done; the slot is
+//             skipped until then, so a late handler never writes into a slot in use.
+// A late or stray signal finds no slot armed for its thread and does nothing.
+enum Phase : uint64_t { kIdle = 0, kArmed = 1, kCapturing = 2, kDone = 3 };
+constexpr uint64_t kPhaseMask = 3;
+
+constexpr uint64_t Word(pid_t tid, Phase phase) { return (uint64_t{static_cast<uint32_t>(tid)} << 2) | phase; }
+
+struct StackSlot {
+  std::atomic<uint64_t> state;
+  int count;
+  uintptr_t frames[kMaxThreadFrames];
+};
+StackSlot g_slots[kSlots];
+std::atomic<int> g_signo{0};
+std::atomic<bool> g_check_signal_mask{true};
+
+// Serializes captures. Leaked on purpose: usable while the process exits.
+std::mutex*& CaptureMutex() {
+  static std::mutex* mu = new std::mutex;
+  return mu;
+}
+
+// A forked child has only the forking thread: no capture runs there, whatever the parent's
+// threads were doing (one may have held the mutex or left slots armed) when it forked.
+void ResetCapturesInChild() {
+  for (StackSlot& slot : g_slots) slot.state.store(kIdle, std::memory_order_relaxed);
+  CaptureMutex() = new std::mutex;
+}
+
+pid_t CurrentTid() { return static_cast<pid_t>(syscall(SYS_gettid)); }
+
+// Async-signal-safe: atomics, gettid, unw_step into static storage; errno preserved.
+void OnStackSignal(int, siginfo_t*, void* ucontext) {
+  const int saved_errno = errno;
+  const pid_t tid = CurrentTid();
+  const uint64_t armed = Word(tid, kArmed);
+  for (StackSlot& slot : g_slots) {
+    uint64_t expected = armed;
+    if (slot.state.load(std::memory_order_relaxed) != armed ||
+        !slot.state.compare_exchange_strong(expected, Word(tid, kCapturing), std::memory_order_acquire)) {
+      continue;
+    }
+    slot.count = detail::UnwindContext(static_cast<unw_context_t*>(ucontext), /*signal_frame=*/true, slot.frames,
+                                       kMaxThreadFrames);
+    slot.state.store(Word(tid, kDone), std::memory_order_release);
+    break;
+  }
+  errno = saved_errno;
+}
+
+std::string ReadSmallFile(const std::string& path) {
+  std::string content;
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return content;
+  char buffer[4096];
+  ssize_t n;
+  while ((n = read(fd, buffer, sizeof(buffer))) > 0) content.append(buffer, static_cast<size_t>(n));
+  close(fd);
+  return content;
+}
+
+std::string TaskFile(pid_t tid, const char* name) {
+  return "/proc/self/task/" + std::to_string(tid) + "/" + name;
+}
+
+// Value of the "Key:" line of a /proc status file, empty when absent.
+std::string StatusField(const std::string& status, const std::string& key) {
+  for (size_t line = 0; line < status.size();) {
+    size_t end = status.find('\n', line);
+    if (end == std::string::npos) end = status.size();
+    if (status.compare(line, key.size() + 1, key + ":") == 0) {
+      size_t value = line + key.size() + 1;
+      while (value < end && (status[value] == '\t' || status[value] == ' ')) ++value;
+      return status.substr(value, end - value);
+    }
+    line = end + 1;
+  }
+  return std::string();
+}
+
+void AppendNote(std::string* note, const std::string& text) {
+  if (!note->empty()) *note += "; ";
+  *note += text;
+}
+
+std::vector<ThreadStack> ListThreads() {
+  std::vector<ThreadStack> threads;
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return threads;
+  while (const dirent* entry = readdir(dir)) {
+    const int tid = std::atoi(entry->d_name);
+    if (tid <= 0) continue;
+    ThreadStack thread;
+    thread.tid = tid;
+    thread.name = ReadSmallFile(TaskFile(tid, "comm"));
+    if (!thread.name.empty() && thread.name.back() == '\n') thread.name.pop_back();
+    threads.push_back(std::move(thread));
+  }
+  closedir(dir);
+  std::sort(threads.begin(), threads.end(), [](const ThreadStack& a, const ThreadStack& b) { return a.tid < b.tid; });
+  return threads;
+}
+
+// Why the stack signal cannot be used at all right now; empty when it can.
+std::string SignalProblem(int signo) {
+  if (signo == 0) return "stack signal not installed";
+  struct sigaction current;
+  if (sigaction(signo, nullptr, &current) != 0 || (current.sa_flags & SA_SIGINFO) == 0 ||
+      current.sa_sigaction != OnStackSignal) {
+    // Sending it now would run the application's handler (or its default action).
+    return "stack signal " + std::to_string(signo) + " was taken over by the application";
+  }
+  return std::string();
+}
+
+enum class Eligibility { kSignal, kSkip, kGone };
+
+// Whether thread `tid` can answer the signal; a `note` says why not.
+Eligibility CheckThread(pid_t tid, int signo, std::string* note) {
+  const std::string status = ReadSmallFile(TaskFile(tid, "status"));
+  if (status.empty()) return Eligibility::kGone;
+  const std::string state = StatusField(status, "State");
+  if (!state.empty() && (state[0] == 'Z' || state[0] == 'X')) return Eligibility::kGone;
+  if (!state.empty() && (state[0] == 'T' || state[0] == 't')) {
+    *note = "thread is stopped (" + state + "): not signalled";
+    return Eligibility::kSkip;
+  }
+  const unsigned long long blocked = std::strtoull(StatusField(status, "SigBlk").c_str(), nullptr, 16);
+  if (g_check_signal_mask.load() && (blocked & (1ull << (signo - 1)))) {
+    *note = "thread blocks the stack signal " + std::to_string(signo) + ": no native stack";
+    return Eligibility::kSkip;
+  }
+  return Eligibility::kSignal;
+}
+
+// Claims a free slot for `tid` at or after *next; -1 when none is left.
+int ArmSlot(pid_t tid, int* next) {
+  while (*next < kSlots) {
+    const int index = (*next)++;
+    std::atomic<uint64_t>& state = g_slots[index].state;
+    uint64_t current = state.load(std::memory_order_acquire);
+    if ((current & kPhaseMask) == kDone) {  // an answer that came after its deadline: drop it
+      state.compare_exchange_strong(current, kIdle, std::memory_order_acq_rel);
+      current = state.load(std::memory_order_acquire);
+    }
+    if (current == kIdle && state.compare_exchange_strong(current, Word(tid, kArmed), std::memory_order_acq_rel)) {
+      return index;
+    }
+  }
+  return -1;
+}
+
+// Signals up to kSlots threads at once and collects their stacks, waiting at most timeout_ms.
+void CaptureBatch(ThreadStack* const* threads, int count, int signo, int timeout_ms,
+                  std::unordered_set<int>* gone) {
+  int slot_of[kSlots];
+  int next_slot = 0;
+  const pid_t pid = getpid();
+  for (int i = 0; i < count; ++i) {
+    const pid_t tid = threads[i]->tid;
+    slot_of[i] = ArmSlot(tid, &next_slot);
+    if (slot_of[i] < 0) {
+      threads[i]->note = "no free capture slot (handlers of an earlier capture still running)";
+      continue;
+    }
+    if (syscall(SYS_tgkill, pid, tid, signo) != 0) {
+      const int error = errno;
+      // Disarm; a CAS because a signal still queued from an earlier capture may have been
+      // delivered meanwhile, and then its handler owns the slot until it is done.
+      uint64_t armed = Word(tid, kArmed);
+      g_slots[slot_of[i]].state.compare_exchange_strong(armed, kIdle, std::memory_order_acq_rel);
+      slot_of[i] = -1;
+      if (error == ESRCH) {
+        gone->insert(tid);
+      } else {
+        threads[i]->note = std::string("could not signal the thread: ") + std::strerror(error);
+      }
+    }
+  }
+
+  const auto answered = [&](int i) {
+    return (g_slots[slot_of[i]].state.load(std::memory_order_acquire) & kPhaseMask) == kDone;
+  };
+  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    bool waiting = false;
+    for (int i = 0; i < count && !waiting; ++i) waiting = slot_of[i] >= 0 && !answered(i);
+    if (!waiting || Clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+
+  for (int i = 0; i < count; ++i) {
+    if (slot_of[i] < 0) continue;
+    StackSlot& slot = g_slots[slot_of[i]];
+    const pid_t tid = threads[i]->tid;
+    uint64_t armed = Word(tid, kArmed);
+    if (slot.state.compare_exchange_strong(armed, kIdle, std::memory_order_acq_rel)) {
+      const std::string state = StatusField(ReadSmallFile(TaskFile(tid, "status")), "State");
+      threads[i]->note = "no answer to the stack signal within " + std::to_string(timeout_ms) + " ms" +
+                         (state.empty() ? std::string() : " (state " + state + ")");
+      continue;
+    }
+    // The handler has started: it finishes in microseconds unless the thread was descheduled.
+    const Clock::time_point grace = Clock::now() + kCapturingGrace;
+    while (!answered(i) && Clock::now() < grace) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    if (!answered(i)) {
+      threads[i]->note = "stack signal answered too late";
+      continue;  // the handler releases the slot's frames when done; ArmSlot recycles it
+    }
+    threads[i]->ips.assign(slot.frames, slot.frames + slot.count);
+    slot.state.store(kIdle, std::memory_order_release);
+  }
+}
+
+// The calling thread's own stack, starting at the frame that called CaptureAllThreads.
+__attribute__((noinline)) void CaptureSelf(ThreadStack* thread, uintptr_t caller) {
+  uintptr_t frames[kMaxThreadFrames];
+  unw_context_t context;
+  unw_getcontext(&context);
+  const int count = detail::UnwindContext(&context, /*signal_frame=*/false, frames, kMaxThreadFrames);
+  const int first = detail::FindFrame(frames, count, caller, /*window=*/8);
+  thread->ips.assign(frames + std::max(first, 0), frames + count);
+}
+
+void AddPythonStacks(std::vector<ThreadStack>* threads, int gil_timeout_ms, std::string* note) {
+  auto collected = std::make_shared<std::vector<detail::PythonThread>>();  // outlives us if the helper is late
+  const detail::GilResult status = detail::RunWithGil(
+      [collected](const detail::PythonApi& api) {
+        *collected = detail::CollectPythonThreads(api, kMaxThreadPythonFrames);
+      },
+      gil_timeout_ms);
+  if (status == detail::GilResult::kNoPython) return;
+  if (status != detail::GilResult::kRan) {
+    std::string message = std::string("python stacks unavailable: ") + detail::GilResultText(status);
+    if (status == detail::GilResult::kTimedOut) message += " (waited " + std::to_string(gil_timeout_ms) + " ms)";
+    for (ThreadStack& thread : *threads) {
+      if (thread.tid == getpid()) AppendNote(&thread.note, message);
+    }
+    if (note != nullptr) AppendNote(note, message);
+    return;
+  }
+  std::unordered_map<int, ThreadStack*> by_tid;
+  for (ThreadStack& thread : *threads) by_tid[thread.tid] = &thread;
+  std::vector<ThreadStack> unmatched;
+  for (detail::PythonThread& python : *collected) {
+    const auto found = python.native_id > 0 ? by_tid.find(static_cast<int>(python.native_id)) : by_tid.end();
+    if (found != by_tid.end()) {
+      found->second->python = std::move(python.frames);
+      continue;
+    }
+    ThreadStack thread;
+    thread.tid = -1;
+    thread.name = "python thread " + std::to_string(python.ident);
+    thread.python = std::move(python.frames);
+    thread.note = "Python thread not known to the threading module: no native thread id";
+    unmatched.push_back(std::move(thread));
+  }
+  for (ThreadStack& thread : unmatched) threads->push_back(std::move(thread));
+}
+
+}  // namespace
+
+void detail::SetCheckSignalMaskForTesting(bool check) { g_check_signal_mask.store(check); }
+
+bool InstallThreadStackSignal(int signo) {
+  static std::mutex* mu = new std::mutex;
+  std::lock_guard<std::mutex> lock(*mu);
+  if (g_signo.load() != 0 || signo <= 0 || signo >= NSIG) return false;
+  struct sigaction current;
+  if (sigaction(signo, nullptr, &current) != 0 || current.sa_handler != SIG_DFL) return false;
+  struct sigaction action;
+  std::memset(&action, 0, sizeof(action));
+  action.sa_sigaction = OnStackSignal;
+  action.sa_flags = SA_SIGINFO | SA_RESTART;  // restartable system calls of the target resume
+  sigemptyset(&action.sa_mask);
+  if (sigaction(signo, &action, nullptr) != 0) return false;
+  pthread_atfork(nullptr, nullptr, ResetCapturesInChild);
+  g_signo.store(signo);
+  return true;
+}
+
+int ThreadStackSignal() { return g_signo.load(std::memory_order_relaxed); }
+
+__attribute__((noinline)) std::vector<ThreadStack> CaptureAllThreads(int per_thread_timeout_ms, bool python,
+                                                                     int gil_timeout_ms, std::string* note) {
+  const uintptr_t caller = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
+  if (note != nullptr) note->clear();
+  // Taken with a bounded wait, so that a capture stuck elsewhere cannot block this one beyond
+  // the timeout.
+  std::unique_lock<std::mutex> lock(*CaptureMutex(), std::try_to_lock);
+  const Clock::time_point give_up = Clock::now() + std::chrono::milliseconds(per_thread_timeout_ms);
+  while (!lock.owns_lock() && Clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    lock.try_lock();
+  }
+  if (!lock.owns_lock()) {
+    if (note != nullptr) *note = "another thread-stack capture is in progress";
+    return {};
+  }
+
+  std::vector<ThreadStack> threads = ListThreads();
+  const pid_t self = CurrentTid();
+  const int signo = g_signo.load();
+  const std::string signal_problem = SignalProblem(signo);
+  std::unordered_set<int> gone;
+  std::vector<ThreadStack*> to_signal;
+  for (ThreadStack& thread : threads) {
+    if (thread.tid == self) {
+      CaptureSelf(&thread, caller);
+    } else if (!signal_problem.empty()) {
+      thread.note = signal_problem;
+    } else {
+      switch (CheckThread(thread.tid, signo, &thread.note)) {
+        case Eligibility::kSignal: to_signal.push_back(&thread); break;
+        case Eligibility::kGone: gone.insert(thread.tid); break;
+        case Eligibility::kSkip: break;
+      }
+    }
+  }
+  for (size_t begin = 0; begin < to_signal.size(); begin += kSlots) {
+    const int count = static_cast<int>(std::min<size_t>(kSlots, to_signal.size() - begin));
+    CaptureBatch(to_signal.data() + begin, count, signo, per_thread_timeout_ms, &gone);
+  }
+  threads.erase(std::remove_if(threads.begin(), threads.end(),
+                               [&](const ThreadStack& thread) { return gone.count(thread.tid) != 0; }),
+                threads.end());
+  if (python) AddPythonStacks(&threads, gil_timeout_ms, note);
+  return threads;
+}
+
+}  // namespace stacks
+}  // namespace ncclwatch
