@@ -36,8 +36,7 @@ struct Setup {
     cuCtxSetCurrent(ctx);
     cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
     cuMemAlloc(&buf, 64);
-    void* nccl = dlopen("libnccl.so.2", RTLD_NOW | RTLD_NOLOAD);
-    direct = reinterpret_cast<AllReduceFn>(dlsym(nccl, "ncclAllReduce"));
+    direct = &ncclAllReduce;  // the simulator's: libncclwatch is loaded RTLD_LOCAL below
     void* lib = dlopen(NCCLWATCH_PRELOAD_PATH, RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
       fprintf(stderr, "cannot load %s: %s\n", NCCLWATCH_PRELOAD_PATH, dlerror());
@@ -49,8 +48,13 @@ struct Setup {
     auto get_id = reinterpret_cast<IdFn>(dlsym(lib, "ncclGetUniqueId"));
     auto init = reinterpret_cast<InitFn>(dlsym(lib, "ncclCommInitRank"));  // so ncclwatch knows the comm
     ncclUniqueId id;
-    if (!direct || !wrapped || get_id(&id) != ncclSuccess || init(&comm, 1, id, 0) != ncclSuccess) {
-      fprintf(stderr, "simulator setup failed\n");
+    if (!direct || !wrapped || !get_id || !init) {
+      fprintf(stderr, "simulator setup failed: NCCL functions not found\n");
+      exit(2);
+    }
+    ncclResult_t r1 = get_id(&id), r2 = r1 == ncclSuccess ? init(&comm, 1, id, 0) : ncclInvalidUsage;
+    if (r1 != ncclSuccess || r2 != ncclSuccess) {
+      fprintf(stderr, "simulator setup failed: ncclGetUniqueId %d, ncclCommInitRank %d\n", r1, r2);
       exit(2);
     }
   }

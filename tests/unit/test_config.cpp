@@ -103,3 +103,23 @@ TEST_CASE("every setting is described for dumps and docs") {
   CHECK(m["NCCLWATCH_DUMP_SIGNAL"] == "SIGUSR2");
   CHECK(m["NCCLWATCH_TIMEOUT"] == "default=60");
 }
+
+#include <fstream>
+#include <sstream>
+
+TEST_CASE("the README documents every NCCLWATCH_ variable with its default") {
+  std::ifstream f(std::string(NCCLWATCH_SOURCE_DIR) + "/README.md");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::string readme = ss.str();
+  REQUIRE(!readme.empty());
+  for (auto& kv : DescribeConfig(Config{})) {
+    INFO(kv.first);
+    size_t row = readme.find("| `" + kv.first + "` |");
+    REQUIRE(row != std::string::npos);
+    std::string line = readme.substr(row, readme.find('\n', row) - row);
+    std::string dflt = kv.first == "NCCLWATCH_TIMEOUT" ? "60" : kv.second;
+    if (kv.first == "NCCLWATCH_DIR") dflt = "./ncclwatch-<job id>";
+    CHECK(line.find("`" + dflt + "`") != std::string::npos);
+  }
+}
