@@ -1,0 +1,74 @@
+"""A Python training loop in miniature, driving the simulated NCCL through ctypes, with
+libncclwatch.so preloaded. NCCL calls are looked up globally (ctypes.PyDLL(None): dlsym of the
+process, where the preloaded ncclwatch comes first) and made with the GIL held, so ncclwatch
+records this file's line as each operation's Python call site. Rank BUSY_RANK "saves a
+checkpoint" at step BUSY_STEP; the other ranks wait in an all-reduce.
+"""
+import ctypes
+import os
+import time
+
+RANK, WORLD = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+BUSY_RANK, BUSY_STEP = int(os.environ.get("BUSY_RANK", "1")), int(os.environ.get("BUSY_STEP", "5"))
+
+ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
+ctypes.CDLL("libnccl.so.2", mode=ctypes.RTLD_GLOBAL)
+api = ctypes.PyDLL(None)    # NCCL calls keep the GIL: their Python call site is recorded
+sync_api = ctypes.CDLL(None)  # waits release the GIL, as PyTorch does
+
+
+def check(r, what):
+    if r != 0:
+        raise SystemExit(f"{what} failed: {r}")
+
+
+def exchange_id():
+    uid = ctypes.create_string_buffer(128)
+    path = os.path.join(os.environ["NCCLWATCH_SIM_RUNDIR"], "py-nccl-id")
+    if RANK == 0:
+        check(api.ncclGetUniqueId(uid), "ncclGetUniqueId")
+        with open(path + ".tmp", "wb") as f:
+            f.write(uid.raw)
+        os.rename(path + ".tmp", path)
+    else:
+        while not os.path.exists(path):
+            time.sleep(0.01)
+        with open(path, "rb") as f:
+            uid = ctypes.create_string_buffer(f.read(), 128)
+    return uid
+
+
+class UniqueId(ctypes.Structure):
+    _fields_ = [("internal", ctypes.c_char * 128)]
+
+
+def save_checkpoint():
+    time.sleep(600)  # BUSY-LINE: where the busy rank is when everybody dumps
+
+
+def train_step(comm, buf, count, stream):
+    check(api.ncclAllReduce(buf, buf, ctypes.c_size_t(count), 7, 0, comm, stream), "ncclAllReduce")  # CALL-LINE
+    check(sync_api.cuStreamSynchronize(stream), "cuStreamSynchronize")
+
+
+def main():
+    check(sync_api.cuInit(0), "cuInit")
+    dev, ctx, stream, buf = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_uint64()
+    check(sync_api.cuDeviceGet(ctypes.byref(dev), RANK % 8), "cuDeviceGet")
+    check(sync_api.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
+    check(sync_api.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    check(sync_api.cuStreamCreate(ctypes.byref(stream), 1), "cuStreamCreate")
+    count = 1024
+    check(sync_api.cuMemAlloc_v2(ctypes.byref(buf), ctypes.c_size_t(count * 4)), "cuMemAlloc")
+    uid = UniqueId.from_buffer_copy(exchange_id().raw)
+    comm = ctypes.c_void_p()
+    check(api.ncclCommInitRank(ctypes.byref(comm), WORLD, uid, RANK), "ncclCommInitRank")
+    for step in range(50):
+        if step == BUSY_STEP and RANK == BUSY_RANK:
+            save_checkpoint()
+        train_step(comm, ctypes.c_void_p(buf.value), count, stream)
+    print("ok", flush=True)
+
+
+if __name__ == "__main__":
+    main()
