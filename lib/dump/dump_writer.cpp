@@ -192,7 +192,10 @@ std::string SerializeDump(const DumpInput& in) {
 
     Json callsites = Json::array();
     for (auto& c : in.callsites)
-      callsites.push_back({{k::kId, c.id}, {k::kFrames, FramesJson(c.frames)}, {k::kPython, PythonJson(c.python)}});
+      callsites.push_back({{k::kId, c.id},
+                           {k::kFrames, FramesJson(c.frames)},
+                           {k::kPython, PythonJson(c.python)},
+                           {k::kNote, c.note}});
     root[k::kCallsites] = std::move(callsites);
 
     Json threads = Json::array();

@@ -31,6 +31,7 @@ struct CallsiteOut {
   int32_t id = -1;
   std::vector<FrameOut> frames;
   std::vector<PyFrameOut> python;
+  std::string note;  // why Python frames are missing (the GIL could not be had)
 };
 struct ThreadOut {
   int tid = 0;

@@ -220,7 +220,7 @@ void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const st
     for (int32_t id : sites) {
       stacks::Callsite cs;
       if (!stacks::GetCallsite(id, &cs, static_cast<int>(config_.gil_timeout_ms))) continue;
-      in.callsites.push_back({id, Symbolized(cs.ips), PythonOut(cs.python)});
+      in.callsites.push_back({id, Symbolized(cs.ips), PythonOut(cs.python), cs.note});
     }
     if (config_.stacks) {
       std::string note;

@@ -1,8 +1,5 @@
 #include "callsite_table.h"
 
-#include <sched.h>
-#include <time.h>
-
 #include <cstring>
 
 namespace ncclwatch {
@@ -11,22 +8,11 @@ namespace detail {
 namespace {
 
 constexpr uint64_t kTagMask = 0xffffffff00000000ull;
-constexpr uint32_t kPending = 0xffffffffu;
-constexpr uint32_t kDead = 0xfffffffeu;
-// How long a lookup waits for another thread that is inserting the same key (it only copies
-// the key, so this is only reached when that thread was preempted).
-constexpr int64_t kPendingWaitNs = 20 * 1000 * 1000;
 
 inline uint64_t Mix(uint64_t h, uint64_t word) {
   h ^= word;
   h *= 0x9e3779b97f4a7c15ull;
   return h ^ (h >> 29);
-}
-
-int64_t MonotonicNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1000000000ll + ts.tv_nsec;
 }
 
 // Copies only the used frames (the rest of a key on the stack is uninitialized).
@@ -36,20 +22,6 @@ void CopyKey(CallsiteKey* dst, const CallsiteKey& src) {
   std::memcpy(dst->ips, src.ips, src.native_depth * sizeof(src.ips[0]));
   std::memcpy(dst->py_code, src.py_code, src.python_depth * sizeof(src.py_code[0]));
   std::memcpy(dst->py_position, src.py_position, src.python_depth * sizeof(src.py_position[0]));
-}
-
-// Waits until `cell` is no longer pending; returns its new value (still pending on timeout).
-uint64_t WaitWhilePending(const std::atomic<uint64_t>& cell, uint64_t value) {
-  for (int spin = 0; spin < 256 && (value & ~kTagMask) == kPending; ++spin) {
-    __builtin_ia32_pause();
-    value = cell.load(std::memory_order_acquire);
-  }
-  const int64_t deadline = MonotonicNs() + kPendingWaitNs;
-  while ((value & ~kTagMask) == kPending && MonotonicNs() < deadline) {
-    sched_yield();
-    value = cell.load(std::memory_order_acquire);
-  }
-  return value;
 }
 
 }  // namespace
@@ -83,39 +55,36 @@ bool CallsiteKey::operator==(const CallsiteKey& other) const {
 CallsiteTable::InternResult CallsiteTable::Intern(const CallsiteKey& key) {
   const uint64_t hash = key.Hash();
   const uint64_t tag = hash & kTagMask;
+  uint32_t id = kNoEntry;  // our entry, once the key is known to be new and written into one
   uint32_t index = static_cast<uint32_t>(hash) & cell_mask_;
   for (uint32_t probe = 0; probe <= cell_mask_; ++probe, index = (index + 1) & cell_mask_) {
     std::atomic<uint64_t>& cell = cells_[index];
     uint64_t value = cell.load(std::memory_order_acquire);
     for (;;) {
-      if (value == 0) {
+      if (value != 0) {
+        const uint32_t other = static_cast<uint32_t>(value) - 1;
+        if ((value & kTagMask) == tag && entries_[other].key == key) {
+          // Its inserter may not have set the flag yet; the id must be usable once returned.
+          if (entries_[other].published.load(std::memory_order_relaxed) == 0) {
+            entries_[other].published.store(1, std::memory_order_release);
+          }
+          return {static_cast<int32_t>(other), false};  // our entry, if any, stays unpublished
+        }
+        break;  // another key: next cell
+      }
+      // The key is not in the table. Write it into an entry of ours before offering it, so
+      // that a reader who sees the cell sees the whole key: no reader ever waits.
+      if (id == kNoEntry) {
         if (next_id_.load(std::memory_order_relaxed) >= capacity_) return {-1, false};
-        // On failure `value` is reloaded and this cell examined again.
-        if (!cell.compare_exchange_weak(value, tag | kPending, std::memory_order_acquire,
-                                        std::memory_order_acquire)) {
-          continue;
-        }
-        const uint32_t id = next_id_.fetch_add(1, std::memory_order_relaxed);
-        if (id >= capacity_) {  // lost the race for the last entries
-          cell.store(tag | kDead, std::memory_order_release);
-          return {-1, false};
-        }
-        CallsiteEntry& entry = entries_[id];
-        CopyKey(&entry.key, key);
-        entry.published.store(1, std::memory_order_release);
-        cell.store(tag | (id + 1), std::memory_order_release);
+        id = next_id_.fetch_add(1, std::memory_order_relaxed);
+        if (id >= capacity_) return {-1, false};  // lost the race for the last entries
+        CopyKey(&entries_[id].key, key);
+      }
+      // On failure `value` is reloaded and this cell examined again: it may hold our key.
+      if (cell.compare_exchange_weak(value, tag | (id + 1), std::memory_order_acq_rel, std::memory_order_acquire)) {
+        entries_[id].published.store(1, std::memory_order_release);
         return {static_cast<int32_t>(id), true};
       }
-      if ((value & kTagMask) != tag) break;
-      const uint32_t state = static_cast<uint32_t>(value);
-      if (state == kDead) break;
-      if (state == kPending) {
-        value = WaitWhilePending(cell, value);
-        if (static_cast<uint32_t>(value) == kPending) return {-1, false};
-        continue;
-      }
-      if (entries_[state - 1].key == key) return {static_cast<int32_t>(state - 1), false};
-      break;
     }
   }
   return {-1, false};

@@ -2,11 +2,12 @@
 //
 // Layout: a dense array of entries (ids are their indices, handed out in insertion order) and
 // an open-addressing hash index with twice as many cells, so probes stay short even when the
-// entries are all used. A cell is a 64-bit word: 0 = empty, else (hash tag << 32 | state) where
-// state is the entry id + 1 once published, kPending while its inserter fills the entry, or
-// kDead when the inserter found no free entry. Inserters claim a cell with CAS and publish it
-// with a release store; readers only compare keys of published cells, so a key is never read
-// while it is being written. Entries are immutable once published.
+// entries are all used. A cell is a 64-bit word: 0 = empty, else (hash tag << 32 | entry id + 1).
+// An inserter first writes its key into a fresh entry, then claims an empty cell with a CAS
+// (release); a reader that loads the cell (acquire) therefore sees the whole key, so lookups
+// never wait and never see a key being written. Entries are immutable once written. When two
+// threads insert the same new key at the same moment, one wins the cell and the other's entry
+// is never published (an id lost to the race, refused by Get); both return the winner's id.
 #pragma once
 
 #include <atomic>
@@ -34,7 +35,7 @@ struct CallsiteKey {
 };
 
 struct CallsiteEntry {
-  std::atomic<uint32_t> published;  // 1 once `key` is complete
+  std::atomic<uint32_t> published;  // 1 once `key` is complete and indexed
   CallsiteKey key;
 };
 
@@ -47,15 +48,14 @@ class CallsiteTable {
       : entries_(entries), cells_(cells), capacity_(capacity), cell_mask_(2 * capacity - 1) {}
 
   struct InternResult {
-    int32_t id;     // -1: table full (or a concurrent insert of this key took too long)
+    int32_t id;     // -1: the table is full
     bool inserted;  // true when this call added the key
   };
-  // Returns the id of `key`, adding it when new. Lock-free except for a bounded wait when
-  // another thread is inserting the very same key at this moment.
+  // Returns the id of `key`, adding it when new. Lock-free; never waits.
   InternResult Intern(const CallsiteKey& key);
-  // Copies the key of a published entry; false for ids not (yet) published.
+  // Copies the key of a published entry; false for ids not (yet) published or lost to a race.
   bool Get(int32_t id, CallsiteKey* out) const;
-  // Number of ids handed out (some may still be being published).
+  // Number of ids handed out (a few may be unpublished: being inserted, or lost to a race).
   uint32_t Size() const;
   uint32_t Capacity() const { return capacity_; }
   static constexpr size_t BytesFor(uint32_t capacity) {
@@ -68,6 +68,7 @@ class CallsiteTable {
   uint32_t capacity_;
   uint32_t cell_mask_;
   std::atomic<uint32_t> next_id_{0};
+  static constexpr uint32_t kNoEntry = 0xffffffffu;
 };
 
 }  // namespace detail

@@ -62,7 +62,8 @@ class PythonFrameCache {
     }
     if (missing.empty()) return std::string();
 
-    auto named = std::make_shared<std::vector<PythonFrame>>();  // outlives this call if the helper runs late
+    // Shared: work that started may finish after a timed-out wait.
+    auto named = std::make_shared<std::vector<PythonFrame>>();
     const detail::GilResult status = detail::RunWithGil(
         [named, missing](const detail::PythonApi& api) {
           const std::string stdlib_dir = detail::StandardLibraryDir(api);

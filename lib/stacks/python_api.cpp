@@ -6,11 +6,13 @@
 #include <sched.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 namespace ncclwatch {
 namespace stacks {
@@ -85,70 +87,121 @@ bool ResolvePythonApi() {
 
 // ---- RunWithGil ----
 
-struct GilJob {
+using Clock = std::chrono::steady_clock;
+
+struct GilRequest {
   std::function<void(const PythonApi&)> work;
-  const PythonApi* api = nullptr;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool finished = false;   // the helper is done (whether or not `work` ran)
-  bool ran = false;        // `work` ran to completion
-  bool abandoned = false;  // the caller stopped waiting: `work` must not start
+  bool finished = false;  // the helper is done with it
+  bool ran = false;       // `work` ran (false: the interpreter became unusable first)
 };
 
-// Set while a helper thread exists; a timed-out helper may wait for the GIL indefinitely, and
-// one is enough.
-std::atomic<bool> g_helper_active{false};
+// A request waits at least this long even when the GIL has been unavailable for its whole
+// timeout: enough for a GIL that was just freed to reach the helper (CPython hands the GIL
+// over within its 5 ms switch interval).
+constexpr auto kMinGilWait = std::chrono::milliseconds(50);
 
-void* GilHelperMain(void* arg) {
-  std::shared_ptr<GilJob> job = std::move(*static_cast<std::shared_ptr<GilJob>*>(arg));
-  delete static_cast<std::shared_ptr<GilJob>*>(arg);
-  pthread_setname_np(pthread_self(), "ncclwatch-gil");
-  const PythonApi& api = *job->api;
-  bool ran = false;
-  if (api.InterpreterUsable()) {
-    const int gil_state = api.PyGILState_Ensure();
-    bool start;
-    {
-      std::lock_guard<std::mutex> lock(job->mu);
-      start = !job->abandoned;
+// Takes the GIL for dump-time requests on a helper thread. One helper at a time: it takes the
+// GIL, runs every queued request, releases it, and leaves when no request is left. A helper
+// that cannot get the GIL stays blocked in PyGILState_Ensure until it can. Requests wait at
+// most their timeout, and not past `timeout` after the helper began waiting for the GIL
+// (kMinGilWait aside): once the GIL has been unavailable that long, further requests give up
+// quickly, so a dump with many call sites waits about one timeout in all, not one per site.
+class GilHelper {
+ public:
+  explicit GilHelper(const PythonApi* api) : api_(api) {}
+
+  GilResult Run(std::function<void(const PythonApi&)> work, int timeout_ms) {
+    auto request = std::make_shared<GilRequest>();
+    request->work = std::move(work);
+    std::unique_lock<std::mutex> lock(mu_);
+    const Clock::time_point now = Clock::now();
+    const auto timeout = std::chrono::milliseconds(timeout_ms);
+    if (!running_) {
+      if (!Start()) return GilResult::kNoHelper;
+      running_ = true;
+      waiting_since_ = now;
     }
-    if (start && api.InterpreterUsable()) {
-      job->work(api);
-      api.PyErr_Clear();  // never leave an exception behind
-      ran = true;
+    const Clock::time_point deadline =
+        holding_ ? now + timeout : std::min(now + timeout, std::max(waiting_since_ + timeout, now + kMinGilWait));
+    queue_.push_back(request);
+    if (!cv_.wait_until(lock, deadline, [&] { return request->finished; })) {
+      queue_.erase(std::remove(queue_.begin(), queue_.end(), request), queue_.end());
+      return GilResult::kTimedOut;
     }
-    api.PyGILState_Release(gil_state);
+    return request->ran ? GilResult::kRan : GilResult::kNoPython;
   }
-  g_helper_active.store(false, std::memory_order_release);
-  {
-    std::lock_guard<std::mutex> lock(job->mu);
-    job->finished = true;
-    job->ran = ran;
+
+ private:
+  // Starts the detached helper with every signal blocked except the stack signal:
+  // process-directed signals must go to the application's threads, but a dump should still
+  // see this thread's stack.
+  bool Start() {
+    sigset_t all, saved;
+    sigfillset(&all);
+    if (const int signo = ThreadStackSignal()) sigdelset(&all, signo);
+    pthread_sigmask(SIG_SETMASK, &all, &saved);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t thread;
+    const int rc = pthread_create(&thread, &attr, &GilHelper::Main, this);
+    pthread_attr_destroy(&attr);
+    pthread_sigmask(SIG_SETMASK, &saved, nullptr);
+    return rc == 0;
   }
-  job->cv.notify_all();
-  return nullptr;
+
+  static void* Main(void* self) {
+    pthread_setname_np(pthread_self(), "ncclwatch-gil");
+    static_cast<GilHelper*>(self)->Serve();
+    return nullptr;
+  }
+
+  void Serve() {
+    for (;;) {
+      const bool usable = api_->InterpreterUsable();
+      const int gil_state = usable ? api_->PyGILState_Ensure() : 0;
+      std::vector<std::shared_ptr<GilRequest>> batch;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        holding_ = usable;
+        batch.swap(queue_);  // requests that timed out have left the queue
+      }
+      for (const auto& request : batch) {
+        if (!usable || !api_->InterpreterUsable()) break;
+        request->work(*api_);
+        api_->PyErr_Clear();  // never leave an exception behind
+        request->ran = true;
+      }
+      if (usable) api_->PyGILState_Release(gil_state);
+      std::lock_guard<std::mutex> lock(mu_);
+      holding_ = false;
+      for (const auto& request : batch) request->finished = true;
+      cv_.notify_all();
+      if (queue_.empty() || !usable) {
+        running_ = false;
+        return;
+      }
+      waiting_since_ = Clock::now();  // requests that came while it held the GIL: go again
+    }
+  }
+
+  const PythonApi* api_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::shared_ptr<GilRequest>> queue_;
+  bool running_ = false;  // a helper thread exists
+  bool holding_ = false;  // it holds the GIL right now
+  Clock::time_point waiting_since_;  // when it began waiting for the GIL
+};
+
+// Leaked on purpose: a blocked helper thread may outlive everything, and dumps run at exit.
+GilHelper*& TheGilHelper() {
+  static GilHelper* helper = new GilHelper(&g_api);
+  return helper;
 }
 
-// Starts the detached helper with every signal blocked except the stack signal: process-directed
-// signals must go to the application's threads, but a dump should still see this thread.
-bool StartGilHelper(const std::shared_ptr<GilJob>& job) {
-  sigset_t all, saved;
-  sigfillset(&all);
-  if (const int signo = ThreadStackSignal()) sigdelset(&all, signo);
-  pthread_sigmask(SIG_SETMASK, &all, &saved);
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  auto* arg = new std::shared_ptr<GilJob>(job);
-  pthread_t thread;
-  const int rc = pthread_create(&thread, &attr, GilHelperMain, arg);
-  pthread_attr_destroy(&attr);
-  pthread_sigmask(SIG_SETMASK, &saved, nullptr);
-  if (rc != 0) delete arg;
-  return rc == 0;
-}
-
-void ResetHelperInChild() { g_helper_active.store(false); }  // a forked child has no helper
+// A forked child has no helper thread, and the parent's may have held the helper's mutex.
+void ResetGilHelperInChild() { TheGilHelper() = new GilHelper(&g_api); }
 
 }  // namespace
 
@@ -214,8 +267,7 @@ const char* GilResultText(GilResult result) {
   switch (result) {
     case GilResult::kRan: return "done";
     case GilResult::kNoPython: return "no usable Python interpreter";
-    case GilResult::kTimedOut: return "the GIL could not be taken in time (a thread holds it)";
-    case GilResult::kBusy: return "the GIL could not be taken (an earlier attempt is still waiting for it)";
+    case GilResult::kTimedOut: return "the GIL was not available in time (a thread holds it)";
     case GilResult::kNoHelper: return "no helper thread could be started to take the GIL";
   }
   return "?";
@@ -234,23 +286,8 @@ GilResult RunWithGil(std::function<void(const PythonApi&)> work, int timeout_ms)
     return GilResult::kRan;
   }
   static std::once_flag at_fork_once;
-  std::call_once(at_fork_once, [] { pthread_atfork(nullptr, nullptr, ResetHelperInChild); });
-  bool idle = false;
-  if (!g_helper_active.compare_exchange_strong(idle, true)) return GilResult::kBusy;
-
-  auto job = std::make_shared<GilJob>();
-  job->work = std::move(work);
-  job->api = api;
-  if (!StartGilHelper(job)) {
-    g_helper_active.store(false);
-    return GilResult::kNoHelper;
-  }
-  std::unique_lock<std::mutex> lock(job->mu);
-  if (!job->cv.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return job->finished; })) {
-    job->abandoned = true;
-    return GilResult::kTimedOut;
-  }
-  return job->ran ? GilResult::kRan : GilResult::kNoPython;
+  std::call_once(at_fork_once, [] { pthread_atfork(nullptr, nullptr, ResetGilHelperInChild); });
+  return TheGilHelper()->Run(std::move(work), timeout_ms);
 }
 
 }  // namespace detail

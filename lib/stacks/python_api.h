@@ -101,18 +101,18 @@ int FramesBeforeInterpreter(const uintptr_t* ips, int count);
 enum class GilResult {
   kRan,        // `work` ran to completion under the GIL
   kNoPython,   // no CPython in the process, or not initialized / finalizing
-  kTimedOut,   // the GIL was not obtained (or `work` did not finish) in time
-  kBusy,       // a helper from an earlier timed-out attempt is still waiting for the GIL
+  kTimedOut,   // the GIL was not obtained in time
   kNoHelper,   // the helper thread could not be created
 };
 const char* GilResultText(GilResult result);
 
-// Runs `work` with the GIL held and waits at most timeout_ms. When the calling thread already
+// Runs `work` with the GIL held, waiting at most timeout_ms. When the calling thread already
 // holds the GIL, `work` runs right here. Otherwise a helper thread takes the GIL with
-// PyGILState_Ensure; if that does not happen in time, the caller returns kTimedOut and the
-// helper, once it gets the GIL, releases it at once without running `work` and exits. `work`
-// must only write to state it owns (captured by value / shared_ptr): on timeout the caller is
-// gone. At most one helper exists at a time.
+// PyGILState_Ensure and runs it; if that does not happen in time, the caller returns
+// kTimedOut and `work` never runs. A helper blocked on the GIL stays blocked until the GIL is
+// free, then serves whatever is queued by then and exits; while it waits, other requests wait
+// only until the GIL has been unavailable for their timeout. `work` that did start may outlive
+// a timed-out caller: it must write only to state it owns (captured by value / shared_ptr).
 GilResult RunWithGil(std::function<void(const PythonApi&)> work, int timeout_ms);
 
 // Names of a code object (under the GIL).

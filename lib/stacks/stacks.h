@@ -70,9 +70,13 @@ struct Callsite {
 
 // Resolves call site `id`. The names of its Python frames are read under the GIL, taken on a
 // helper thread with a bounded wait (gil_timeout_ms); the results are cached, so a dump that
-// walks all call sites takes the GIL about once. Returns false for an unknown id.
+// walks all call sites takes the GIL about once, and when the GIL is stuck the dump waits about
+// one gil_timeout_ms in all. Unnamed frames keep an empty file and function (and line 0 on
+// Python 3.11+), with `note` saying why. Returns false for an unknown id.
 bool GetCallsite(int32_t id, Callsite* out, int gil_timeout_ms = 1000);
-// Ids are dense: every id in [0, CallsiteCount()) was handed out.
+// Ids are dense, from 0 in insertion order; CallsiteCount() is one past the last. A few ids
+// may never be published (two threads inserting the same new call site at the same moment both
+// get the winner's id; the loser's entry stays unused): GetCallsite refuses those.
 size_t CallsiteCount();
 // Memory reserved for the call-site table (static storage; pages become resident as call
 // sites are added: the hash index plus about sizeof(entry) per call site).

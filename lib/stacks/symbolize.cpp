@@ -1,5 +1,7 @@
+#define UNW_LOCAL_ONLY
 #include <cxxabi.h>
 #include <dlfcn.h>
+#include <libunwind.h>
 
 #include <cstdlib>
 #include <mutex>
@@ -30,9 +32,20 @@ NativeFrame Lookup(uintptr_t ip) {
   if (info.dli_sname != nullptr && info.dli_saddr != nullptr) {
     frame.symbol = Demangle(info.dli_sname);
     frame.offset = ip - reinterpret_cast<uintptr_t>(info.dli_saddr);
-  } else {
-    frame.offset = ip - reinterpret_cast<uintptr_t>(info.dli_fbase);
+    return frame;
   }
+  // dladdr sees exported symbols only; libunwind reads the object's full symbol table
+  // (.symtab), which names static and hidden functions too when the file is not stripped.
+  char name[512];
+  unw_word_t off = 0;
+  unw_accessors_t* acc = unw_get_accessors(unw_local_addr_space);
+  if (acc && acc->get_proc_name &&
+      acc->get_proc_name(unw_local_addr_space, ip - 1, name, sizeof name, &off, nullptr) == 0 && name[0]) {
+    frame.symbol = Demangle(name);
+    frame.offset = off + 1;
+    return frame;
+  }
+  frame.offset = ip - reinterpret_cast<uintptr_t>(info.dli_fbase);
   return frame;
 }
 

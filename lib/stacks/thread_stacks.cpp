@@ -1,8 +1,8 @@
 // Stacks of every thread: each thread unwinds itself in a signal handler into a preallocated
 // slot; the dumping thread signals them in parallel batches and waits a bounded time.
 #include <dirent.h>
-#include <pthread.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -164,7 +164,7 @@ Eligibility CheckThread(pid_t tid, int signo, std::string* note) {
   const std::string state = StatusField(status, "State");
   if (!state.empty() && (state[0] == 'Z' || state[0] == 'X')) return Eligibility::kGone;
   if (!state.empty() && (state[0] == 'T' || state[0] == 't')) {
-    *note = "thread is stopped (" + state + "): not signalled";
+    *note = "thread is stopped (state " + state + "): not signalled";
     return Eligibility::kSkip;
   }
   const unsigned long long blocked = std::strtoull(StatusField(status, "SigBlk").c_str(), nullptr, 16);
@@ -265,7 +265,8 @@ __attribute__((noinline)) void CaptureSelf(ThreadStack* thread, uintptr_t caller
 }
 
 void AddPythonStacks(std::vector<ThreadStack>* threads, int gil_timeout_ms, std::string* note) {
-  auto collected = std::make_shared<std::vector<detail::PythonThread>>();  // outlives us if the helper is late
+  // Shared: work that started may finish after a timed-out wait.
+  auto collected = std::make_shared<std::vector<detail::PythonThread>>();
   const detail::GilResult status = detail::RunWithGil(
       [collected](const detail::PythonApi& api) {
         *collected = detail::CollectPythonThreads(api, kMaxThreadPythonFrames);
@@ -274,7 +275,7 @@ void AddPythonStacks(std::vector<ThreadStack>* threads, int gil_timeout_ms, std:
   if (status == detail::GilResult::kNoPython) return;
   if (status != detail::GilResult::kRan) {
     std::string message = std::string("python stacks unavailable: ") + detail::GilResultText(status);
-    if (status == detail::GilResult::kTimedOut) message += " (waited " + std::to_string(gil_timeout_ms) + " ms)";
+    if (status == detail::GilResult::kTimedOut) message += " (timeout " + std::to_string(gil_timeout_ms) + " ms)";
     for (ThreadStack& thread : *threads) {
       if (thread.tid == getpid()) AppendNote(&thread.note, message);
     }
