@@ -353,6 +353,9 @@ constexpr const char* kConsequences = "consequences";
 constexpr const char* kRanksSeen = "ranks_seen";
 constexpr const char* kWorldSize = "world_size";
 constexpr const char* kRanksWithoutDump = "ranks_without_dump";
+constexpr const char* kEarlierDumps = "earlier_dumps";
+constexpr const char* kRank = "rank";
+constexpr const char* kReason = "reason";
 constexpr const char* kProblems = "problems";
 constexpr const char* kProblem = "problem";
 }  // namespace report_key

@@ -1,0 +1,71 @@
+#include "fuzz_harness.h"
+
+#include "analysis/attribution.h"
+#include "analysis/dump_reader.h"
+#include "analysis/dump_set.h"
+#include "analysis/render_dump.h"
+#include "analysis/render_report.h"
+
+namespace ncclwatch {
+namespace testing {
+
+using namespace analysis;
+
+namespace {
+
+// Peers for the fuzzed dump: idle copies holding the other ranks of its communicators, so
+// that attribution has members to compare (and blame).
+std::vector<Dump> WithIdlePeers(const Dump& d) {
+  std::vector<Dump> set = {d};
+  int peers = 0;
+  for (const auto& c : d.summary.comms) peers = std::max(peers, std::min(c.size, 16));
+  for (int r = 0; r < peers; ++r) {
+    if (r == d.summary.rank) continue;
+    Dump p;
+    p.summary = d.summary;
+    p.summary.rank = r;
+    p.summary.host = d.summary.host + "-peer";  // a process of its own
+    p.summary.pid = r;
+    p.summary.in_flight.clear();
+    p.summary.stalled.reset();
+    for (auto& c : p.summary.comms) {
+      c.rank = c.size > 0 ? r % c.size : r;
+      c.last_enqueued = c.last_gpu_reached = c.last_completed = std::max<int64_t>(0, c.last_completed - r % 3);
+    }
+    set.push_back(std::move(p));
+  }
+  return set;
+}
+
+void Render(const Report& report) {
+  ReportTextOptions text;
+  text.verbose = true;
+  (void)RenderReportText(report, text);
+  (void)ReportToJson(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace
+
+void ExerciseDumpBytes(std::string_view bytes) {
+  Dump summary_only;
+  (void)ReadDumpBuffer(bytes, ReadDepth::kSummary, &summary_only);
+
+  DumpDocument doc = ParseDocumentFromBuffer(bytes, ReadDepth::kFull);
+  Dump full;
+  full.file_name = "fuzzed.json";
+  ReadResult r = InterpretDocument(doc, ReadDepth::kFull, &full);
+  if (!r.usable) return;
+  ShowOptions show;
+  (void)RenderDumpText(full, show);
+  (void)DumpToJson(doc, full.file_name, show).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+
+  DumpSet alone;
+  alone.LoadFromDumps({full});
+  if (!alone.dumps().empty()) Render(Attribute(alone));
+  DumpSet with_peers;
+  with_peers.LoadFromDumps(WithIdlePeers(full));
+  if (!with_peers.dumps().empty()) Render(Attribute(with_peers));
+}
+
+}  // namespace testing
+}  // namespace ncclwatch

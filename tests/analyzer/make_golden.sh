@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Regenerates the golden dump sets under golden/ with ncclwatch-gen, and their expected
+# analyze output (expected.json; expected.txt for a few). Review `git diff` before committing:
+# the expected files are what the golden tests hold the analyzer to.
+# usage: tests/analyzer/make_golden.sh [BIN_DIR]   (default build-analyzer/bin)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+bin=${1:-$here/../../build-analyzer/bin}
+golden=$here/golden
+
+# name | generator arguments | text rendering too?
+sets=(
+  "rank_missing|--ranks 8 --scenario rank_missing|txt"
+  "gpu_not_reached|--ranks 8 --scenario gpu_not_reached|"
+  "stuck_in_collective|--ranks 4 --scenario stuck_in_collective|"
+  "mismatch|--ranks 8 --scenario mismatch|"
+  "p2p_unmatched|--ranks 8 --scenario p2p_unmatched|txt"
+  "cross_comm_deadlock|--ranks 8 --scenario cross_comm_deadlock|"
+  "rank_dead_no_dump|--ranks 8 --scenario rank_dead|"
+  "rank_dead_fatal|--ranks 8 --scenario rank_dead --fatal|"
+  "no_hang|--ranks 8 --scenario no_hang|"
+  "mixed|--ranks 8 --tp 2 --scenario mixed|txt"
+  "ring_overflow|--ranks 8 --scenario rank_missing --culprit 2 --ring 1|"
+  "two_dumps_one_rank|--ranks 8 --scenario gpu_not_reached --duplicate 5|"
+  "corrupt_files|--ranks 8 --scenario rank_missing --truncate 0 --bad-files|"
+)
+for entry in "${sets[@]}"; do
+  IFS='|' read -r name args txt <<<"$entry"
+  dir=$golden/$name
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  # Small rings and --lean keep each file a few KB; --ring given in args wins.
+  # shellcheck disable=SC2086
+  "$bin/ncclwatch-gen" --ring 8 --lean $args --out "$dir" >/dev/null
+  echo "ncclwatch-gen --ring 8 --lean $args" >"$dir/generated-by.txt"
+  "$bin/ncclwatch" analyze "$dir" --json >"$dir/expected.json" 2>/dev/null || true
+  if [ -n "$txt" ]; then
+    "$bin/ncclwatch" analyze "$dir" --no-color >"$dir/expected.txt" 2>/dev/null || true
+  fi
+done
+# Sets captured from the real library (captured-by.txt): keep the dumps, refresh the output.
+for dir in "$golden"/*/; do
+  [ -f "$dir/captured-by.txt" ] || continue
+  "$bin/ncclwatch" analyze "$dir" --json >"$dir/expected.json" 2>/dev/null || true
+done
+echo "golden sets written under $golden; review the expected files before committing"

@@ -1,0 +1,113 @@
+// The command line: exit statuses 0/1/2, help and version, show, and problems on stderr.
+#include <algorithm>
+#include <filesystem>
+
+#include <catch2/catch.hpp>
+
+#include "test_support.h"
+
+using namespace ncclwatch::testing;
+using Json = nlohmann::json;  // the report type, keys sorted
+namespace fs = std::filesystem;
+namespace rk = ncclwatch::trace::report_key;
+
+namespace {
+
+std::string Golden(const char* set) { return (fs::path(GOLDEN_DIR) / set).string(); }
+
+std::string FirstDump(const char* set) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(Golden(set)))
+    if (e.path().filename().string().rfind("rank0", 0) == 0) names.push_back(e.path().string());
+  std::sort(names.begin(), names.end());
+  return names.at(0);
+}
+
+bool Has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("analyze exits 0 when nothing hangs, 1 on a hang, 2 on unusable input", "[cli]") {
+  CHECK(RunCommand("analyze " + Golden("no_hang")).status == 0);
+  CHECK(RunCommand("analyze " + Golden("rank_missing")).status == 1);
+  CHECK(RunCommand("analyze " + Golden("rank_missing") + " --json --no-color").status == 1);
+
+  auto missing = RunCommand("analyze /nonexistent/ncclwatch-dir");
+  CHECK(missing.status == 2);
+  CHECK(Has(missing.err, "/nonexistent/ncclwatch-dir"));
+
+  TempDir empty;
+  auto none = RunCommand("analyze " + empty.path());
+  CHECK(none.status == 2);
+  CHECK(Has(none.err, "no readable dump"));
+
+  TempDir junk;
+  junk.Write("rank00000-h-1-0-stall.json", "garbage");
+  auto bad = RunCommand("analyze " + junk.path());
+  CHECK(bad.status == 2);
+  CHECK(Has(bad.err, "ncclwatch: rank00000-h-1-0-stall.json: invalid JSON at byte 1"));
+
+  CHECK(RunCommand("analyze").status == 2);
+  CHECK(RunCommand("analyze a b").status == 2);
+  CHECK(RunCommand("analyze --bogus " + Golden("no_hang")).status == 2);
+}
+
+TEST_CASE("bad files are named on stderr and the rest is analyzed", "[cli]") {
+  auto r = RunCommand("analyze " + Golden("corrupt_files") + " --json");
+  CHECK(r.status == 1);
+  CHECK(Has(r.err, "ncclwatch: rankx-foreign-1-0-stall.json: not an ncclwatch dump"));
+  CHECK(Has(r.err, "ncclwatch: rankx-future-1-0-stall.json: unknown trace version 99"));
+  CHECK(Has(r.err, "ncclwatch: rankx-empty-1-0-stall.json: empty file; skipped"));
+  CHECK(Has(r.err, "ncclwatch: rankx-cut-1-0-stall.json: truncated JSON at byte"));
+  Json j = Json::parse(r.out);
+  CHECK(j[rk::kProblems].size() >= 4);
+  CHECK(j[rk::kVerdicts][0][rk::kCause] == "rank_missing");
+}
+
+TEST_CASE("text output has no colour when not on a terminal", "[cli]") {
+  auto r = RunCommand("analyze " + Golden("rank_missing"));
+  CHECK(r.out.find('\033') == std::string::npos);
+  CHECK(Has(r.out, "rank_missing"));
+  CHECK(Has(r.out, "save_checkpoint (/workspace/job/checkpoint.py:57)"));
+}
+
+TEST_CASE("show prints one dump's tables, or its JSON with a cut ring", "[cli]") {
+  std::string file = FirstDump("rank_missing");
+  auto r = RunCommand("show " + file + " --ring 3");
+  REQUIRE(r.status == 0);
+  for (const char* part : {"communicators", "in flight", "ring", "threads", "callsites", "reason"})
+    CHECK(Has(r.out, part));
+  // Python frames come before native ones in a thread's stack.
+  size_t py = r.out.find("save_file ("), native = r.out.find("__write+0x");
+  CHECK(py != std::string::npos);
+  CHECK(native != std::string::npos);
+  CHECK(py < native);
+
+  auto j = RunCommand("show " + file + " --ring 3 --json");
+  REQUIRE(j.status == 0);
+  Json doc = Json::parse(j.out);
+  CHECK(doc["ring"]["entries"].size() == 3);
+  CHECK(doc["summary"]["rank"] == 0);
+
+  CHECK(RunCommand("show /nonexistent.json").status == 2);
+  CHECK(RunCommand("show " + file + " --ring").status == 2);
+  CHECK(RunCommand("show").status == 2);
+}
+
+TEST_CASE("help, version and unknown subcommands", "[cli]") {
+  auto top = RunCommand("--help");
+  CHECK(top.status == 0);
+  CHECK(Has(top.out, "analyze"));
+  CHECK(Has(top.out, "show"));
+  CHECK(RunCommand("help").status == 0);
+  auto ah = RunCommand("analyze --help");
+  CHECK(ah.status == 0);
+  CHECK(Has(ah.out, "usage: ncclwatch analyze DIR"));
+  CHECK(Has(RunCommand("help show").out, "usage: ncclwatch show FILE"));
+  CHECK(Has(RunCommand("show --help").out, "--ring N"));
+  auto v = RunCommand("--version");
+  CHECK(v.status == 0);
+  CHECK(Has(v.out, "ncclwatch "));
+  CHECK(RunCommand("frobnicate").status == 2);
+  CHECK(RunCommand("").status == 2);
+}

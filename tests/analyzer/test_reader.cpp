@@ -1,0 +1,193 @@
+// The dump reader and the directory loader: early stop after the summary, the version check,
+// and one clear line per bad file while the rest is still analyzed.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <map>
+
+#include <catch2/catch.hpp>
+
+#include "analysis/dump_reader.h"
+#include "test_support.h"
+
+using namespace ncclwatch;
+using namespace ncclwatch::testing;
+using analysis::ReadDepth;
+using json = nlohmann::ordered_json;
+namespace key = trace::key;
+
+namespace {
+
+// A dump with a big ring after its summary, as the writer lays it out.
+json DumpWithRing(size_t entries) {
+  json d = Dump(0, 2, {Comm("c0", 2, 0, 5, 5, 5)});
+  json ring = json::array();
+  for (size_t i = 0; i < entries; ++i) ring.push_back(Op("c0", static_cast<int64_t>(i + 1), "AllReduce", "completed"));
+  d[key::kRing] = {{key::kCapacity, entries}, {key::kRecorded, entries}, {key::kOverwritten, 0}, {key::kEntries, ring}};
+  d[key::kThreads] = json::array({{{key::kTid, 1000}, {key::kName, "main"}, {key::kFrames, json::array()}}});
+  return d;
+}
+
+bool Contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("summary pass stops after the summary and does not read the whole file", "[reader]") {
+  TempDir dir;
+  std::string path = dir.Write("rank00000-h-1-0-stall.json", DumpWithRing(5000).dump());
+  analysis::Dump d;
+  auto r = analysis::ReadDumpFile(path, ReadDepth::kSummary, &d);
+  REQUIRE(r.usable);
+  CHECK(r.problem.empty());
+  CHECK(d.summary.rank == 0);
+  CHECK(d.summary.comms.size() == 1);
+  CHECK(d.detail == nullptr);
+  REQUIRE(r.file_size > 500000);
+  CHECK(r.bytes_read < r.file_size / 10);
+
+  analysis::Dump full;
+  auto rf = analysis::ReadDumpFile(path, ReadDepth::kFull, &full);
+  REQUIRE(rf.usable);
+  CHECK(rf.bytes_read == rf.file_size);
+  REQUIRE(full.detail);
+  CHECK(full.detail->ring.entries.size() == 5000);
+  CHECK(full.detail->threads.size() == 1);
+}
+
+TEST_CASE("a version this reader does not know is refused with a message", "[reader]") {
+  json d = Dump(0, 1, {});
+  d[key::kVersion] = trace::kTraceVersion + 1;
+  analysis::Dump out;
+  auto r = analysis::ReadDumpBuffer(d.dump(), ReadDepth::kSummary, &out);
+  CHECK_FALSE(r.usable);
+  CHECK(Contains(r.problem, "unknown trace version " + std::to_string(trace::kTraceVersion + 1)));
+}
+
+TEST_CASE("bad inputs give one line each", "[reader]") {
+  std::string good = Dump(0, 1, {}).dump();
+  struct Case {
+    std::string input;
+    std::string expect;
+  } cases[] = {
+      {"", "empty file"},
+      {"[1,2,3]", "not an ncclwatch dump (not a JSON object)"},
+      {"42", "not an ncclwatch dump (not a JSON object)"},
+      {"{\"hello\":1}", "not an ncclwatch dump (no \"format\" key)"},
+      {"{\"format\":\"other\",\"version\":1,\"summary\":{}}", "not an ncclwatch dump (format is \"other\")"},
+      {good.substr(0, good.size() / 2), "truncated JSON at byte " + std::to_string(good.size() / 2) + " (summary unreadable)"},
+      {"{\"format\":\"ncclwatch-trace\",\"version\":1,\"summary\":{\"rank\":x}}", "invalid JSON at byte"},
+      {"{\"format\":\"ncclwatch-trace\",\"version\":1,\"summary\":[]}", "\"summary\" is not an object"},
+      {std::string(200, '[') , "not an ncclwatch dump (not a JSON object)"},
+      {"{\"format\":\"ncclwatch-trace\",\"version\":1,\"summary\":" + std::string(100, '[') + std::string(100, ']') + "}",
+       "nesting deeper than"},
+  };
+  for (const auto& c : cases) {
+    INFO("input: " << c.input.substr(0, 80));
+    analysis::Dump out;
+    auto r = analysis::ReadDumpBuffer(c.input, ReadDepth::kSummary, &out);
+    CHECK_FALSE(r.usable);
+    CHECK(Contains(r.problem, c.expect));
+    CHECK(r.problem.find('\n') == std::string::npos);
+  }
+}
+
+TEST_CASE("a dump cut after its summary is usable, with the detail problem said", "[reader]") {
+  std::string text = DumpWithRing(200).dump();
+  std::string cut = text.substr(0, text.size() * 3 / 4);
+  analysis::Dump d;
+  auto r = analysis::ReadDumpBuffer(cut, ReadDepth::kFull, &d);
+  REQUIRE(r.usable);
+  CHECK(Contains(r.problem, "truncated JSON at byte " + std::to_string(cut.size())));
+  CHECK(Contains(r.problem, "details unreadable; summary used"));
+  CHECK(d.summary.comms.size() == 1);
+}
+
+TEST_CASE("missing optional keys read as absent", "[reader]") {
+  // Only what a minimal writer must write: no in_flight, no p2p, no host, no times.
+  json summary = {{key::kRank, 3}, {key::kComms, json::array({{{key::kId, "c"}, {key::kSize, 4}, {key::kRank, 3}}})}};
+  json d = {{key::kFormat, trace::kFormatName}, {key::kVersion, 1}, {key::kSummary, summary}};
+  analysis::Dump out;
+  auto r = analysis::ReadDumpBuffer(d.dump(), ReadDepth::kFull, &out);
+  REQUIRE(r.usable);
+  CHECK(out.summary.rank == 3);
+  CHECK(out.summary.world_size == -1);
+  CHECK(out.summary.in_flight.empty());
+  REQUIRE(out.summary.comms.size() == 1);
+  CHECK(out.summary.comms[0].last_enqueued == 0);
+  CHECK(out.detail->ring.entries.empty());
+
+  // Mistyped values read as absent too, never as an error.
+  summary[key::kRank] = "three";
+  summary[key::kComms][0][key::kSize] = json::array();
+  d[key::kSummary] = summary;
+  analysis::Dump odd;
+  REQUIRE(analysis::ReadDumpBuffer(d.dump(), ReadDepth::kSummary, &odd).usable);
+  CHECK(odd.summary.rank == analysis::kUnknownRank);
+  CHECK(odd.summary.comms[0].size == 0);
+}
+
+TEST_CASE("the loader reports each bad file in one line and analyzes the rest", "[reader][dumpset]") {
+  TempDir dir;
+  const std::string c = "00000000000000aa";
+  std::vector<json> good;
+  for (int r = 0; r < 4; ++r) good.push_back(Dump(r, 4, {Comm(c, 4, r, 3, 3, 3)}, {}, "on_demand"));
+  for (const auto& d : good) dir.Write(DumpFileName(d), d.dump());
+  const std::string cut = "{\"format\":\"ncclwatch-trace\",\"ver";
+  dir.Write("rank00007-h-1-0-stall.json", cut);
+  dir.Write("rankx-foreign-1-0-stall.json", "{\"a\":1}");
+  json future = Dump(5, 4, {});
+  future[key::kVersion] = 99;
+  dir.Write("rank00005-h-9-0-stall.json", future.dump());
+  dir.Write("rank00006-h-1-0-stall.json", "");
+  REQUIRE(::mkdir((dir.path() + "/rank00008-h-1-0-stall.json").c_str(), 0755) == 0);
+  REQUIRE(::symlink("/nonexistent/nowhere", (dir.path() + "/rank00009-h-1-0-stall.json").c_str()) == 0);
+  dir.Write("dump-request.json", "{}");    // not a dump: ignored silently
+  dir.Write("notes.txt", "hello");         // not a dump name: ignored silently
+  // Two processes claiming rank 2 at the same time: the second is reported.
+  json twin = good[2];
+  twin[key::kSummary][key::kPid] = 4242;
+  dir.Write(DumpFileName(twin), twin.dump());
+
+  analysis::DumpSet set;
+  std::string error;
+  REQUIRE(set.Load(dir.path(), {}, &error));
+  CHECK(set.dumps().size() == 4);
+  std::map<std::string, std::string> problems;
+  for (const auto& p : set.problems()) problems[p.file] = p.problem;
+  CHECK(problems.size() == 7);
+  CHECK(Contains(problems["rank00007-h-1-0-stall.json"], "truncated JSON at byte " + std::to_string(cut.size()) + " (summary unreadable); skipped"));
+  CHECK(Contains(problems["rankx-foreign-1-0-stall.json"], "not an ncclwatch dump"));
+  CHECK(Contains(problems["rank00005-h-9-0-stall.json"], "unknown trace version 99"));
+  CHECK(Contains(problems["rank00006-h-1-0-stall.json"], "empty file"));
+  CHECK(Contains(problems["rank00008-h-1-0-stall.json"], "is a directory"));
+  CHECK(Contains(problems["rank00009-h-1-0-stall.json"], "cannot open"));
+  CHECK(Contains(problems[DumpFileName(twin)], "claims rank 2 at the same time as"));
+  auto report = analysis::Attribute(set);
+  CHECK(report.verdicts.front().cause == trace::Cause::NoHang);
+}
+
+TEST_CASE("several dumps of one rank: the latest is the evidence", "[dumpset]") {
+  TempDir dir;
+  const std::string c = "00000000000000bb";
+  // Same process: greatest dump_seq wins. Rank 1 dumped before the hang, then in it.
+  json early = Dump(1, 2, {Comm(c, 2, 1, 3, 3, 3)}, {}, "on_demand");
+  json late = Dump(1, 2, {Comm(c, 2, 1, 4, 3, 3)}, {Op(c, 4, "AllReduce", "enqueued")}, "peer_request");
+  late[key::kSummary][key::kDumpSeq] = 1;
+  // A restarted rank 0 (new pid, later wall clock) replaces the old process.
+  json old0 = Dump(0, 2, {Comm(c, 2, 0, 9, 9, 9)}, {}, "on_demand");
+  old0[key::kSummary][key::kTimeUnixNs] = 1600000000000000000LL;
+  old0[key::kSummary][key::kPid] = 7;
+  json new0 = Dump(0, 2, {Comm(c, 2, 0, 4, 4, 3)}, {Op(c, 4, "AllReduce", "gpu_reached")}, "stall");
+  auto report = Analyze(dir, {early, late, old0, new0});
+  REQUIRE(report.verdicts.size() == 1);
+  CHECK(report.verdicts[0].cause == trace::Cause::GpuNotReached);
+  CHECK(report.verdicts[0].culprit_ranks == std::vector<int>{1});
+  CHECK(report.problems.empty());
+}
+
+TEST_CASE("the file name's rank is parsed for unreadable dumps", "[dumpset]") {
+  CHECK(analysis::RankFromFileName("rank00042-host-1-0-stall.json") == 42);
+  CHECK(analysis::RankFromFileName("rankx-host-1-0-stall.json") == -1);
+  CHECK(analysis::RankFromFileName("rank-host.json") == -1);
+  CHECK(analysis::RankFromFileName("other.json") == -1);
+}

@@ -1,0 +1,56 @@
+// Helpers for the analyzer tests: temporary directories, small hand-made dumps built with the
+// schema's key constants, and running the command.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "analysis/attribution.h"
+#include "analysis/dump_set.h"
+#include "ncclwatch/trace_format.h"
+
+namespace ncclwatch {
+namespace testing {
+
+// Keys stay in insertion order, as the writer lays them out (summary before the ring).
+using json = nlohmann::ordered_json;
+
+// A fresh directory under $TMPDIR, removed with its content on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  std::string Write(const std::string& name, const std::string& content) const;  // returns path
+
+ private:
+  std::string path_;
+};
+
+std::string ReadFile(const std::string& path);
+
+// Minimal operation / communicator / dump objects; tests add or remove keys as they need.
+json Op(const std::string& comm, int64_t seq, const char* op, const char* state,
+                  double age_s = 600);
+json P2pOp(const std::string& comm, const char* op, int peer, int64_t p2p_seq, const char* state);
+json Comm(const std::string& id, int size, int rank, int64_t enqueued, int64_t reached,
+                    int64_t completed);
+json Dump(int rank, int world_size, std::vector<json> comms,
+                    std::vector<json> in_flight = {}, const char* reason = "peer_request");
+std::string DumpFileName(const json& dump);
+
+// Writes the dumps into a TempDir, loads and attributes them.
+analysis::Report Analyze(const TempDir& dir, const std::vector<json>& dumps);
+
+struct CommandResult {
+  int status = -1;
+  std::string out;
+  std::string err;
+};
+CommandResult RunCommand(const std::string& args);  // `ncclwatch ARGS`
+
+}  // namespace testing
+}  // namespace ncclwatch

@@ -1,0 +1,101 @@
+// Loaded by python_stacks_test.py through ctypes: drives lib/stacks inside a real CPython
+// process and answers in JSON. Calls made through ctypes.PyDLL keep the GIL, those made through
+// ctypes.CDLL release it, which is how the script chooses.
+#include <time.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "stacks.h"
+
+using namespace ncclwatch::stacks;
+using nlohmann::json;
+
+namespace {
+
+json PythonJson(const std::vector<PythonFrame>& frames) {
+  json out = json::array();
+  for (const PythonFrame& f : frames) {
+    out.push_back({{"file", f.file}, {"line", f.line}, {"function", f.function}, {"library", f.library}});
+  }
+  return out;
+}
+
+json SymbolsJson(const std::vector<uintptr_t>& ips) {
+  json out = json::array();
+  for (uintptr_t ip : ips) out.push_back(Symbolize(ip).symbol);
+  return out;
+}
+
+// Copies `value` into out[size] (NUL-terminated); returns the size needed, like snprintf.
+int Answer(const json& value, char* out, int size) {
+  const std::string text = value.dump();
+  if (static_cast<int>(text.size()) < size) std::memcpy(out, text.c_str(), text.size() + 1);
+  return static_cast<int>(text.size()) + 1;
+}
+
+json CallsiteJson(int id, int gil_timeout_ms) {
+  Callsite callsite;
+  if (!GetCallsite(id, &callsite, gil_timeout_ms)) return nullptr;
+  return {{"symbols", SymbolsJson(callsite.ips)}, {"python", PythonJson(callsite.python)}, {"note", callsite.note}};
+}
+
+}  // namespace
+
+extern "C" {
+
+__attribute__((visibility("default"))) int nw_install(int signo) { return InstallThreadStackSignal(signo); }
+
+__attribute__((visibility("default"), noinline)) int nw_capture_callsite(int skip, int depth) {
+  const int id = CaptureCallsite(skip, depth);
+  asm volatile("" ::: "memory");
+  return id;
+}
+
+__attribute__((visibility("default"))) int nw_callsite_json(int id, int gil_timeout_ms, char* out, int size) {
+  return Answer(CallsiteJson(id, gil_timeout_ms), out, size);
+}
+
+// All threads, after sleeping delay_ms (so that a caller releasing the GIL can let another
+// thread take it), then call site `callsite_id` (when >= 0) resolved right after, in the same
+// call: a Python caller could not come back in between while another thread holds the GIL.
+__attribute__((visibility("default"))) int nw_threads_json(int per_thread_ms, int gil_timeout_ms, int delay_ms,
+                                                           int callsite_id, char* out, int size) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+  const auto start = std::chrono::steady_clock::now();
+  std::string note;
+  const std::vector<ThreadStack> threads = CaptureAllThreads(per_thread_ms, true, gil_timeout_ms, &note);
+  const double elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  json list = json::array();
+  for (const ThreadStack& t : threads) {
+    list.push_back({{"tid", t.tid}, {"name", t.name}, {"note", t.note}, {"symbols", SymbolsJson(t.ips)},
+                    {"python", PythonJson(t.python)}});
+  }
+  json answer = {{"elapsed_ms", elapsed_ms}, {"note", note}, {"threads", list}};
+  if (callsite_id >= 0) answer["callsite"] = CallsiteJson(callsite_id, gil_timeout_ms);
+  return Answer(answer, out, size);
+}
+
+// Spins without ever releasing the GIL when called through ctypes.PyDLL.
+__attribute__((visibility("default"), noinline)) void nw_spin_holding_gil(double seconds) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) asm volatile("" ::: "memory");
+}
+
+// Mean cost of CaptureCallsite (from one call site, Python frames included when the GIL is
+// held), in ns of this thread's CPU time per call: a busy machine's preemptions do not count.
+__attribute__((visibility("default"))) double nw_capture_cost_ns(int iterations, int depth) {
+  const auto cpu_ns = [] {
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e9 + ts.tv_nsec;
+  };
+  const double start = cpu_ns();
+  for (int i = 0; i < iterations; ++i) nw_capture_callsite(0, depth);
+  return (cpu_ns() - start) / iterations;
+}
+
+}  // extern "C"

@@ -1,0 +1,225 @@
+"""lib/stacks inside a real CPython process (run by ctest with the probe library's path).
+
+Loads the probe through ctypes: PyDLL calls keep the GIL (CaptureCallsite then records Python
+frames; a spin there holds the GIL), CDLL calls release it (as PyTorch does around
+collectives). Checks the script's own file and exact lines in call sites and thread stacks,
+and that a thread holding the GIL only costs the bounded wait. Prints what it got as JSON.
+"""
+import ctypes
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+if sys.version_info < (3, 9):
+    print("Python %s has no PyFrame_GetCode/PyFrame_GetBack: Python stacks unsupported, test skipped"
+          % sys.version.split()[0])
+    sys.exit(77)
+
+THIS_FILE = os.path.realpath(__file__)
+LIB = sys.argv[1]
+keep_gil = ctypes.PyDLL(LIB, mode=ctypes.RTLD_GLOBAL)
+drop_gil = ctypes.CDLL(LIB, mode=ctypes.RTLD_GLOBAL)
+for lib in (keep_gil, drop_gil):
+    lib.nw_callsite_json.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+    lib.nw_threads_json.argtypes = [ctypes.c_int] * 4 + [ctypes.c_char_p, ctypes.c_int]
+    lib.nw_spin_holding_gil.argtypes = [ctypes.c_double]
+    lib.nw_capture_cost_ns.argtypes = [ctypes.c_int, ctypes.c_int]
+    lib.nw_capture_cost_ns.restype = ctypes.c_double
+
+failures = []
+
+
+def check(condition, message):
+    if not condition:
+        failures.append(message)
+        print("FAIL:", message, file=sys.stderr)
+
+
+def line_of(tag):
+    """Line number of the line of this file that ends with the marker '# LINE:<tag>'."""
+    with open(THIS_FILE) as source:
+        for number, text in enumerate(source, 1):
+            if text.rstrip().endswith("# LINE:" + tag):
+                return number
+    raise AssertionError("no marker " + tag)
+
+
+def call_json(function, *args):
+    size = 1 << 16
+    while True:
+        buffer = ctypes.create_string_buffer(size)
+        needed = function(*args, buffer, size)
+        if needed <= size:
+            return json.loads(buffer.value.decode())
+        size = needed
+
+
+def same_file(path):
+    return bool(path) and os.path.realpath(path) == THIS_FILE
+
+
+def has_frame(frames, function, tag):
+    return any(same_file(f["file"]) and f["function"] == function and f["line"] == line_of(tag) for f in frames)
+
+
+def thread_entry(capture, tid):
+    return next((t for t in capture["threads"] if t["tid"] == tid), None)
+
+
+# ---- call sites ----
+def issue_collective(lib):
+    return lib.nw_capture_callsite(0, 16)  # LINE:capture
+
+
+def training_step(lib):
+    return issue_collective(lib)  # LINE:step
+
+
+def check_callsites():
+    ids = []
+    for _ in range(3):
+        ids.append(training_step(keep_gil))  # LINE:loop
+    other_line = training_step(keep_gil)  # LINE:other
+    without_gil = training_step(drop_gil)
+    check(ids[0] >= 0 and ids.count(ids[0]) == 3, "same Python line, same id: %s" % ids)
+    check(other_line >= 0 and other_line != ids[0], "another Python line, another id")
+    check(without_gil >= 0 and without_gil not in ids, "without the GIL: a native-only call site")
+
+    site = call_json(drop_gil.nw_callsite_json, ids[0], 2000)
+    print(json.dumps({"callsite": site}, indent=1))
+    python = site["python"]
+    check(site["note"] == "", "call site names resolved: " + site["note"])
+    check(len(python) >= 3, "call site has Python frames")
+    expected = [("issue_collective", "capture"), ("training_step", "step"), ("check_callsites", "loop")]
+    for frame, (function, tag) in zip(python, expected):
+        check(same_file(frame["file"]) and frame["function"] == function and frame["line"] == line_of(tag)
+              and not frame["library"], "call-site frame %s line %d: got %s" % (function, line_of(tag), frame))
+    check("nw_capture_callsite" in site["symbols"][0], "native frame 0 is the probe: %s" % site["symbols"][:2])
+    check(not any("PyEval" in s or "PyObject_" in s for s in site["symbols"]),
+          "native frames stop at the interpreter when Python frames are recorded: %s" % site["symbols"])
+
+    native_only = call_json(drop_gil.nw_callsite_json, without_gil, 2000)
+    check(native_only["python"] == [], "no Python frames without the GIL")
+
+
+# ---- thread stacks ----
+release = threading.Event()
+
+
+def waiter():
+    release.wait()  # LINE:event_wait
+
+
+def sleeper():
+    while not release.is_set():
+        time.sleep(0.05)  # LINE:sleep
+
+
+def check_thread_stacks():
+    parked = [threading.Thread(target=waiter, name="py-waiter", daemon=True),
+              threading.Thread(target=sleeper, name="py-sleeper", daemon=True)]
+    for thread in parked:
+        thread.start()
+    time.sleep(0.2)
+
+    result = {}
+
+    def dumper():
+        result["capture"] = call_json(drop_gil.nw_threads_json, 1000, 2000, 0, -1)  # LINE:dumper
+
+    thread = threading.Thread(target=dumper, name="py-dumper")
+    thread.start()
+    thread.join()  # LINE:join
+    capture = result["capture"]
+    print(json.dumps({"threads": capture}, indent=1))
+    check(capture["note"] == "", "python stacks taken: " + capture["note"])
+
+    main = thread_entry(capture, os.getpid())
+    check(main is not None and has_frame(main["python"], "check_thread_stacks", "join"), "main thread at its join line")
+    check(main is not None and main["python"] and main["python"][0]["library"], "Thread.join is library code")
+    w = thread_entry(capture, parked[0].native_id)
+    check(w is not None and has_frame(w["python"], "waiter", "event_wait"), "waiter at its Event.wait line")
+    check(w is not None and w["python"] and w["python"][0]["library"]
+          and w["python"][0]["file"].endswith("threading.py"), "waiter's innermost frame is in threading.py")
+    with open("/proc/self/task/%d/comm" % parked[0].native_id) as comm:
+        check(w is not None and w["name"] == comm.read().strip(), "native thread name from comm")
+    check(w is not None and len(w["symbols"]) > 0, "waiter has a native stack")
+    s = thread_entry(capture, parked[1].native_id)
+    check(s is not None and s["python"] and s["python"][0]["function"] == "sleeper"
+          and s["python"][0]["line"] == line_of("sleep"), "sleeper's innermost frame is its time.sleep line")
+    d = thread_entry(capture, thread.native_id)
+    check(d is not None and has_frame(d["python"], "dumper", "dumper"), "the dumping thread's own Python frames")
+
+    # Called with the GIL held: the Python part runs on the calling thread.
+    inline = call_json(keep_gil.nw_threads_json, 1000, 2000, 0, -1)  # LINE:inline
+    main = thread_entry(inline, os.getpid())
+    check(main is not None and has_frame(main["python"], "check_thread_stacks", "inline"),
+          "GIL held by the caller: its own frames, taken in place")
+    release.set()
+    for t in parked:
+        t.join()
+
+
+def check_gil_held_elsewhere():
+    per_thread_ms, gil_ms, spin_s = 200, 300, 3.0
+    result = {}
+    fresh = keep_gil.nw_capture_callsite(0, 16)  # LINE:fresh
+
+    def late_dumper():
+        # Waits 300 ms without the GIL, then captures while the main thread spins holding it.
+        result["capture"] = call_json(drop_gil.nw_threads_json, per_thread_ms, gil_ms, 300, fresh)
+
+    thread = threading.Thread(target=late_dumper, name="py-late-dumper")
+    thread.start()
+    time.sleep(0.05)
+    keep_gil.nw_spin_holding_gil(spin_s)  # LINE:spin
+    thread.join()
+    capture = result["capture"]
+    print(json.dumps({"gil_held": capture}, indent=1))
+    check(capture["elapsed_ms"] < gil_ms + per_thread_ms + 700,
+          "bounded by the timeouts, not the %.0f s spin: %.0f ms" % (spin_s, capture["elapsed_ms"]))
+    check("GIL" in capture["note"], "note says the GIL was not available: " + capture["note"])
+    main = thread_entry(capture, os.getpid())
+    check(main is not None and "GIL" in main["note"], "the main thread's entry carries the note")
+    check(main is not None and any("nw_spin_holding_gil" in s for s in main["symbols"]),
+          "native stack shows the spinning function")
+    check(all(not t["python"] for t in capture["threads"]), "native stacks only")
+    unnamed = capture["callsite"]
+    check("not named" in unnamed["note"] and unnamed["python"] and unnamed["python"][0]["file"] == "",
+          "a call site resolved without the GIL has unnamed Python frames and a note: %s" % unnamed)
+
+    # Once the GIL is free again, the helper gets it and names and stacks come back.
+    named = call_json(drop_gil.nw_callsite_json, fresh, 2000)
+    check(named["note"] == "" and has_frame(named["python"], "check_gil_held_elsewhere", "fresh"),
+          "named once the GIL is free: %s" % named)
+    again = call_json(drop_gil.nw_threads_json, 500, 1000, 0, -1)
+    check(again["note"] == "", "python stacks available again: " + again["note"])
+
+
+def report_cost():
+    """Mean CPU ns per CaptureCallsite with the GIL held (best of 5 runs), from a call ~10
+    Python frames deep; for the record, not a check."""
+    iterations = int(os.environ.get("STACKS_COST_ITERATIONS", "20000"))
+
+    def nested(levels, depth):
+        if levels == 0:
+            return min(keep_gil.nw_capture_cost_ns(iterations, depth) for _ in range(5))
+        return nested(levels - 1, depth)
+
+    for depth in (8, 16, 32):
+        ns = nested(8, depth)
+        print(json.dumps({"capture_with_gil_cpu_ns": round(ns, 1), "native_depth": depth, "python": sys.version.split()[0]}))
+
+
+check(drop_gil.nw_install(signal.SIGRTMIN + 5) == 1, "stack signal installed")
+check_callsites()
+check_thread_stacks()
+check_gil_held_elsewhere()
+report_cost()
+if failures:
+    print("%d check(s) failed" % len(failures), file=sys.stderr)
+    sys.exit(1)
+print("all Python stack checks passed")

@@ -1,0 +1,302 @@
+// CaptureAllThreads: every thread's own stack, bounded waits, and no harm to the threads.
+#include <pthread.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include <catch2/catch.hpp>
+
+#include "stacks.h"
+#include "test_sites.h"
+#include "testing.h"
+
+using namespace ncclwatch::stacks;
+using namespace stacks_test;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+int StackSignal() { return SIGRTMIN + 5; }
+
+void EnsureStackSignal() {
+  if (ThreadStackSignal() == 0) REQUIRE(InstallThreadStackSignal(StackSignal()));
+  REQUIRE(ThreadStackSignal() == StackSignal());
+}
+
+pid_t Tid() { return static_cast<pid_t>(syscall(SYS_gettid)); }
+
+long long MillisecondsSince(Clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+}
+
+void BlockStackSignal(int how) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, StackSignal());
+  pthread_sigmask(how, &set, nullptr);
+}
+
+}  // namespace
+
+namespace stacks_test {
+
+// What a parked thread waits on (not in an unnamed namespace: the functions that take it must
+// keep external linkage, or dladdr cannot name them).
+struct Parking {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool released = false;
+  std::atomic<bool> release_flag{false};
+  std::atomic<pid_t> tid{0};
+
+  void Release() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      released = true;
+    }
+    release_flag = true;
+    cv.notify_all();
+  }
+};
+
+STACKS_TEST_SITE void ParkInCondvarWait(Parking* parking) {
+  std::unique_lock<std::mutex> lock(parking->mu);
+  parking->tid = Tid();
+  parking->cv.wait(lock, [&] { return parking->released; });
+}
+
+STACKS_TEST_SITE void ParkInSleep(Parking* parking) {
+  parking->tid = Tid();
+  while (!parking->release_flag.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+}
+
+STACKS_TEST_SITE void ParkInBusyLoop(Parking* parking) {
+  parking->tid = Tid();
+  while (!parking->release_flag.load(std::memory_order_relaxed)) STACKS_KEEP_FRAME();
+}
+
+// One nanosleep of `ms`, resumed with the remaining time after each EINTR, as a program that
+// must sleep its full time does (nanosleep is never restarted by SA_RESTART).
+STACKS_TEST_SITE int ParkInNanosleep(Parking* parking, int ms) {
+  parking->tid = Tid();
+  timespec request{ms / 1000, (ms % 1000) * 1000000L}, remaining;
+  int interruptions = 0;
+  while (nanosleep(&request, &remaining) != 0 && errno == EINTR) {
+    ++interruptions;
+    request = remaining;
+  }
+  return interruptions;
+}
+
+STACKS_TEST_SITE std::vector<ThreadStack> CaptureAllFromHere(int timeout_ms, bool python) {
+  std::vector<ThreadStack> threads = CaptureAllThreads(timeout_ms, python, 100);
+  STACKS_KEEP_FRAME();
+  return threads;
+}
+
+}  // namespace stacks_test
+
+namespace {
+
+// A thread running `body` (which parks on the given Parking) until destroyed.
+class ParkedThread {
+ public:
+  ParkedThread(const char* name, std::function<void(Parking*)> body)
+      : thread_([this, name, body] {
+          pthread_setname_np(pthread_self(), name);
+          body(&parking_);
+        }) {
+    while (parking_.tid.load() == 0) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // let it reach its wait
+  }
+  ~ParkedThread() {
+    parking_.Release();
+    thread_.join();
+  }
+  pid_t tid() const { return parking_.tid.load(); }
+  Parking* parking() { return &parking_; }
+
+ private:
+  Parking parking_;
+  std::thread thread_;
+};
+
+const ThreadStack& Find(const std::vector<ThreadStack>& threads, pid_t tid) {
+  for (const ThreadStack& thread : threads) {
+    if (thread.tid == tid) return thread;
+  }
+  FAIL("thread " << tid << " missing from the capture");
+  throw std::logic_error("unreachable");
+}
+
+}  // namespace
+
+TEST_CASE("InstallThreadStackSignal takes only a signal with its default action") {
+  const int taken = SIGRTMIN + 6;
+  struct sigaction application = {}, after = {};
+  application.sa_handler = [](int) {};
+  REQUIRE(sigaction(taken, &application, nullptr) == 0);
+  CHECK_FALSE(InstallThreadStackSignal(taken));
+  sigaction(taken, nullptr, &after);
+  CHECK(after.sa_handler == application.sa_handler);  // left alone
+  signal(taken, SIG_DFL);
+
+  EnsureStackSignal();
+  CHECK_FALSE(InstallThreadStackSignal(StackSignal()));  // once only
+  CHECK_FALSE(InstallThreadStackSignal(SIGRTMIN + 7));
+}
+
+TEST_CASE("every thread shows its own function in its stack") {
+  EnsureStackSignal();
+  ParkedThread condvar("park-condvar", ParkInCondvarWait);
+  ParkedThread sleeper("park-sleep", ParkInSleep);
+  ParkedThread busy("park-busy", ParkInBusyLoop);
+
+  const std::vector<ThreadStack> threads = CaptureAllFromHere(2000, /*python=*/true);
+  const struct {
+    const ParkedThread& thread;
+    const char* name;
+    const char* function;
+  } expected[] = {{condvar, "park-condvar", "ParkInCondvarWait"},
+                  {sleeper, "park-sleep", "ParkInSleep"},
+                  {busy, "park-busy", "ParkInBusyLoop"}};
+  for (const auto& e : expected) {
+    const ThreadStack& stack = Find(threads, e.thread.tid());
+    INFO(e.name << ": " << stack.note);
+    CHECK(stack.name == e.name);
+    CHECK(stack.note.empty());
+    CHECK(StackContains(stack.ips, e.function));
+    CHECK(stack.python.empty());  // no CPython here
+  }
+  // The calling thread captured itself, starting at its caller.
+  const ThreadStack& self = Find(threads, Tid());
+  REQUIRE(!self.ips.empty());
+  CHECK(Symbolize(self.ips[0]).symbol.find("CaptureAllFromHere") != std::string::npos);
+#if !defined(__SANITIZE_THREAD__)  // TSan delivers signals late, at its own safe points
+  // The busy thread was interrupted right inside its loop: frame 0 is that exact pc.
+  CHECK(Symbolize(Find(threads, busy.tid()).ips[0]).symbol.find("ParkInBusyLoop") != std::string::npos);
+#endif
+}
+
+TEST_CASE("a thread that blocks the signal gets a note and costs no waiting") {
+  EnsureStackSignal();
+  ParkedThread blocked("park-blocked", [](Parking* parking) {
+    BlockStackSignal(SIG_BLOCK);
+    ParkInCondvarWait(parking);
+  });
+  ParkedThread normal("park-normal", ParkInCondvarWait);
+
+  const Clock::time_point start = Clock::now();
+  const std::vector<ThreadStack> threads = CaptureAllThreads(2000, false, 0);
+  CHECK(MillisecondsSince(start) < 1000);  // the mask was read from /proc: no signal, no wait
+  const ThreadStack& stack = Find(threads, blocked.tid());
+  CHECK(stack.ips.empty());
+  CHECK(stack.note.find("blocks the stack signal") != std::string::npos);
+  CHECK(StackContains(Find(threads, normal.tid()).ips, "ParkInCondvarWait"));
+}
+
+TEST_CASE("a thread that does not answer costs at most the timeout and its late signal is harmless") {
+  EnsureStackSignal();
+  Parking second_park;
+  std::atomic<bool> unblocked{false};
+  ParkedThread silent("park-silent", [&](Parking* parking) {
+    BlockStackSignal(SIG_BLOCK);
+    ParkInCondvarWait(parking);
+    BlockStackSignal(SIG_UNBLOCK);  // the queued signal is delivered now, long after its deadline
+    unblocked = true;
+    ParkInCondvarWait(&second_park);
+  });
+
+  detail::SetCheckSignalMaskForTesting(false);  // signal it although it blocks the signal
+  constexpr int kTimeoutMs = 300;
+  const Clock::time_point start = Clock::now();
+  const std::vector<ThreadStack> first = CaptureAllThreads(kTimeoutMs, false, 0);
+  const long long elapsed = MillisecondsSince(start);
+  detail::SetCheckSignalMaskForTesting(true);
+  CHECK(elapsed >= kTimeoutMs);
+  CHECK(elapsed < kTimeoutMs + 700);
+  CHECK(Find(first, silent.tid()).ips.empty());
+  CHECK(Find(first, silent.tid()).note.find("no answer") != std::string::npos);
+
+  silent.parking()->Release();
+  while (!unblocked.load() || second_park.tid.load() == 0) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const std::vector<ThreadStack> second = CaptureAllThreads(2000, false, 0);
+  CHECK(StackContains(Find(second, silent.tid()).ips, "ParkInCondvarWait"));
+  second_park.Release();
+}
+
+TEST_CASE("a thread sleeping in nanosleep finishes its sleep after being sampled") {
+  EnsureStackSignal();
+  constexpr int kSleepMs = 800;
+  std::atomic<int> interruptions{-1};
+  std::atomic<long long> slept_ms{0};
+  ParkedThread sleeper("park-nanosleep", [&](Parking* parking) {
+    const Clock::time_point start = Clock::now();
+    interruptions = ParkInNanosleep(parking, kSleepMs);
+    slept_ms = MillisecondsSince(start);
+  });
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<ThreadStack> threads = CaptureAllThreads(1000, false, 0);
+    CHECK(StackContains(Find(threads, sleeper.tid()).ips, "ParkInNanosleep"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  while (interruptions.load() < 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(slept_ms.load() >= kSleepMs);
+  CHECK(interruptions.load() >= 1);  // nanosleep did return EINTR: documented, handled above
+}
+
+TEST_CASE("a stack signal taken over by the application is not sent") {
+  EnsureStackSignal();
+  static std::atomic<int> application_calls{0};
+  struct sigaction ours, application = {};
+  application.sa_handler = [](int) { application_calls.fetch_add(1); };
+  REQUIRE(sigaction(StackSignal(), &application, &ours) == 0);
+  ParkedThread parked("park-taken", ParkInCondvarWait);
+
+  const std::vector<ThreadStack> threads = CaptureAllThreads(500, false, 0);
+  sigaction(StackSignal(), &ours, nullptr);
+  CHECK(application_calls.load() == 0);
+  CHECK(Find(threads, parked.tid()).ips.empty());
+  CHECK(Find(threads, parked.tid()).note.find("taken over") != std::string::npos);
+  CHECK(!Find(threads, Tid()).ips.empty());  // the caller still has its own stack
+}
+
+TEST_CASE("a child forked in the middle of a capture captures its own stacks") {
+  EnsureStackSignal();
+  ParkedThread silent("park-silent", [](Parking* parking) {
+    BlockStackSignal(SIG_BLOCK);
+    ParkInCondvarWait(parking);
+  });
+  detail::SetCheckSignalMaskForTesting(false);  // the capture below waits its full second
+  std::thread capturing([] { CaptureAllThreads(1000, false, 0); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // now it holds the lock and a slot
+
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {  // only the forking thread lives here (plus a sanitizer's own, if any)
+    std::string note;
+    const std::vector<ThreadStack> threads = CaptureAllThreads(300, false, 0, &note);
+    const bool has_self = std::any_of(threads.begin(), threads.end(), [](const ThreadStack& thread) {
+      return thread.tid == Tid() && !thread.ips.empty();
+    });
+    _exit(has_self && note.empty() ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  capturing.join();
+  detail::SetCheckSignalMaskForTesting(true);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);  // 1: the child waited for its parent's capture
+}

@@ -1,0 +1,23 @@
+// Cross-rank attribution: from one dump per rank to verdicts naming the culprit ranks, the
+// operation and the code behind a hang. Rules: docs/analysis.md "Attribution rules".
+#pragma once
+
+#include <cstddef>
+
+#include "dump_set.h"
+#include "report.h"
+
+namespace ncclwatch {
+namespace analysis {
+
+struct AttributionOptions {
+  // Culprits per verdict whose full dump is read for stacks (the rest are named only), so
+  // that a verdict blaming thousands of ranks stays fast and small.
+  size_t max_evidence = 8;
+};
+
+// Reads full details (via set.Detail) only for culprits and one waiting rank per verdict.
+Report Attribute(DumpSet& set, const AttributionOptions& options = {});
+
+}  // namespace analysis
+}  // namespace ncclwatch

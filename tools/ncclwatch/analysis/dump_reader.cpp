@@ -1,0 +1,587 @@
+#include "dump_reader.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <algorithm>
+#include <cstring>
+#include <iterator>
+#include <limits>
+#include <vector>
+
+namespace ncclwatch {
+namespace analysis {
+
+using nlohmann::json;
+namespace key = trace::key;
+
+namespace {
+
+// Deeper documents are refused: the schema nests at most ~6 levels, and a bound keeps
+// hostile input from costing unbounded memory in the builder's stack.
+constexpr size_t kMaxNesting = 64;
+// The summary of a big job's rank is a few KB: a small first read usually covers it.
+constexpr size_t kFirstChunk = 8 * 1024;
+constexpr size_t kNextChunk = 64 * 1024;
+
+// ---------------------------------------------------------------------------------------------
+// Input: a file read in growing chunks, exposed as an input iterator for nlohmann's SAX parser.
+
+class ChunkedFile {
+ public:
+  explicit ChunkedFile(int fd) : fd_(fd) {}
+  // True when a byte is available at the cursor (reading the next chunk if needed).
+  bool Ensure() {
+    if (pos_ < len_) return true;
+    if (eof_) return false;
+    size_t want = bytes_read_ == 0 ? kFirstChunk : kNextChunk;
+    if (buf_.size() < want) buf_.resize(want);
+    ssize_t n;
+    do {
+      n = ::read(fd_, buf_.data(), want);
+    } while (n < 0 && errno == EINTR);
+    if (n <= 0) {
+      if (n < 0) error_ = errno;
+      eof_ = true;
+      return false;
+    }
+    pos_ = 0;
+    len_ = static_cast<size_t>(n);
+    bytes_read_ += static_cast<uint64_t>(n);
+    return true;
+  }
+  char Current() const { return buf_[pos_]; }
+  void Advance() { ++pos_; }
+  uint64_t bytes_read() const { return bytes_read_; }
+  bool eof() const { return eof_; }
+  int error() const { return error_; }
+
+ private:
+  int fd_;
+  std::vector<char> buf_;
+  size_t pos_ = 0;
+  size_t len_ = 0;
+  uint64_t bytes_read_ = 0;
+  bool eof_ = false;
+  int error_ = 0;
+};
+
+class ChunkIterator {
+ public:
+  using iterator_category = std::input_iterator_tag;
+  using value_type = char;
+  using difference_type = std::ptrdiff_t;
+  using pointer = const char*;
+  using reference = const char&;
+
+  ChunkIterator() = default;  // the end
+  explicit ChunkIterator(ChunkedFile* f) : file_(f) {}
+  char operator*() const { return file_->Current(); }
+  ChunkIterator& operator++() {
+    file_->Advance();
+    return *this;
+  }
+  bool operator==(const ChunkIterator& o) const { return AtEnd() == o.AtEnd(); }
+  bool operator!=(const ChunkIterator& o) const { return !(*this == o); }
+
+ private:
+  bool AtEnd() const { return file_ == nullptr || !file_->Ensure(); }
+  ChunkedFile* file_ = nullptr;
+};
+
+// ---------------------------------------------------------------------------------------------
+// SAX handler that builds the top-level object key by key, so that a syntax error keeps the
+// keys completed before it, and that can stop right after `summary`.
+
+class TopLevelCollector {
+ public:
+  TopLevelCollector(ReadDepth depth, DumpDocument* doc) : depth_mode_(depth), doc_(doc) {}
+
+  bool null() { return Value(json(nullptr)); }
+  bool boolean(bool v) { return Value(json(v)); }
+  bool number_integer(json::number_integer_t v) { return Value(json(v)); }
+  bool number_unsigned(json::number_unsigned_t v) { return Value(json(v)); }
+  bool number_float(json::number_float_t v, const std::string&) { return Value(json(v)); }
+  bool string(std::string& v) { return Value(json(std::move(v))); }
+  bool binary(json::binary_t&) { return Value(json(nullptr)); }
+
+  bool start_object(std::size_t) {
+    if (level_ == 0) {
+      level_ = 1;
+      return true;
+    }
+    return Open(json::object());
+  }
+  bool start_array(std::size_t) {
+    if (level_ == 0) {
+      doc_->not_an_object = true;
+      return false;
+    }
+    return Open(json::array());
+  }
+  bool end_object() { return Close(); }
+  bool end_array() { return Close(); }
+
+  bool key(std::string& k) {
+    if (level_ == 1) {
+      top_key_ = std::move(k);
+      skipping_ = !Wanted(top_key_);
+    } else if (!skipping_) {
+      member_key_ = std::move(k);
+    }
+    return true;
+  }
+
+  bool parse_error(std::size_t position, const std::string& last_token,
+                   const nlohmann::detail::exception& ex) {
+    doc_->syntax_error = true;
+    doc_->error_byte = position;
+    // The lexer reports a truncated document as an error on an empty last token at the end.
+    doc_->error_text = last_token.empty() ? "unexpected end" : Printable(last_token);
+    (void)ex;
+    return false;
+  }
+
+  bool complete() const { return complete_; }
+
+ private:
+  bool Wanted(const std::string& k) const {
+    if (depth_mode_ == ReadDepth::kFull) return true;
+    return k == key::kFormat || k == key::kVersion || k == key::kSummary;
+  }
+
+  static std::string Printable(const std::string& s) {
+    std::string out;
+    for (char c : s.substr(0, 16)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
+    return out;
+  }
+
+  bool Value(json&& v) {
+    if (level_ == 0) {  // a scalar document
+      doc_->not_an_object = true;
+      return false;
+    }
+    if (skipping_) return level_ > 1 || FinishTopValue();
+    Place(std::move(v));
+    return level_ > 1 || FinishTopValue();
+  }
+
+  bool Open(json&& container) {
+    if (level_ >= kMaxNesting) {
+      doc_->syntax_error = true;
+      doc_->error_text = "nesting deeper than " + std::to_string(kMaxNesting);
+      return false;
+    }
+    ++level_;
+    if (!skipping_) stack_.push_back(Place(std::move(container)));
+    return true;
+  }
+
+  bool Close() {
+    if (level_ == 1) {  // end of the document object
+      level_ = 0;
+      complete_ = true;
+      return true;
+    }
+    --level_;
+    if (!skipping_) stack_.pop_back();
+    return level_ > 1 || FinishTopValue();
+  }
+
+  json* Place(json&& v) {
+    if (stack_.empty()) {  // a top-level value: it joins the document only once complete
+      current_ = std::move(v);
+      return &current_;
+    }
+    json* parent = stack_.back();
+    if (parent->is_array()) {
+      parent->push_back(std::move(v));
+      return &parent->back();
+    }
+    json& slot = (*parent)[member_key_];
+    slot = std::move(v);
+    return &slot;
+  }
+
+  // A top-level value just ended: stop if the summary pass has all it needs.
+  bool FinishTopValue() {
+    if (!skipping_) doc_->top[top_key_] = std::move(current_);
+    skipping_ = false;
+    if (depth_mode_ != ReadDepth::kSummary) return true;
+    const json& t = doc_->top;
+    if (t.contains(key::kSummary) && t.contains(key::kFormat) && t.contains(key::kVersion)) {
+      doc_->stopped_early = true;
+      return false;
+    }
+    return true;
+  }
+
+  ReadDepth depth_mode_;
+  DumpDocument* doc_;
+  size_t level_ = 0;  // 0 outside the document, 1 inside the top object
+  std::string top_key_;
+  std::string member_key_;
+  bool skipping_ = false;
+  bool complete_ = false;
+  json current_;              // the top-level value being built
+  std::vector<json*> stack_;  // open containers of current_
+};
+
+template <typename Iterator>
+void RunParser(Iterator first, Iterator last, ReadDepth depth, DumpDocument* doc) {
+  TopLevelCollector collector(depth, doc);
+  try {
+    json::sax_parse(first, last, &collector, json::input_format_t::json, /*strict=*/true);
+  } catch (const std::exception& e) {  // defensive: the SAX path reports errors, not throws
+    doc->syntax_error = true;
+    doc->error_text = e.what();
+  }
+  if (!collector.complete() && !doc->stopped_early && !doc->syntax_error && !doc->not_an_object) {
+    doc->syntax_error = true;  // e.g. empty input: the parser saw no value at all
+    doc->error_text = "unexpected end";
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tolerant access: a missing or mistyped key reads as the given default.
+
+const json* Find(const json& obj, const char* k) {
+  if (!obj.is_object()) return nullptr;
+  auto it = obj.find(k);
+  return it == obj.end() ? nullptr : &*it;
+}
+
+int64_t GetInt(const json& obj, const char* k, int64_t def) {
+  const json* v = Find(obj, k);
+  if (!v) return def;
+  if (v->is_number_unsigned()) {
+    auto u = v->get<uint64_t>();
+    return u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
+               ? std::numeric_limits<int64_t>::max()
+               : static_cast<int64_t>(u);
+  }
+  if (v->is_number_integer()) return v->get<int64_t>();
+  if (v->is_number_float()) {
+    double d = v->get<double>();
+    if (std::isfinite(d) && d > -9.2e18 && d < 9.2e18) return static_cast<int64_t>(d);
+  }
+  return def;
+}
+
+int GetInt32(const json& obj, const char* k, int def) {
+  int64_t v = GetInt(obj, k, def);
+  if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max()) return def;
+  return static_cast<int>(v);
+}
+
+// A rank or size in [0, kMaxRank), else `def`.
+int GetRank(const json& obj, const char* k, int def) {
+  int v = GetInt32(obj, k, def);
+  return v >= 0 && v < kMaxRank ? v : def;
+}
+
+// A sequence number or counter in [0, kMaxSeq]; negative reads as 0, huge as kMaxSeq.
+int64_t GetSeq(const json& obj, const char* k) {
+  return std::clamp<int64_t>(GetInt(obj, k, 0), 0, kMaxSeq);
+}
+
+double GetDouble(const json& obj, const char* k, double def) {
+  const json* v = Find(obj, k);
+  if (!v || !v->is_number()) return def;
+  double d = v->get<double>();
+  return std::isfinite(d) ? d : def;
+}
+
+std::string GetString(const json& obj, const char* k) {
+  const json* v = Find(obj, k);
+  return v && v->is_string() ? v->get<std::string>() : std::string();
+}
+
+bool GetBool(const json& obj, const char* k, bool def) {
+  const json* v = Find(obj, k);
+  return v && v->is_boolean() ? v->get<bool>() : def;
+}
+
+template <typename Fn>
+void ForEachObject(const json& obj, const char* k, Fn&& fn) {
+  const json* arr = Find(obj, k);
+  if (!arr || !arr->is_array()) return;
+  for (const auto& e : *arr)
+    if (e.is_object()) fn(e);
+}
+
+OpStateValue ParseState(const std::string& s) {
+  OpStateValue v;
+  for (size_t i = 0; i < static_cast<size_t>(trace::OpState::Count); ++i) {
+    if (s == trace::kOpStateNames[i]) {
+      v.known = true;
+      v.value = static_cast<trace::OpState>(i);
+    }
+  }
+  return v;
+}
+
+Stack StackFromJson(const json& j) {
+  Stack s;
+  ForEachObject(j, key::kFrames, [&](const json& f) {
+    s.native.push_back({GetString(f, key::kIp), GetString(f, key::kModule),
+                        GetString(f, key::kSymbol), GetInt(f, key::kOffset, 0)});
+  });
+  ForEachObject(j, key::kPython, [&](const json& f) {
+    s.python.push_back({GetString(f, key::kFile), GetInt(f, key::kLine, 0),
+                        GetString(f, key::kFunction), GetBool(f, key::kLibrary, false)});
+  });
+  return s;
+}
+
+std::string ErrorLine(const DumpDocument& doc, const char* consequence) {
+  std::string line;
+  if (doc.truncated)  // report where the input ends, as a person checking the file size would
+    line = "truncated JSON at byte " + std::to_string(std::min(doc.error_byte, doc.input_size));
+  else if (doc.error_byte == 0)
+    line = "invalid JSON: " + doc.error_text;
+  else
+    line = "invalid JSON at byte " + std::to_string(doc.error_byte) + " near '" + doc.error_text + "'";
+  return line + " (" + consequence + ")";
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+DumpDocument ParseDocumentFromFile(const std::string& path, ReadDepth depth) {
+  DumpDocument doc;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    doc.io_error = std::string("cannot open: ") + std::strerror(errno);
+    return doc;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) == 0) {
+    if (S_ISDIR(st.st_mode)) {
+      ::close(fd);
+      doc.io_error = "is a directory";
+      return doc;
+    }
+    doc.input_size = static_cast<uint64_t>(st.st_size);
+  }
+  // The summary pass reads a few KB of each of thousands of files: kernel readahead (128 KB
+  // and more) would multiply the disk traffic of a cold cache.
+  if (depth == ReadDepth::kSummary) (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+  ChunkedFile file(fd);
+  RunParser(ChunkIterator(&file), ChunkIterator(), depth, &doc);
+  doc.bytes_read = file.bytes_read();
+  if (file.error() != 0) doc.io_error = std::string("read error: ") + std::strerror(file.error());
+  doc.truncated = doc.syntax_error && file.eof() && doc.error_byte >= file.bytes_read();
+  ::close(fd);
+  return doc;
+}
+
+DumpDocument ParseDocumentFromBuffer(std::string_view bytes, ReadDepth depth) {
+  DumpDocument doc;
+  doc.input_size = bytes.size();
+  RunParser(bytes.begin(), bytes.end(), depth, &doc);
+  doc.bytes_read = bytes.size();
+  doc.truncated = doc.syntax_error && doc.error_byte >= bytes.size();
+  return doc;
+}
+
+OpRecord OpFromJson(const json& j) {
+  OpRecord op;
+  op.comm = GetString(j, key::kComm);
+  op.seq = GetSeq(j, key::kSeq);
+  op.p2p_seq = GetSeq(j, key::kP2pSeq);
+  op.op_name = GetString(j, key::kOp);
+  op.op_known = trace::ParseOpKind(op.op_name.c_str(), &op.op);
+  if (op.op_known) op.op_name.clear();  // the kind says it; don't keep the string twice
+  op.count = GetInt(j, key::kCount, -1);
+  op.dtype = GetString(j, key::kDtype);
+  op.bytes = GetInt(j, key::kBytes, -1);
+  op.redop = GetString(j, key::kRedop);
+  op.root = GetInt32(j, key::kRoot, -1);
+  op.peer = GetInt32(j, key::kPeer, -1);
+  op.stream = GetString(j, key::kStream);
+  op.group = GetInt(j, key::kGroup, 0);
+  op.tid = GetInt(j, key::kTid, 0);
+  op.enqueue_ns = GetInt(j, key::kEnqueueNs, 0);
+  op.gpu_reached_ns = GetInt(j, key::kGpuReachedNs, 0);
+  op.completed_ns = GetInt(j, key::kCompletedNs, 0);
+  op.state = ParseState(GetString(j, key::kState));
+  op.result = GetInt(j, key::kResult, 0);
+  op.callsite = GetInt(j, key::kCallsite, -1);
+  op.gpu_ms = GetDouble(j, key::kGpuMs, -1);
+  op.age_s = GetDouble(j, key::kAgeS, -1);
+  op.deadline_s = GetDouble(j, key::kDeadlineS, -1);
+  return op;
+}
+
+DumpSummary SummaryFromJson(const json& j) {
+  DumpSummary s;
+  s.rank = GetRank(j, key::kRank, kUnknownRank);
+  s.local_rank = GetInt32(j, key::kLocalRank, kUnknownRank);
+  s.world_size = GetRank(j, key::kWorldSize, -1);
+  s.host = GetString(j, key::kHost);
+  s.pid = GetInt(j, key::kPid, 0);
+  s.dump_seq = GetInt(j, key::kDumpSeq, 0);
+  s.reason = GetString(j, key::kReason);
+  s.detail = GetString(j, key::kDetail);
+  if (const json* t = Find(j, key::kTrigger); t && t->is_object())
+    s.trigger = DumpTrigger{GetString(*t, key::kRequest), GetInt32(*t, key::kOriginRank, kUnknownRank),
+                            GetString(*t, key::kOriginHost), GetString(*t, key::kReason)};
+  s.time_unix_ns = GetInt(j, key::kTimeUnixNs, 0);
+  s.time_mono_ns = GetInt(j, key::kTimeMonoNs, 0);
+  s.start_mono_ns = GetInt(j, key::kStartMonoNs, 0);
+  s.nccl_version = GetInt(j, key::kNcclVersion, 0);
+  ForEachObject(j, key::kInNccl, [&](const json& t) {
+    s.in_nccl.push_back({GetInt(t, key::kTid, 0), GetString(t, key::kFunction),
+                         GetDouble(t, key::kSinceS, -1)});
+  });
+  ForEachObject(j, key::kComms, [&](const json& c) {
+    CommSummary cs;
+    cs.id = GetString(c, key::kId);
+    if (cs.id.empty()) return;  // a communicator without id cannot be matched across ranks
+    cs.size = GetRank(c, key::kSize, 0);
+    cs.rank = GetRank(c, key::kRank, kUnknownRank);
+    if (cs.size > 0 && cs.rank >= cs.size) cs.rank = kUnknownRank;
+    cs.name = GetString(c, key::kName);
+    cs.state = GetString(c, key::kState);
+    cs.last_enqueued = GetSeq(c, key::kLastEnqueued);
+    cs.last_gpu_reached = GetSeq(c, key::kLastGpuReached);
+    cs.last_completed = GetSeq(c, key::kLastCompleted);
+    ForEachObject(c, key::kP2p, [&](const json& p) {
+      cs.p2p.push_back({GetRank(p, key::kPeer, -1), GetSeq(p, key::kSendEnqueued),
+                        GetSeq(p, key::kSendCompleted), GetSeq(p, key::kRecvEnqueued),
+                        GetSeq(p, key::kRecvCompleted)});
+    });
+    s.comms.push_back(std::move(cs));
+  });
+  ForEachObject(j, key::kInFlight, [&](const json& o) { s.in_flight.push_back(OpFromJson(o)); });
+  if (const json* st = Find(j, key::kStalled); st && st->is_object()) s.stalled = OpFromJson(*st);
+  s.ring_overwritten = GetInt(j, key::kRingOverwritten, 0);
+  return s;
+}
+
+DumpDetail DetailFromJson(const json& top) {
+  DumpDetail d;
+  if (const json* p = Find(top, key::kProcess)) {
+    d.exe = GetString(*p, key::kExe);
+    if (const json* cl = Find(*p, key::kCmdline); cl && cl->is_array())
+      for (const auto& a : *cl)
+        if (a.is_string()) d.cmdline.push_back(a.get<std::string>());
+    if (const json* env = Find(*p, key::kEnv); env && env->is_object())
+      for (auto it = env->begin(); it != env->end(); ++it)
+        if (it.value().is_string()) d.env[it.key()] = it.value().get<std::string>();
+  }
+  ForEachObject(top, key::kCommunicators, [&](const json& c) {
+    CommunicatorInfo ci;
+    ci.id = GetString(c, key::kId);
+    ci.size = GetInt32(c, key::kSize, 0);
+    ci.rank = GetInt32(c, key::kRank, kUnknownRank);
+    ci.device = GetInt(c, key::kDevice, -1);
+    ci.name = GetString(c, key::kName);
+    ci.kind = GetString(c, key::kKind);
+    ci.parent = GetString(c, key::kParent);
+    ci.color = GetInt(c, key::kColor, 0);
+    ci.key = GetInt(c, key::kKey, 0);
+    ci.state = GetString(c, key::kState);
+    d.communicators.push_back(std::move(ci));
+  });
+  if (const json* r = Find(top, key::kRing)) {
+    d.ring.capacity = GetInt(*r, key::kCapacity, 0);
+    d.ring.recorded = GetInt(*r, key::kRecorded, 0);
+    d.ring.overwritten = GetInt(*r, key::kOverwritten, 0);
+    ForEachObject(*r, key::kEntries, [&](const json& o) { d.ring.entries.push_back(OpFromJson(o)); });
+  }
+  ForEachObject(top, key::kCallsites, [&](const json& c) {
+    d.callsites.push_back({GetInt(c, key::kId, -1), StackFromJson(c)});
+  });
+  ForEachObject(top, key::kThreads, [&](const json& t) {
+    d.threads.push_back({GetInt(t, key::kTid, 0), GetString(t, key::kName), StackFromJson(t),
+                         GetString(t, key::kNote)});
+  });
+  ForEachObject(top, key::kRecoveries, [&](const json& r) {
+    d.recoveries.push_back({GetString(r, key::kComm), GetSeq(r, key::kSeq),
+                            GetString(r, key::kOp), GetDouble(r, key::kStalledAfterS, 0),
+                            GetDouble(r, key::kRecoveredAfterS, 0)});
+  });
+  return d;
+}
+
+ReadResult InterpretDocument(const DumpDocument& doc, ReadDepth depth, Dump* dump) {
+  ReadResult r;
+  r.bytes_read = doc.bytes_read;
+  r.file_size = doc.input_size;
+  if (!doc.io_error.empty() && doc.bytes_read == 0) {
+    r.problem = doc.io_error;
+    return r;
+  }
+  if (doc.input_size == 0 && doc.bytes_read == 0) {
+    r.problem = "empty file";
+    return r;
+  }
+  if (doc.not_an_object) {
+    r.problem = "not an ncclwatch dump (not a JSON object)";
+    return r;
+  }
+  const json& top = doc.top;
+  const json* format = Find(top, key::kFormat);
+  const json* version = Find(top, key::kVersion);
+  const json* summary = Find(top, key::kSummary);
+  if (format && (!format->is_string() || format->get<std::string>() != trace::kFormatName)) {
+    r.problem = "not an ncclwatch dump (format is " + format->dump() + ")";
+    return r;
+  }
+  if (version) {
+    if (!version->is_number_integer()) {
+      r.problem = "unreadable trace version " + version->dump();
+      return r;
+    }
+    if (version->get<int64_t>() != trace::kTraceVersion) {
+      r.problem = "unknown trace version " + version->dump() + " (this ncclwatch reads version " +
+                  std::to_string(trace::kTraceVersion) + ")";
+      return r;
+    }
+  }
+  if (!summary) {
+    if (doc.syntax_error) r.problem = ErrorLine(doc, "summary unreadable");
+    else if (!format) r.problem = "not an ncclwatch dump (no \"" + std::string(key::kFormat) + "\" key)";
+    else r.problem = "no \"" + std::string(key::kSummary) + "\" object";
+    return r;
+  }
+  if (!format || !version) {
+    r.problem = std::string("not an ncclwatch dump (no \"") + (format ? key::kVersion : key::kFormat) +
+                "\" key)";
+    return r;
+  }
+  if (!summary->is_object()) {
+    r.problem = "\"summary\" is not an object";
+    return r;
+  }
+  dump->version = static_cast<int>(version->get<int64_t>());
+  dump->summary = SummaryFromJson(*summary);
+  r.usable = true;
+  if (depth == ReadDepth::kFull) {
+    dump->detail = std::make_shared<DumpDetail>(DetailFromJson(top));
+    if (doc.syntax_error) {
+      dump->detail_problem = ErrorLine(doc, "details unreadable; summary used");
+      r.problem = dump->detail_problem;
+    }
+  }
+  return r;
+}
+
+ReadResult ReadDumpFile(const std::string& path, ReadDepth depth, Dump* dump) {
+  DumpDocument doc = ParseDocumentFromFile(path, depth);
+  return InterpretDocument(doc, depth, dump);
+}
+
+ReadResult ReadDumpBuffer(std::string_view bytes, ReadDepth depth, Dump* dump) {
+  DumpDocument doc = ParseDocumentFromBuffer(bytes, depth);
+  return InterpretDocument(doc, depth, dump);
+}
+
+}  // namespace analysis
+}  // namespace ncclwatch

@@ -1,0 +1,82 @@
+// A directory of dumps: every file's summary read in parallel, bad files reported one line
+// each, and one dump selected per global rank (the latest) as the evidence for verdicts.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "model.h"
+
+namespace ncclwatch {
+namespace analysis {
+
+struct Problem {
+  std::string file;     // file name (no directory)
+  std::string problem;  // one line
+};
+
+struct LoadOptions {
+  unsigned threads = 0;  // 0: std::thread::hardware_concurrency()
+  // Called from the loading threads' coordinator as files complete (done, total).
+  std::function<void(size_t, size_t)> progress;
+};
+
+class DumpSet {
+ public:
+  // Reads DIR. False (with *error) only when the directory itself cannot be listed.
+  bool Load(const std::string& dir, const LoadOptions& options, std::string* error);
+
+  // Builds the set from dumps read elsewhere (a fuzzer, a tool holding dumps in memory);
+  // Detail() then only returns details already present in them.
+  void LoadFromDumps(std::vector<Dump> dumps);
+
+  // The selected dumps: one per global rank, the latest (see docs/analysis.md).
+  const std::vector<Dump>& dumps() const { return dumps_; }
+  // Earlier dumps of the same ranks (summaries only), for history.
+  const std::vector<Dump>& history() const { return history_; }
+  const std::vector<Problem>& problems() const { return problems_; }
+  // Global rank -> index in dumps(), or -1.
+  int IndexOfRank(int rank) const;
+  // Ranks whose dump file exists (by its name) but could not be used.
+  const std::map<int, std::string>& unreadable_ranks() const { return unreadable_ranks_; }
+  // max(summary.world_size, highest rank + 1, largest communicator size); 0 when no dump.
+  int world_size() const { return world_size_; }
+  size_t files_seen() const { return files_seen_; }
+  uint64_t bytes_read() const { return bytes_read_; }
+  uint64_t detail_bytes_read() const { return detail_bytes_read_; }
+  size_t details_read() const { return details_read_; }
+
+  // The full dump of dumps()[index], read on first use; null when unreadable. Problems met
+  // while reading it are added to problems().
+  const DumpDetail* Detail(size_t index);
+
+  void AddProblem(std::string file, std::string problem);
+
+ private:
+  void Select(std::vector<Dump> usable);
+  void ComputeWorldSize();
+
+  std::string dir_;
+  std::vector<Dump> dumps_;
+  std::vector<Dump> history_;
+  std::vector<Problem> problems_;
+  std::unordered_map<int, size_t> by_rank_;
+  std::map<int, std::string> unreadable_ranks_;
+  int world_size_ = 0;
+  size_t files_seen_ = 0;
+  uint64_t bytes_read_ = 0;
+  uint64_t detail_bytes_read_ = 0;
+  size_t details_read_ = 0;
+};
+
+// The global rank a dump file name claims (rank<R>-...), or -1.
+int RankFromFileName(const std::string& name);
+
+}  // namespace analysis
+}  // namespace ncclwatch

@@ -1,0 +1,197 @@
+#include "render_dump.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <sstream>
+
+#include "text_format.h"
+
+namespace ncclwatch {
+namespace analysis {
+
+using nlohmann::json;
+namespace key = trace::key;
+
+namespace {
+
+// A left-aligned text table: widths follow the widest cell of each column.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
+  void Add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  void Render(std::ostream& out, const Style& st, const char* indent) const {
+    std::vector<size_t> width;
+    for (const auto& r : rows_)
+      for (size_t i = 0; i < r.size(); ++i) {
+        if (width.size() <= i) width.push_back(0);
+        width[i] = std::max(width[i], r[i].size());
+      }
+    for (size_t ri = 0; ri < rows_.size(); ++ri) {
+      std::string line;
+      for (size_t i = 0; i < rows_[ri].size(); ++i) {
+        line += rows_[ri][i];
+        if (i + 1 < rows_[ri].size()) line += std::string(width[i] - rows_[ri][i].size() + 2, ' ');
+      }
+      line.erase(line.find_last_not_of(' ') + 1);
+      out << indent << (ri == 0 ? st.Dim(line) : line) << "\n";
+    }
+  }
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
+
+std::string Num(int64_t v) { return std::to_string(v); }
+// Seconds from `from` to `to` (same host's clock); in double so corrupt values cannot overflow.
+double NsBetween(int64_t from, int64_t to) { return (static_cast<double>(to) - static_cast<double>(from)) / 1e9; }
+std::string Secs(double s) { return s < 0 ? "-" : FormatSeconds(s); }
+
+std::string WallClock(int64_t unix_ns) {
+  if (unix_ns <= 0) return "?";
+  std::time_t t = static_cast<std::time_t>(unix_ns / 1000000000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return buf;
+}
+
+std::string StateName(const OpRecord& op) {
+  return op.state.known ? trace::OpStateName(op.state.value) : "?";
+}
+
+std::string SeqCell(const OpRecord& op) {
+  return op.IsP2p() ? "p2p " + Num(op.p2p_seq) : Num(op.seq);
+}
+
+std::string ShortComm(const std::string& id) { return id.size() > 8 ? id.substr(0, 8) + ".." : id; }
+
+std::vector<std::string> OpCells(const OpRecord& op) {
+  std::string what = op.OpName();
+  if (op.IsP2p()) what += (op.op == trace::OpKind::Send ? " to " : " from ") + Num(op.peer);
+  if (op.root >= 0) what += " root " + Num(op.root);
+  return {what, ShortComm(op.comm), SeqCell(op), StateName(op), Num(op.count),
+          op.dtype + (op.redop.empty() ? "" : " " + op.redop), FormatBytes(op.bytes)};
+}
+
+void RenderStack(std::ostream& out, const Style& st, const Stack& s, const char* indent) {
+  for (const auto& f : s.python) out << indent << (f.library ? st.Dim(FormatPythonFrame(f)) : FormatPythonFrame(f)) << "\n";
+  for (const auto& f : s.native) out << indent << st.Dim(FormatNativeFrame(f)) << "\n";
+}
+
+}  // namespace
+
+std::string RenderDumpText(const Dump& dump, const ShowOptions& options) {
+  const Style& st = options.style;
+  const DumpSummary& s = dump.summary;
+  std::ostringstream out;
+
+  out << st.Bold(dump.file_name) << "\n";
+  out << "rank " << (s.rank >= 0 ? Num(s.rank) : "?") << " of " << (s.world_size > 0 ? Num(s.world_size) : "?")
+      << " (local " << (s.local_rank >= 0 ? Num(s.local_rank) : "?") << ")  host " << s.host << "  pid " << s.pid
+      << "  dump #" << s.dump_seq << "  reason " << st.Red(s.reason) << "\n";
+  if (!s.detail.empty()) out << "detail: " << s.detail << "\n";
+  if (s.trigger)
+    out << "asked by rank " << s.trigger->origin_rank << " (" << s.trigger->origin_host << "), reason "
+        << s.trigger->reason << ", request " << s.trigger->request << "\n";
+  out << "dumped " << WallClock(s.time_unix_ns) << " (this host's clock); ncclwatch up "
+      << Secs(NsBetween(s.start_mono_ns, s.time_mono_ns));
+  if (s.nccl_version > 0) out << "; NCCL " << s.nccl_version;
+  out << "\n";
+  if (s.in_nccl.empty()) {
+    out << "in NCCL: no thread (the process is busy elsewhere: see threads)\n";
+  } else {
+    for (const auto& t : s.in_nccl)
+      out << "in NCCL: tid " << t.tid << " in " << t.function << " for " << Secs(t.since_s) << "\n";
+  }
+
+  out << "\n" << st.Bold("communicators") << "\n";
+  Table comms({"id", "name", "size", "rank", "state", "enqueued", "gpu_reached", "completed", "p2p (peer: sent/recv issued)"});
+  for (const auto& c : s.comms) {
+    std::string p2p;
+    for (const auto& p : c.p2p)
+      p2p += (p2p.empty() ? "" : ", ") + Num(p.peer) + ": " + Num(p.send_enqueued) + "/" + Num(p.recv_enqueued);
+    comms.Add({c.id, c.name, Num(c.size), Num(c.rank), c.state, Num(c.last_enqueued), Num(c.last_gpu_reached),
+               Num(c.last_completed), p2p});
+  }
+  comms.Render(out, st, "  ");
+
+  out << "\n" << st.Bold("in flight") << " (oldest first)\n";
+  if (s.in_flight.empty()) {
+    out << "  none\n";
+  } else {
+    Table t({"op", "comm", "seq", "state", "count", "dtype", "bytes", "age", "deadline"});
+    for (const auto& op : s.in_flight) {
+      auto cells = OpCells(op);
+      cells.push_back(Secs(op.age_s));
+      cells.push_back(Secs(op.deadline_s));
+      if (op.deadline_s >= 0 && op.age_s > op.deadline_s) cells.back() += " PASSED";
+      t.Add(std::move(cells));
+    }
+    t.Render(out, st, "  ");
+  }
+  if (s.stalled)
+    out << "stalled: " << OpLabel(s.stalled->OpName(), s.stalled->seq) << " on " << s.stalled->comm << " after "
+        << Secs(s.stalled->age_s) << "\n";
+
+  const DumpDetail* d = dump.detail.get();
+  if (!d) {
+    out << "\n" << st.Dim("(details unreadable: " + dump.detail_problem + ")") << "\n";
+    return out.str();
+  }
+  const auto& entries = d->ring.entries;
+  size_t n = std::min(options.ring_entries, entries.size());
+  out << "\n" << st.Bold("ring") << ": last " << n << " of " << entries.size() << " entries (" << d->ring.recorded
+      << " recorded, " << d->ring.overwritten << " overwritten)\n";
+  if (n > 0) {
+    Table t({"op", "comm", "seq", "state", "count", "dtype", "bytes", "issued", "gpu_ms", "callsite"});
+    for (size_t i = entries.size() - n; i < entries.size(); ++i) {
+      const OpRecord& op = entries[i];
+      auto cells = OpCells(op);
+      cells.push_back(op.enqueue_ns > 0 ? Secs(NsBetween(op.enqueue_ns, s.time_mono_ns)) + " ago" : "-");
+      cells.push_back(op.gpu_ms >= 0 ? std::to_string(op.gpu_ms) : "-");
+      cells.push_back(op.callsite >= 0 ? "#" + Num(op.callsite) : "-");
+      t.Add(std::move(cells));
+    }
+    t.Render(out, st, "  ");
+  }
+
+  out << "\n" << st.Bold("threads") << "\n";
+  for (const auto& th : d->threads) {
+    out << "  " << st.Bold(th.name.empty() ? "thread" : th.name) << " (tid " << th.tid << ")";
+    if (!th.note.empty()) out << "  " << st.Dim(th.note);
+    out << "\n";
+    RenderStack(out, st, th.stack, "      ");
+  }
+  out << "\n" << st.Bold("callsites") << "\n";
+  for (const auto& c : d->callsites) {
+    out << "  #" << c.id << "\n";
+    RenderStack(out, st, c.stack, "      ");
+  }
+  if (!d->recoveries.empty()) {
+    out << "\n" << st.Bold("recoveries") << "\n";
+    for (const auto& r : d->recoveries)
+      out << "  " << OpLabel(r.op, r.seq) << " on " << r.comm << ": stalled after " << Secs(r.stalled_after_s)
+          << ", completed after " << Secs(r.recovered_after_s) << "\n";
+  }
+  if (!dump.detail_problem.empty()) out << "\n" << st.Dim("(" + dump.detail_problem + ")") << "\n";
+  return out.str();
+}
+
+json DumpToJson(const DumpDocument& doc, const std::string& file, const ShowOptions& options) {
+  json out = doc.top;
+  auto ring = out.find(key::kRing);
+  if (ring != out.end() && ring->is_object()) {
+    auto entries = ring->find(key::kEntries);
+    if (entries != ring->end() && entries->is_array() && entries->size() > options.ring_entries) {
+      json tail(entries->end() - static_cast<std::ptrdiff_t>(options.ring_entries), entries->end());
+      *entries = std::move(tail);
+    }
+  }
+  out[trace::report_key::kFile] = file;
+  return out;
+}
+
+}  // namespace analysis
+}  // namespace ncclwatch

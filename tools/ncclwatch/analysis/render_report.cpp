@@ -1,0 +1,260 @@
+#include "render_report.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <sstream>
+
+#include "text_format.h"
+
+namespace ncclwatch {
+namespace analysis {
+
+using nlohmann::json;
+using trace::Cause;
+namespace rk = trace::report_key;
+
+bool Style::ColorWanted(bool no_color_flag) {
+  const char* nc = std::getenv("NO_COLOR");
+  return !no_color_flag && !(nc && *nc) && ::isatty(STDOUT_FILENO);
+}
+
+namespace {
+
+// Frames shown per stack without --verbose: enough to see the user's code.
+constexpr size_t kPythonFramesShown = 12;
+constexpr size_t kNativeFramesShown = 8;
+
+std::string CulpritName(const Verdict& v) {
+  std::string s = v.culprit_ranks.empty() ? "" : FormatRanks(v.culprit_ranks);
+  if (!v.culprit_comm_ranks.empty())
+    s += (s.empty() ? "" : " and ") + FormatRanks(v.culprit_comm_ranks, "comm rank") +
+         " (global rank unknown)";
+  return s;
+}
+
+std::string Where(const Verdict& v) {
+  if (v.comm.empty()) return "";
+  std::string op = v.p2p ? OpLabel(v.op, v.seq) + " " + std::to_string(v.p2p_src) + "->" +
+                               std::to_string(v.p2p_dst)
+                         : OpLabel(v.op, v.seq);
+  return op + " on " + CommLabel(v.comm, v.comm_name) + " (" + std::to_string(v.comm_size) + " ranks)";
+}
+
+std::string Headline(const Verdict& v) {
+  std::string who = CulpritName(v);
+  switch (v.cause) {
+    case Cause::RankMissing: return who + " never entered " + Where(v);
+    case Cause::GpuNotReached: return "the GPU of " + who + " never reached " + Where(v);
+    case Cause::StuckInCollective: return "every member is inside " + Where(v) + " and none completes";
+    case Cause::Mismatch: return who + " called a different operation at " + Where(v);
+    case Cause::P2pUnmatched:
+      return v.cycle.empty() ? who + " never matched " + Where(v)
+                             : "Send/Recv deadlock between " + who + " at " + Where(v);
+    case Cause::CrossCommDeadlock: return "cross-communicator deadlock between " + who;
+    case Cause::RankDead:
+      return who + " is dead" + (v.comm.empty() ? " (nobody waits for it yet)" : "; others wait in " + Where(v));
+    default: return "no hang";
+  }
+}
+
+void RenderStack(std::ostream& out, const Style& st, const Stack& s, bool verbose, const char* indent) {
+  size_t shown = 0;
+  for (const auto& f : s.python) {
+    if (!verbose && shown == kPythonFramesShown) {
+      out << indent << st.Dim("... " + std::to_string(s.python.size() - shown) + " more Python frames") << "\n";
+      break;
+    }
+    std::string line = FormatPythonFrame(f);
+    out << indent << (f.library ? st.Dim(line) : line) << "\n";
+    ++shown;
+  }
+  shown = 0;
+  for (const auto& f : s.native) {
+    if (!verbose && shown == kNativeFramesShown) {
+      out << indent << st.Dim("... " + std::to_string(s.native.size() - shown) + " more native frames") << "\n";
+      break;
+    }
+    out << indent << st.Dim(FormatNativeFrame(f)) << "\n";
+    ++shown;
+  }
+}
+
+void RenderEvidence(std::ostream& out, const Style& st, const CulpritEvidence& e, bool verbose) {
+  std::string who = e.rank >= 0 ? "rank " + std::to_string(e.rank) : "comm rank " + std::to_string(e.comm_rank);
+  out << "   " << st.Yellow(who);
+  if (!e.host.empty()) out << " (" << e.host << ", pid " << e.pid << ")";
+  out << ": " << e.where << "\n";
+  if (!e.current.Empty()) {
+    out << "     now, " << e.current_thread << ":\n";
+    RenderStack(out, st, e.current, verbose, "       ");
+  }
+  if (!e.callsite.Empty()) {
+    out << "     " << e.callsite_op << " was called from:\n";
+    RenderStack(out, st, e.callsite, verbose, "       ");
+  }
+  if (!e.stack_note.empty()) out << "     " << st.Dim(e.stack_note) << "\n";
+}
+
+void RenderVerdict(std::ostream& out, const Style& st, const Verdict& v, size_t number, bool verbose) {
+  out << st.Bold(std::to_string(number) + ". ") << st.Red(trace::CauseName(v.cause)) << "  "
+      << st.Bold(Headline(v)) << "\n";
+  if (!v.waiting_ranks.empty()) {
+    out << "   waiting: " << FormatRanks(v.waiting_ranks);
+    if (v.waited_s >= 0) out << " for " << FormatSeconds(v.waited_s);
+    if (v.bytes >= 0) out << "  (" << v.op << ", " << FormatBytes(v.bytes) << ")";
+    out << "\n";
+  }
+  for (const auto& g : v.groups) {
+    out << "   " << FormatRanks(g.ranks) << ": " << g.op << " count " << g.count << " " << g.dtype;
+    if (!g.redop.empty()) out << " " << g.redop;
+    if (g.root >= 0) out << " root " << g.root;
+    out << "\n";
+  }
+  if (!v.cycle.empty()) {
+    std::string chain;
+    for (size_t i = 0; i < v.cycle.size(); ++i) chain += (i ? " -> " : "") + std::to_string(v.cycle[i]);
+    out << "   wait cycle: " << chain << "\n";
+    for (const auto& step : v.cycle_steps) out << "     " << step << "\n";
+  }
+  for (const auto& e : v.evidence) RenderEvidence(out, st, e, verbose);
+  size_t named = v.culprit_ranks.size() + v.culprit_comm_ranks.size();
+  if (named > v.evidence.size())
+    out << "   " << st.Dim("(stacks shown for " + std::to_string(v.evidence.size()) + " of " +
+                           std::to_string(named) + " culprits)") << "\n";
+  if (!v.nccl_env.empty()) {
+    out << "   NCCL settings:";
+    for (const auto& [k, val] : v.nccl_env) out << " " << k << "=" << val;
+    out << "\n";
+  } else if (v.cause == Cause::StuckInCollective) {
+    out << "   NCCL settings: none set (NCCL defaults)\n";
+  }
+  out << "   " << st.Cyan("advice:") << " " << v.advice << "\n";
+  if (!v.consequences.empty()) {
+    out << "   also blocked because of this:\n";
+    for (const auto& q : v.consequences) {
+      out << "     - " << OpLabel(q.op, q.seq) << " on " << CommLabel(q.comm, q.comm_name) << " ("
+          << q.comm_size << " ranks)";
+      if (!q.waiting_ranks.empty()) out << ": " << FormatRanks(q.waiting_ranks) << " wait";
+      else out << ": queued behind it on the GPUs (no rank inside yet)";
+      out << "\n";
+    }
+  }
+}
+
+void RenderHistory(std::ostream& out, const Style& st, const Report& report, bool verbose) {
+  if (!verbose || report.earlier_dumps.empty()) return;
+  out << "\n" << st.Dim("earlier dumps (history; the latest dump of each rank is the evidence):") << "\n";
+  for (const auto& e : report.earlier_dumps)
+    out << "   rank " << e.rank << ": " << e.file << " (" << e.reason << ")\n";
+}
+
+json StackLines(const Stack& s) {
+  json a = json::array();
+  for (auto& line : FormatStack(s)) a.push_back(std::move(line));
+  return a;
+}
+
+json OrNull(int64_t v) { return v < 0 ? json(nullptr) : json(v); }
+
+}  // namespace
+
+std::string RenderReportText(const Report& report, const ReportTextOptions& options) {
+  std::ostringstream out;
+  const Style& st = options.style;
+  out << "ncclwatch analyze: " << report.ranks_seen << " ranks with dumps, world size "
+      << report.world_size;
+  if (!report.ranks_without_dump.empty())
+    out << "; no usable dump from " << FormatRanks(report.ranks_without_dump);
+  if (!report.problems.empty())
+    out << "; " << report.problems.size() << " problem" << (report.problems.size() > 1 ? "s" : "")
+        << " with files (listed on stderr)";
+  out << "\n\n";
+  if (!report.Hang()) {
+    out << st.Green("no hang") << ": " << report.verdicts.front().advice << "\n";
+    RenderHistory(out, st, report, options.verbose);
+    return out.str();
+  }
+  size_t n = 0;
+  for (const auto& v : report.verdicts) {
+    if (n) out << "\n";
+    RenderVerdict(out, st, v, ++n, options.verbose);
+  }
+  RenderHistory(out, st, report, options.verbose);
+  return out.str();
+}
+
+json ReportToJson(const Report& report) {
+  json verdicts = json::array();
+  for (const auto& v : report.verdicts) {
+    json j;
+    j[rk::kCause] = trace::CauseName(v.cause);
+    j[rk::kComm] = v.comm.empty() ? json(nullptr) : json(v.comm);
+    j[rk::kCommName] = v.comm_name;
+    j[rk::kCommSize] = v.comm_size;
+    j[rk::kSeq] = v.seq;
+    j[rk::kOp] = v.op.empty() ? json(nullptr) : json(v.op);
+    j[rk::kBytes] = OrNull(v.bytes);
+    if (v.p2p) {
+      j[rk::kP2pSrc] = v.p2p_src;
+      j[rk::kP2pDst] = v.p2p_dst;
+    }
+    j[rk::kCulpritRanks] = v.culprit_ranks;
+    j[rk::kCulpritCommRanks] = v.culprit_comm_ranks;
+    j[rk::kWaitingRanks] = v.waiting_ranks;
+    j[rk::kWaitedS] = v.waited_s < 0 ? json(nullptr) : json(v.waited_s);
+    json stacks = json::object();
+    for (const auto& e : v.evidence) {
+      json s;
+      s[rk::kWhere] = e.where;
+      s[rk::kHost] = e.host;
+      s[rk::kPid] = e.pid;
+      s[rk::kFile] = e.file;
+      s[rk::kCallsiteOp] = e.callsite_op;
+      s[rk::kCallsite] = StackLines(e.callsite);
+      s[rk::kThread] = e.current_thread;
+      s[rk::kCurrent] = StackLines(e.current);
+      if (!e.stack_note.empty()) s[rk::kNote] = e.stack_note;
+      stacks[e.rank >= 0 ? std::to_string(e.rank) : "comm:" + std::to_string(e.comm_rank)] = std::move(s);
+    }
+    j[rk::kCulpritStacks] = std::move(stacks);
+    if (!v.cycle.empty()) {
+      j[rk::kCycle] = v.cycle;
+      j[rk::kCycleSteps] = v.cycle_steps;
+    }
+    if (!v.groups.empty()) {
+      json groups = json::array();
+      for (const auto& g : v.groups)
+        groups.push_back({{rk::kRanks, g.ranks}, {rk::kOp, g.op}, {rk::kCount, g.count},
+                          {rk::kDtype, g.dtype}, {rk::kRoot, g.root},
+                          {rk::kRedop, g.redop.empty() ? json(nullptr) : json(g.redop)},
+                          {rk::kBytes, OrNull(g.bytes)}});
+      j[rk::kGroups] = std::move(groups);
+      j[rk::kTie] = v.tie;
+      j[rk::kCallCountDivergence] = v.call_count_divergence;
+    }
+    if (v.cause == Cause::StuckInCollective) j[rk::kNcclEnv] = v.nccl_env;
+    j[rk::kAdvice] = v.advice;
+    json consequences = json::array();
+    for (const auto& q : v.consequences)
+      consequences.push_back({{rk::kComm, q.comm}, {rk::kCommName, q.comm_name},
+                              {rk::kCommSize, q.comm_size}, {rk::kSeq, q.seq},
+                              {rk::kOp, q.op}, {rk::kWaitingRanks, q.waiting_ranks}});
+    j[rk::kConsequences] = std::move(consequences);
+    verdicts.push_back(std::move(j));
+  }
+  json earlier = json::array();
+  for (const auto& e : report.earlier_dumps)
+    earlier.push_back({{rk::kRank, e.rank}, {rk::kFile, e.file}, {rk::kReason, e.reason}});
+  json problems = json::array();
+  for (const auto& p : report.problems) problems.push_back({{rk::kFile, p.file}, {rk::kProblem, p.problem}});
+  return {{rk::kVerdicts, std::move(verdicts)},
+          {rk::kRanksSeen, report.ranks_seen},
+          {rk::kWorldSize, report.world_size},
+          {rk::kRanksWithoutDump, report.ranks_without_dump},
+          {rk::kEarlierDumps, std::move(earlier)},
+          {rk::kProblems, std::move(problems)}};
+}
+
+}  // namespace analysis
+}  // namespace ncclwatch

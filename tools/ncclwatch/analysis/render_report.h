@@ -1,0 +1,23 @@
+// Rendering an analysis report: readable text (optionally coloured) and the documented JSON.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "report.h"
+#include "style.h"
+
+namespace ncclwatch {
+namespace analysis {
+
+struct ReportTextOptions {
+  Style style;
+  bool verbose = false;  // every culprit's full stacks instead of the first frames
+};
+
+std::string RenderReportText(const Report& report, const ReportTextOptions& options);
+nlohmann::json ReportToJson(const Report& report);
+
+}  // namespace analysis
+}  // namespace ncclwatch

@@ -1,0 +1,90 @@
+#include "text_format.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace ncclwatch {
+namespace analysis {
+
+std::string FormatRanks(std::vector<int> ranks, const char* noun) {
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  std::string out = noun;
+  if (ranks.size() != 1) out += "s";
+  out += " ";
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (i > 0) out += ", ";
+    out += std::to_string(ranks[i]);
+    if (j > i) out += (j == i + 1 ? ", " : "-") + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string FormatSeconds(double s) {
+  char buf[64];
+  if (s < 0) return "?";
+  if (s < 1) std::snprintf(buf, sizeof buf, "%.0f ms", s * 1000);
+  else if (s < 100) std::snprintf(buf, sizeof buf, "%.1f s", s);
+  else std::snprintf(buf, sizeof buf, "%.0f s", s);
+  return buf;
+}
+
+std::string FormatBytes(int64_t bytes) {
+  if (bytes < 0) return "?";
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[64];
+  if (u == 0 || v >= 100 || v == static_cast<int64_t>(v))
+    std::snprintf(buf, sizeof buf, "%.0f %s", v, units[u]);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
+  return buf;
+}
+
+std::string FormatPythonFrame(const PythonFrame& f) {
+  return (f.function.empty() ? "?" : f.function) + " (" + f.file + ":" + std::to_string(f.line) + ")";
+}
+
+std::string FormatNativeFrame(const NativeFrame& f) {
+  std::string s;
+  if (!f.symbol.empty()) {
+    char off[32];
+    std::snprintf(off, sizeof off, "+0x%llx", static_cast<unsigned long long>(f.offset));
+    s = f.symbol + off;
+  } else {
+    s = f.ip.empty() ? "?" : f.ip;
+  }
+  if (!f.module.empty()) {
+    size_t slash = f.module.rfind('/');
+    s += " (" + (slash == std::string::npos ? f.module : f.module.substr(slash + 1)) + ")";
+  }
+  return s;
+}
+
+std::vector<std::string> FormatStack(const Stack& s) {
+  std::vector<std::string> lines;
+  lines.reserve(s.python.size() + s.native.size());
+  for (const auto& f : s.python) lines.push_back(FormatPythonFrame(f));
+  for (const auto& f : s.native) lines.push_back(FormatNativeFrame(f));
+  return lines;
+}
+
+std::string CommLabel(const std::string& id, const std::string& name) {
+  if (name.empty()) return id;
+  return name + " (" + id.substr(0, 8) + "..)";
+}
+
+std::string OpLabel(const std::string& op, int64_t seq) {
+  return (op.empty() ? std::string("?") : op) + " #" + std::to_string(seq);
+}
+
+}  // namespace analysis
+}  // namespace ncclwatch

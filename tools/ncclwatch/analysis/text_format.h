@@ -1,0 +1,31 @@
+// Small formatting helpers shared by attribution (advice lines) and the renderers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model.h"
+
+namespace ncclwatch {
+namespace analysis {
+
+// "rank 3", "ranks 1-7, 9" (sorted, consecutive runs collapsed).
+std::string FormatRanks(std::vector<int> ranks, const char* noun = "rank");
+// "612 s", "3.2 s", "45 ms"
+std::string FormatSeconds(double s);
+// "128 MiB", "4 KiB", "12 B"
+std::string FormatBytes(int64_t bytes);
+// "save_checkpoint (trainer.py:212)"; library frames are not marked here.
+std::string FormatPythonFrame(const PythonFrame& f);
+// "ncclAllReduce+0x1c (libnccl.so.2)", or the ip when the symbol is unknown.
+std::string FormatNativeFrame(const NativeFrame& f);
+// A stack as lines, Python frames first (innermost first within each), as the report prints it.
+std::vector<std::string> FormatStack(const Stack& s);
+// "world (3f2a9c0d..)" or "3f2a9c0d1e2f3a4b" when the communicator has no name.
+std::string CommLabel(const std::string& id, const std::string& name);
+// "AllReduce #42" / "Send #3"
+std::string OpLabel(const std::string& op, int64_t seq);
+
+}  // namespace analysis
+}  // namespace ncclwatch

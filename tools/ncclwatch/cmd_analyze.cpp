@@ -1,0 +1,114 @@
+// `ncclwatch analyze DIR`: cross-rank attribution of a hang from a directory of dumps.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "analysis/attribution.h"
+#include "analysis/dump_set.h"
+#include "analysis/render_report.h"
+#include "subcommand.h"
+
+namespace ncclwatch {
+namespace cli {
+
+namespace {
+
+using namespace analysis;
+
+// Progress is worth a line only for big sets, and only where a person watches.
+constexpr size_t kProgressMinFiles = 1000;
+
+void Help(std::FILE* out) {
+  std::fprintf(out,
+               "usage: ncclwatch analyze DIR [--json] [--no-color] [--verbose]\n\n"
+               "Reads every rank's dump in DIR (rank*.json) and names the rank, the collective\n"
+               "and the code behind a hang: the most likely root cause first, communicators\n"
+               "blocked only because of it as its consequences.\n\n"
+               "  --json       print the report as JSON (schema: docs/analysis.md)\n"
+               "  --no-color   no colour even on a terminal (NO_COLOR=1 does the same)\n"
+               "  --verbose    full stacks; statistics (files, bytes read, time, peak RSS) on stderr\n\n"
+               "Unreadable files are reported on stderr, one line each, and skipped.\n"
+               "exit status: 0 nothing hangs, 1 a hang was attributed, 2 no readable dump or\n"
+               "bad usage.\n");
+}
+
+long PeakRssKiB() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stol(line.substr(6));
+  return -1;
+}
+
+int Run(int argc, char** argv) {
+  const char* dir = nullptr;
+  bool json_out = false, no_color = false, verbose = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--json") == 0) json_out = true;
+    else if (std::strcmp(argv[i], "--no-color") == 0) no_color = true;
+    else if (std::strcmp(argv[i], "--verbose") == 0 || std::strcmp(argv[i], "-v") == 0) verbose = true;
+    else if (argv[i][0] == '-' && argv[i][1] != '\0') return UsageError("analyze", (std::string("unknown option ") + argv[i]).c_str());
+    else if (!dir) dir = argv[i];
+    else return UsageError("analyze", "more than one directory given");
+  }
+  if (!dir) return UsageError("analyze", "no directory given");
+
+  auto start = std::chrono::steady_clock::now();
+  LoadOptions load;
+  bool progress = ::isatty(STDERR_FILENO);
+  if (progress)
+    load.progress = [](size_t done, size_t total) {
+      if (total > kProgressMinFiles) std::fprintf(stderr, "\rncclwatch: reading summaries %zu/%zu", done, total);
+    };
+  DumpSet set;
+  std::string error;
+  if (!set.Load(dir, load, &error)) {
+    std::fprintf(stderr, "ncclwatch: %s\n", error.c_str());
+    return kExitBadInput;
+  }
+  if (progress && set.files_seen() > kProgressMinFiles) std::fprintf(stderr, "\r\033[K");
+
+  Report report;
+  if (!set.dumps().empty()) report = Attribute(set);
+  for (const auto& p : set.problems()) std::fprintf(stderr, "ncclwatch: %s: %s\n", p.file.c_str(), p.problem.c_str());
+  if (set.dumps().empty()) {
+    std::fprintf(stderr, "ncclwatch: %s: no readable dump (%zu rank*.json files)\n", dir, set.files_seen());
+    return kExitBadInput;
+  }
+
+  if (json_out) {
+    std::string text = ReportToJson(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fputc('\n', stdout);
+  } else {
+    ReportTextOptions options;
+    options.style = Style(Style::ColorWanted(no_color));
+    options.verbose = verbose;
+    std::string text = RenderReportText(report, options);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+  }
+  std::fflush(stdout);
+
+  if (verbose) {
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::fprintf(stderr,
+                 "ncclwatch: %zu files, %zu selected dumps, %zu earlier dumps; read %llu bytes of "
+                 "summaries + %llu bytes of %zu full dumps; %.2f s; peak RSS %ld KiB\n",
+                 set.files_seen(), set.dumps().size(), set.history().size(),
+                 static_cast<unsigned long long>(set.bytes_read()),
+                 static_cast<unsigned long long>(set.detail_bytes_read()), set.details_read(), secs,
+                 PeakRssKiB());
+  }
+  return report.Hang() ? kExitHang : kExitOk;
+}
+
+}  // namespace
+
+extern const Subcommand kAnalyzeCommand = {"analyze", "attribute a hang from a directory of dumps", Run, Help};
+
+}  // namespace cli
+}  // namespace ncclwatch

@@ -1,0 +1,83 @@
+// `ncclwatch show FILE`: one rank's dump as readable tables (or trimmed JSON).
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "analysis/dump_reader.h"
+#include "analysis/render_dump.h"
+#include "subcommand.h"
+
+namespace ncclwatch {
+namespace cli {
+
+namespace {
+
+using namespace analysis;
+
+void Help(std::FILE* out) {
+  std::fprintf(out,
+               "usage: ncclwatch show FILE [--ring N] [--json] [--no-color]\n\n"
+               "Prints one dump: who dumped and why, communicators with their sequence state,\n"
+               "operations in flight with age and deadline, the last N ring entries (default 20),\n"
+               "every thread's stack (Python frames first) and the call sites.\n\n"
+               "  --ring N     how many of the newest ring entries to print\n"
+               "  --json       the dump's own JSON, ring cut to the last N entries\n"
+               "  --no-color   no colour even on a terminal (NO_COLOR=1 does the same)\n"
+               "exit status: 0 shown, 2 unreadable file or bad usage.\n");
+}
+
+int Run(int argc, char** argv) {
+  const char* file = nullptr;
+  bool json_out = false, no_color = false;
+  ShowOptions options;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--json") == 0) {
+      json_out = true;
+    } else if (std::strcmp(argv[i], "--no-color") == 0) {
+      no_color = true;
+    } else if (std::strcmp(argv[i], "--ring") == 0) {
+      char* end = nullptr;
+      long n = i + 1 < argc ? std::strtol(argv[i + 1], &end, 10) : -1;
+      if (n < 0 || !end || *end) return UsageError("show", "--ring needs a number >= 0");
+      options.ring_entries = static_cast<size_t>(n);
+      ++i;
+    } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+      return UsageError("show", (std::string("unknown option ") + argv[i]).c_str());
+    } else if (!file) {
+      file = argv[i];
+    } else {
+      return UsageError("show", "more than one file given");
+    }
+  }
+  if (!file) return UsageError("show", "no file given");
+
+  DumpDocument doc = ParseDocumentFromFile(file, ReadDepth::kFull);
+  Dump dump;
+  dump.path = file;
+  const char* slash = std::strrchr(file, '/');
+  dump.file_name = slash ? slash + 1 : file;
+  ReadResult r = InterpretDocument(doc, ReadDepth::kFull, &dump);
+  if (!r.usable) {
+    std::fprintf(stderr, "ncclwatch: %s: %s\n", dump.file_name.c_str(), r.problem.c_str());
+    return kExitBadInput;
+  }
+  if (!r.problem.empty()) std::fprintf(stderr, "ncclwatch: %s: %s\n", dump.file_name.c_str(), r.problem.c_str());
+  if (json_out) {
+    std::string text = DumpToJson(doc, dump.file_name, options).dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fputc('\n', stdout);
+  } else {
+    options.style = Style(Style::ColorWanted(no_color));
+    std::string text = RenderDumpText(dump, options);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+extern const Subcommand kShowCommand = {"show", "print one rank's dump as readable tables", Run, Help};
+
+}  // namespace cli
+}  // namespace ncclwatch

@@ -1,0 +1,247 @@
+#include "scenario.h"
+
+#include <cstdio>
+
+namespace ncclwatch {
+namespace gen {
+
+using trace::Cause;
+using trace::OpKind;
+
+namespace {
+
+constexpr int kFloat32 = 7, kBfloat16 = 9;
+constexpr int kSum = 0;
+
+// Callsite indices (see dump_renderer.cpp, kCallsites).
+enum Callsite {
+  kCsTpAllGather = 0,
+  kCsTpReduceScatter,
+  kCsDpAllReduce,
+  kCsLossAllReduce,
+  kCsSendForward,
+  kCsZeroGather,
+  kCsFinishedFlags,
+};
+
+uint64_t Fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+Operation Collective(CommKind comm, OpKind op, int64_t count, int dtype, int redop, int callsite) {
+  Operation o;
+  o.comm = comm;
+  o.op = op;
+  o.count = count;
+  o.dtype = dtype;
+  o.redop = redop;
+  o.callsite = callsite;
+  return o;
+}
+
+Operation LossAllReduce() {
+  return Collective(CommKind::kWorld, OpKind::AllReduce, 1, kFloat32, kSum, kCsLossAllReduce);
+}
+Operation TpAllGather() {
+  return Collective(CommKind::kTp, OpKind::AllGather, 4 << 20, kBfloat16, -1, kCsTpAllGather);
+}
+
+ExtraOp At(Operation op, Stage stage) { return {op, stage}; }
+
+bool InGroupOf(const Topology& t, CommKind k, int a, int b) {
+  return t.GroupIndex(k, a) == t.GroupIndex(k, b);
+}
+
+// The common shape of "one rank (or a set) keeps the world from completing": members of the
+// culprits' TP group wait in their next TP all-gather; everyone else got past it and waits in
+// the world all-reduce. Without TP groups everyone waits in the world all-reduce.
+void WaitBehind(const Topology& t, const std::vector<int>& culprits, std::vector<RankPlan>* plans) {
+  for (int r = 0; r < t.ranks; ++r) {
+    bool culprit = false, same_tp = false;
+    for (int c : culprits) {
+      culprit = culprit || c == r;
+      same_tp = same_tp || (t.HasSubComms() && InGroupOf(t, CommKind::kTp, c, r));
+    }
+    if (culprit) continue;
+    RankPlan& p = (*plans)[r];
+    if (same_tp) {
+      p.extras = {At(TpAllGather(), Stage::kGpuReached)};
+    } else {
+      if (t.HasSubComms()) p.extras.push_back(At(TpAllGather(), Stage::kCompleted));
+      p.extras.push_back(At(LossAllReduce(), Stage::kGpuReached));
+    }
+  }
+}
+
+void MarkFirstWaiter(std::vector<RankPlan>* plans) {
+  for (auto& p : *plans)
+    if (p.write && !p.fatal && !p.extras.empty() && p.extras.back().stage != Stage::kCompleted) {
+      p.first_to_stall = true;
+      return;
+    }
+}
+
+}  // namespace
+
+int Topology::CommSize(CommKind k) const {
+  switch (k) {
+    case CommKind::kTp: return tp;
+    case CommKind::kDp: return ranks / tp;
+    default: return ranks;
+  }
+}
+
+int Topology::CommRank(CommKind k, int rank) const {
+  switch (k) {
+    case CommKind::kTp: return rank % tp;
+    case CommKind::kDp: return rank / tp;
+    default: return rank;
+  }
+}
+
+int Topology::GroupIndex(CommKind k, int rank) const {
+  switch (k) {
+    case CommKind::kTp: return rank / tp;
+    case CommKind::kDp: return rank % tp;
+    default: return 0;
+  }
+}
+
+int Topology::GlobalRank(CommKind k, int group, int comm_rank) const {
+  switch (k) {
+    case CommKind::kTp: return group * tp + comm_rank;
+    case CommKind::kDp: return comm_rank * tp + group;
+    default: return comm_rank;
+  }
+}
+
+std::string Topology::CommName(CommKind k, int rank) const {
+  switch (k) {
+    case CommKind::kTp: return "tp-" + std::to_string(GroupIndex(k, rank));
+    case CommKind::kDp: return "dp-" + std::to_string(GroupIndex(k, rank));
+    default: return "world";
+  }
+}
+
+std::string Topology::CommId(CommKind k, int rank) const {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx",
+                static_cast<unsigned long long>(Fnv1a(CommName(k, rank) + "/" + std::to_string(ranks))));
+  return buf;
+}
+
+std::vector<CommKind> Topology::Kinds() const {
+  if (HasSubComms()) return {CommKind::kWorld, CommKind::kTp, CommKind::kDp};
+  return {CommKind::kWorld};
+}
+
+std::vector<Operation> StepOperations(const Topology& topo) {
+  if (!topo.HasSubComms())
+    return {Collective(CommKind::kWorld, OpKind::AllGather, 4 << 20, kBfloat16, -1, kCsTpAllGather),
+            Collective(CommKind::kWorld, OpKind::ReduceScatter, 4 << 20, kBfloat16, kSum, kCsTpReduceScatter),
+            LossAllReduce()};
+  return {TpAllGather(),
+          Collective(CommKind::kTp, OpKind::ReduceScatter, 4 << 20, kBfloat16, kSum, kCsTpReduceScatter),
+          Collective(CommKind::kDp, OpKind::AllReduce, 32 << 20, kBfloat16, kSum, kCsDpAllReduce),
+          LossAllReduce()};
+}
+
+std::vector<std::string> ScenarioNames() {
+  std::vector<std::string> names;
+  for (const char* n : trace::kCauseNames) names.push_back(n);
+  names.push_back("mixed");
+  return names;
+}
+
+bool BuildScenario(const std::string& name, const Topology& t, int culprit, bool fatal,
+                   std::vector<RankPlan>* plans, std::string* error) {
+  plans->assign(t.ranks, RankPlan{});
+  auto need = [&](bool ok, const char* what) {
+    if (!ok) *error = "scenario " + name + " needs " + what;
+    return ok;
+  };
+  if (!need(culprit >= 0 && culprit < t.ranks, "--culprit within 0..ranks-1")) return false;
+  const auto all_waiting_in_world = [&](Stage s) {
+    for (auto& p : *plans) p.extras = {At(LossAllReduce(), s)};
+  };
+
+  if (name == trace::CauseName(Cause::NoHang)) {
+    for (auto& p : *plans) p.stack = StackKind::kIdle;
+  } else if (name == trace::CauseName(Cause::RankMissing)) {
+    WaitBehind(t, {culprit}, plans);
+    (*plans)[culprit].stack = StackKind::kCheckpoint;
+  } else if (name == trace::CauseName(Cause::RankDead)) {
+    WaitBehind(t, {culprit}, plans);
+    RankPlan& p = (*plans)[culprit];
+    p.write = fatal;
+    p.fatal = fatal;
+    p.stack = StackKind::kCrash;
+  } else if (name == trace::CauseName(Cause::GpuNotReached)) {
+    all_waiting_in_world(Stage::kGpuReached);
+    (*plans)[culprit].extras[0].stage = Stage::kEnqueued;
+    (*plans)[culprit].stack = StackKind::kItemSync;
+  } else if (name == trace::CauseName(Cause::StuckInCollective)) {
+    all_waiting_in_world(Stage::kGpuReached);
+  } else if (name == trace::CauseName(Cause::Mismatch)) {
+    // ZeRO-3 generation: the culprit issues one more parameter all-gather than the others.
+    for (auto& p : *plans) {
+      p.extras = {At(LossAllReduce(), Stage::kGpuReached)};
+      p.stack = StackKind::kGenerateSync;
+    }
+    Operation gather = Collective(CommKind::kWorld, OpKind::AllGather, 1 << 20, kBfloat16, -1, kCsZeroGather);
+    (*plans)[culprit].extras = {At(gather, Stage::kGpuReached), At(LossAllReduce(), Stage::kEnqueued)};
+    (*plans)[culprit].stack = StackKind::kGenerateGather;
+  } else if (name == trace::CauseName(Cause::P2pUnmatched)) {
+    // Two pipeline neighbours both send first, with blocking sends: neither posts its receive.
+    if (!need(t.ranks >= 2, "2 ranks")) return false;
+    int a = culprit, b = (culprit + 1) % t.ranks;
+    all_waiting_in_world(Stage::kGpuReached);
+    for (auto [me, peer] : {std::pair<int, int>{a, b}, {b, a}}) {
+      Operation send = Collective(CommKind::kWorld, OpKind::Send, 8 << 20, kBfloat16, -1, kCsSendForward);
+      send.peer = peer;
+      (*plans)[me].extras = {At(send, Stage::kGpuReached)};
+      (*plans)[me].stack = StackKind::kPipelineSend;
+    }
+  } else if (name == trace::CauseName(Cause::CrossCommDeadlock)) {
+    // a enters the world all-reduce first, b its TP all-gather first; both then block.
+    if (!need(t.HasSubComms(), "--tp > 1 dividing --ranks")) return false;
+    int a = culprit, b = t.GlobalRank(CommKind::kTp, t.GroupIndex(CommKind::kTp, a),
+                                      (t.CommRank(CommKind::kTp, a) + 1) % t.tp);
+    for (int r = 0; r < t.ranks; ++r) {
+      RankPlan& p = (*plans)[r];
+      if (r == a) p.extras = {At(LossAllReduce(), Stage::kGpuReached)};
+      else if (r == b) p.extras = {At(TpAllGather(), Stage::kGpuReached)};
+      else if (InGroupOf(t, CommKind::kTp, a, r))
+        p.extras = {At(TpAllGather(), Stage::kGpuReached), At(LossAllReduce(), Stage::kEnqueued)};
+      else
+        p.extras = {At(TpAllGather(), Stage::kCompleted), At(LossAllReduce(), Stage::kGpuReached)};
+    }
+  } else if (name == "mixed") {
+    // Two independent roots in two TP groups; the world all-reduce waits on both.
+    if (!need(t.HasSubComms() && t.ranks / t.tp >= 2, "--tp > 1 and at least 2 TP groups")) return false;
+    int m = t.GlobalRank(CommKind::kTp, 0, t.tp - 1);  // calls with another dtype
+    int g = t.GlobalRank(CommKind::kTp, 1, t.tp - 1);  // GPU never reaches its all-gather
+    WaitBehind(t, {m, g}, plans);
+    for (int r = 0; r < t.ranks; ++r)
+      if (InGroupOf(t, CommKind::kTp, r, m) || InGroupOf(t, CommKind::kTp, r, g))
+        (*plans)[r].extras = {At(TpAllGather(), Stage::kGpuReached)};
+    Operation wrong = TpAllGather();
+    wrong.dtype = kFloat32;
+    (*plans)[m].extras = {At(wrong, Stage::kGpuReached)};
+    (*plans)[g].extras = {At(TpAllGather(), Stage::kEnqueued)};
+    (*plans)[g].stack = StackKind::kItemSync;
+  } else {
+    *error = "unknown scenario " + name;
+    return false;
+  }
+  MarkFirstWaiter(plans);
+  return true;
+}
+
+}  // namespace gen
+}  // namespace ncclwatch

@@ -1,0 +1,83 @@
+// Synthetic jobs for `ncclwatch-gen`: a topology (world, tensor-parallel groups, data-parallel
+// groups), a common training history, and per-rank plans for each hang scenario.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ncclwatch/trace_format.h"
+
+namespace ncclwatch {
+namespace gen {
+
+enum class CommKind { kWorld, kTp, kDp };
+
+// World of `ranks`; with tp > 1 also TP groups of `tp` consecutive ranks and DP groups of the
+// ranks with the same position in their TP group (Megatron layout).
+struct Topology {
+  int ranks = 8;
+  int tp = 1;
+
+  bool HasSubComms() const { return tp > 1 && tp < ranks && ranks % tp == 0; }
+  int CommSize(CommKind k) const;
+  int CommRank(CommKind k, int rank) const;
+  int GroupIndex(CommKind k, int rank) const;  // which TP/DP group; 0 for the world
+  std::string CommId(CommKind k, int rank) const;  // 16 hex digits, equal on every member
+  std::string CommName(CommKind k, int rank) const;
+  int GlobalRank(CommKind k, int group, int comm_rank) const;
+  std::vector<CommKind> Kinds() const;
+};
+
+// Where a rank's operation got to when it dumped.
+enum class Stage { kCompleted, kGpuReached, kEnqueued };
+
+// Python + native stacks a rank's main thread shows at dump time.
+enum class StackKind {
+  kWaitingSync,     // blocked on the GPU after issuing its collectives (the normal waiter)
+  kCheckpoint,      // writing model.safetensors on one rank
+  kItemSync,        // loss.item(): host waits for a stream stuck on earlier work
+  kCrash,           // segfault in a custom extension
+  kPipelineSend,    // blocking send in a pipeline schedule
+  kGenerateGather,  // ZeRO-3 generation: one more parameter all-gather
+  kGenerateSync,    // ZeRO-3 generation: waiting for the all-reduce of "finished" flags
+  kIdle,            // between steps
+};
+
+struct Operation {
+  CommKind comm = CommKind::kWorld;
+  trace::OpKind op = trace::OpKind::AllReduce;
+  int64_t count = 1;
+  int dtype = 7;   // float32
+  int redop = -1;  // -1: none
+  int root = -1;
+  int peer = -1;   // Send/Recv: communicator rank of the peer
+  int callsite = 0;
+};
+
+struct ExtraOp {
+  Operation op;
+  Stage stage = Stage::kGpuReached;
+};
+
+struct RankPlan {
+  bool write = true;   // false: the rank leaves no dump (killed)
+  bool fatal = false;  // writes a fatal_signal dump
+  bool first_to_stall = false;
+  StackKind stack = StackKind::kWaitingSync;
+  std::vector<ExtraOp> extras;  // after the common history, in issue order
+};
+
+// The per-step collectives of the common history.
+std::vector<Operation> StepOperations(const Topology& topo);
+
+// Builds the plans of every rank for a scenario: the cause names of trace_format.h, plus
+// "mixed" (two independent root causes blocking the world communicator). False with *error
+// when the scenario needs a topology it does not have.
+bool BuildScenario(const std::string& name, const Topology& topo, int culprit, bool fatal,
+                   std::vector<RankPlan>* plans, std::string* error);
+
+std::vector<std::string> ScenarioNames();
+
+}  // namespace gen
+}  // namespace ncclwatch

@@ -1,0 +1,96 @@
+// `ncclwatch`: reads the dumps that libncclwatch.so writes. A table of subcommands; each is
+// one entry here and one cmd_<name>.cpp.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "ncclwatch/trace_format.h"
+#include "ncclwatch/version.h"
+#include "subcommand.h"
+
+namespace ncclwatch {
+namespace cli {
+
+extern const Subcommand kAnalyzeCommand;
+extern const Subcommand kShowCommand;
+extern const Subcommand kRunCommand;
+
+namespace {
+
+const Subcommand* const kSubcommands[] = {
+    &kAnalyzeCommand,
+    &kShowCommand,
+    &kRunCommand,
+};
+
+void Overview(std::FILE* out) {
+  std::fprintf(out,
+               "usage: ncclwatch SUBCOMMAND [ARGS]\n\n"
+               "Reads the per-rank dumps libncclwatch.so writes and names the rank, the collective\n"
+               "and the line of code behind a hang.\n\nsubcommands:\n");
+  for (const Subcommand* s : kSubcommands) std::fprintf(out, "  %-10s %s\n", s->name, s->summary);
+  std::fprintf(out,
+               "  %-10s this text, or `ncclwatch help SUBCOMMAND`\n\n"
+               "options: --help, --version\n"
+               "Documentation: docs/analysis.md (reports), docs/trace-format.md (dumps).\n",
+               "help");
+}
+
+const Subcommand* Find(const char* name) {
+  for (const Subcommand* s : kSubcommands)
+    if (std::strcmp(s->name, name) == 0) return s;
+  return nullptr;
+}
+
+}  // namespace
+
+bool WantsHelp(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--") == 0) return false;  // what follows belongs to a command
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) return true;
+  }
+  return false;
+}
+
+int UsageError(const char* sub, const char* message) {
+  std::fprintf(stderr, "ncclwatch %s: %s\n(see `ncclwatch %s --help`)\n", sub, message, sub);
+  return kExitBadInput;
+}
+
+int Main(int argc, char** argv) {
+  if (argc < 2) {
+    Overview(stderr);
+    return kExitBadInput;
+  }
+  const char* first = argv[1];
+  if (std::strcmp(first, "--help") == 0 || std::strcmp(first, "-h") == 0) {
+    Overview(stdout);
+    return kExitOk;
+  }
+  if (std::strcmp(first, "--version") == 0) {
+    std::printf("ncclwatch %s (trace format version %d)\n", kNcclwatchVersion, trace::kTraceVersion);
+    return kExitOk;
+  }
+  if (std::strcmp(first, "help") == 0) {
+    const Subcommand* s = argc > 2 ? Find(argv[2]) : nullptr;
+    if (s) s->help(stdout);
+    else Overview(stdout);
+    return argc > 2 && !s ? kExitBadInput : kExitOk;
+  }
+  const Subcommand* s = Find(first);
+  if (!s) {
+    std::fprintf(stderr, "ncclwatch: unknown subcommand '%s'\n\n", first);
+    Overview(stderr);
+    return kExitBadInput;
+  }
+  if (WantsHelp(argc - 1, argv + 1)) {
+    s->help(stdout);
+    return kExitOk;
+  }
+  return s->run(argc - 1, argv + 1);
+}
+
+}  // namespace cli
+}  // namespace ncclwatch
+
+int main(int argc, char** argv) { return ncclwatch::cli::Main(argc, argv); }

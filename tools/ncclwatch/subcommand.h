@@ -1,0 +1,28 @@
+// One `ncclwatch` subcommand. Each lives in its own cmd_<name>.cpp and is listed once in the
+// table in main.cpp; main only dispatches.
+#pragma once
+
+#include <cstdio>
+
+namespace ncclwatch {
+namespace cli {
+
+// Exit statuses shared by the subcommands (docs/analysis.md "Exit status").
+constexpr int kExitOk = 0;          // nothing hangs / the command did its job
+constexpr int kExitHang = 1;        // analyze: a hang was attributed
+constexpr int kExitBadInput = 2;    // no readable dump, missing directory or file, bad usage
+
+struct Subcommand {
+  const char* name;
+  const char* summary;                    // one line for `ncclwatch --help`
+  int (*run)(int argc, char** argv);      // argv[0] is the subcommand's name
+  void (*help)(std::FILE* out);           // `ncclwatch SUB --help`
+};
+
+// True when argv holds --help or -h before any "--".
+bool WantsHelp(int argc, char** argv);
+// Prints "ncclwatch SUB: MESSAGE" and a hint to stderr; returns kExitBadInput.
+int UsageError(const char* sub, const char* message);
+
+}  // namespace cli
+}  // namespace ncclwatch
