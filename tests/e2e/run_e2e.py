@@ -215,8 +215,9 @@ def adaptive_deadline_within_15s():
 
 @case
 def gpu_not_reached():
-    j = job(4, ["--iters", "20"], env={"NCCLWATCH_TIMEOUT": "3",
-                                        "NCCLWATCH_SIM_FAULT": "kernel:rank=2,seq=6,ms=-1"}, timeout=12)
+    # Rank 2's own kernel before iteration 5 never ends: its GPU never reaches seq 6.
+    j = job(4, ["--iters", "20", "--slow-kernel-rank", "2", "--slow-kernel-at", "5", "--slow-kernel-ms", "-1"],
+            env={"NCCLWATCH_TIMEOUT": "3"}, timeout=12)
     s2 = stalled(j.first(2, "stall"))
     check(s2["seq"] == 6 and s2["state"] == "enqueued", f"rank 2's GPU never reached seq 6: {s2}")
     for r in (0, 1, 3):
@@ -317,8 +318,8 @@ def nonblocking_followed():
     j = job(3, ["--nonblocking", "--iters", "30", "--comms", "2"], timeout=30)
     check(j.rc == 0 and j.out.count("ok") == 3, f"non-blocking communicators work: {j.err[-2000:]}")
     check(not os.path.exists(j.dir), "no false stall")
-    j = job(3, ["--nonblocking", "--iters", "10"], env={"NCCLWATCH_TIMEOUT": "3",
-                                                         "NCCLWATCH_SIM_FAULT": "kernel:rank=1,seq=4,ms=-1"}, timeout=10)
+    j = job(3, ["--nonblocking", "--iters", "10", "--slow-kernel-rank", "1", "--slow-kernel-at", "3",
+                "--slow-kernel-ms", "-1"], env={"NCCLWATCH_TIMEOUT": "3"}, timeout=10)
     s = stalled(j.first(1, "stall"))
     check(s["seq"] == 4 and s["state"] == "enqueued", f"followed after ncclInProgress: {s}")
 
