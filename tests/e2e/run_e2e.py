@@ -368,6 +368,119 @@ def split_ids_match_across_ranks():
 
 
 # ---------------------------------------------------------------------------------------------
+# `ncclwatch analyze` on the dumps of real jobs: every cause, its culprits and sequence number.
+
+def analyze(j):
+    r = subprocess.run([os.path.join(B, "bin", "ncclwatch"), "analyze", "--json", j.dir], capture_output=True,
+                       text=True)
+    try:
+        report = json.loads(r.stdout)
+    except ValueError:
+        raise Failure(f"analyze printed no JSON (exit {r.returncode}):\n{r.stdout[-1500:]}\n{r.stderr[-1500:]}")
+    text = subprocess.run([os.path.join(B, "bin", "ncclwatch"), "analyze", "--no-color", j.dir], capture_output=True,
+                          text=True).stdout
+    return r.returncode, report, text
+
+
+def expect_verdict(j, cause, culprits, seq=None, op=None):
+    rc, report, text = analyze(j)
+    check(rc == (0 if cause == "no_hang" else 1), f"exit status {rc} for {cause}")
+    v = report["verdicts"][0]
+    summary = json.dumps(report["verdicts"], indent=1)[:3000]
+    check(v["cause"] == cause, f"first verdict is {cause}:\n{summary}")
+    check(sorted(v["culprit_ranks"]) == sorted(culprits), f"culprits {culprits}:\n{summary}")
+    if seq is not None:
+        check(v["seq"] == seq, f"sequence number {seq}:\n{summary}")
+    if op is not None:
+        check(v["op"] == op, f"operation {op}:\n{summary}")
+    check(cause in text or cause.replace("_", " ") in text, "the text report names the cause")
+    print(f"  {cause}: culprits {v['culprit_ranks']} seq {v['seq']} op {v['op']}")
+    return v, text
+
+
+STALL = {"NCCLWATCH_TIMEOUT": "3"}
+
+
+@case
+def analyze_rank_missing():
+    j = job(4, ["--iters", "20", "--busy-rank", "2", "--busy-at", "5", "--busy-ms", "-1"], env=STALL, timeout=9)
+    v, text = expect_verdict(j, "rank_missing", [2], seq=6, op="AllReduce")
+    check(sorted(v["waiting_ranks"]) == [0, 1, 3], f"waiting ranks: {v['waiting_ranks']}")
+    where = json.dumps(v["culprit_stacks"]["2"])
+    check("main" in where, f"the culprit's current stack is shown: {where[:500]}")
+
+
+@case
+def analyze_gpu_not_reached():
+    j = job(4, ["--iters", "20", "--slow-kernel-rank", "1", "--slow-kernel-at", "5", "--slow-kernel-ms", "-1"],
+            env=STALL, timeout=9)
+    expect_verdict(j, "gpu_not_reached", [1], seq=6, op="AllReduce")
+
+
+@case
+def analyze_stuck_in_collective():
+    j = job(4, ["--iters", "20"], env=dict(STALL, NCCLWATCH_SIM_FAULT="stall:rank=1,seq=4"), timeout=9)
+    v, text = expect_verdict(j, "stuck_in_collective", [], seq=4)
+    check(sorted(v["waiting_ranks"]) == [0, 1, 2, 3], f"everyone waits: {v['waiting_ranks']}")
+
+
+@case
+def analyze_mismatch():
+    j = job(4, ["--iters", "20", "--mismatch-rank", "3", "--mismatch-at", "5"], env=STALL, timeout=9)
+    expect_verdict(j, "mismatch", [3], seq=6)
+
+
+@case
+def analyze_call_count_divergence():
+    j = job(4, ["--iters", "20", "--extra-rank", "1", "--extra-at", "5"], env=STALL, timeout=9)
+    v, text = expect_verdict(j, "mismatch", [1], seq=6)
+    check(v.get("call_count_divergence") is True, f"named a call-count divergence: {v.get('advice')}")
+
+
+@case
+def analyze_p2p_unmatched():
+    j = job(2, ["--iters", "4", "--p2p-deadlock"], env=STALL, timeout=8)
+    v, text = expect_verdict(j, "p2p_unmatched", [0, 1])
+    check(v.get("cycle") in ([0, 1, 0], [1, 0, 1]), f"the deadlock cycle is shown: {v.get('cycle')}")
+
+
+@case
+def analyze_cross_comm_deadlock():
+    j = job(4, ["--iters", "4", "--cross-comm-deadlock"], env=STALL, timeout=9)
+    v, text = expect_verdict(j, "cross_comm_deadlock", v_culprits(j))
+    check(v.get("cycle"), f"the wait cycle is shown: {v}")
+
+
+def v_culprits(j):
+    # Which ranks a cross-communicator cycle names depends on where it is entered; take them from
+    # the report and check they are all ranks of the job.
+    rc, report, _ = analyze(j)
+    c = report["verdicts"][0]["culprit_ranks"]
+    check(c and set(c) <= {0, 1, 2, 3}, f"culprits are ranks of the job: {c}")
+    return c
+
+
+@case
+def analyze_rank_dead():
+    j = job(4, ["--iters", "20"], env=dict(STALL, NCCLWATCH_SIM_FAULT="crash:rank=2,seq=5"), timeout=9)
+    check(2 not in j.dumps(), "the killed rank left no dump")
+    expect_verdict(j, "rank_dead", [2])
+
+
+@case
+def analyze_no_hang():
+    def poke(p):
+        time.sleep(1.0)
+        for pid in rank_pids(p.pid):
+            os.kill(pid, signal.SIGUSR2)
+    # Dumps taken while every rank idles after its last iteration: nothing is stuck.
+    j = job(2, ["--iters", "10", "--linger-ms", "2500"], timeout=20, after_start=poke)
+    check(j.rc == 0, "the job finished")
+    check(sorted(j.dumps()) == [0, 1], "both ranks dumped on demand")
+    expect_verdict(j, "no_hang", [])
+
+
+# ---------------------------------------------------------------------------------------------
 # Bad input: one line, defaults, nothing lost.
 
 @case

@@ -86,7 +86,7 @@ struct Sample {
     in.inflight = {v};
     in.stalled = v;
     in.in_nccl = {{99, "ncclAllGather", 0, 0}};
-    in.callsites = {{0, {{0x1000, "/lib/libx.so", "train_step", 16}}, {{"train.py", "step", 88, false}}}};
+    in.callsites = {{0, {{0x1000, "/lib/libx.so", "train_step", 16}}, {{"train.py", "step", 88, false}}, ""}};
     in.threads = {{99, "python", "", {{0x2000, "/lib/liby.so", "wait", 4}}, {{"train.py", "main", 90, false}}}};
     in.environment = {{"NCCL_DEBUG", "WARN"}};
     in.recoveries = {{comm.id, 40, trace::OpKind::AllReduce, 10, 14}};

@@ -24,6 +24,8 @@ static const char kUsage[] =
     "                            rank R launches its own \"kernel\" of M ms (-1: forever) on the\n"
     "                            stream before iteration I: the GPU does not reach the collective\n"
     "                            (the application's work, before NCCL is called)\n"
+    "  --linger-ms M              every rank sleeps M ms on the host after its last iteration\n"
+    "                            (all work done) before it exits\n"
     "  --extra-rank R --extra-at I\n"
     "                            rank R issues one extra all-gather before iteration I (ranks\n"
     "                            diverge in call count)\n"
@@ -57,6 +59,7 @@ struct Options {
   int iters, count, comms, sync_every, op;
   int busy_rank, busy_at, busy_ms;
   int slow_kernel_rank, slow_kernel_at, slow_kernel_ms;
+  int linger_ms;
   int extra_rank, extra_at;
   int mismatch_rank, mismatch_at;
   int p2p_deadlock, cross_comm_deadlock, deadlock_at;
@@ -265,7 +268,7 @@ static void parse(int argc, char** argv) {
     INT_OPT("--sync-every", sync_every) INT_OPT("--busy-rank", busy_rank) INT_OPT("--busy-at", busy_at)
     INT_OPT("--busy-ms", busy_ms) INT_OPT("--extra-rank", extra_rank) INT_OPT("--extra-at", extra_at)
     INT_OPT("--slow-kernel-rank", slow_kernel_rank) INT_OPT("--slow-kernel-at", slow_kernel_at)
-    INT_OPT("--slow-kernel-ms", slow_kernel_ms)
+    INT_OPT("--slow-kernel-ms", slow_kernel_ms) INT_OPT("--linger-ms", linger_ms)
     INT_OPT("--mismatch-rank", mismatch_rank) INT_OPT("--mismatch-at", mismatch_at)
     INT_OPT("--deadlock-at", deadlock_at) INT_OPT("--abort-after-ms", abort_after_ms)
     FLAG_OPT("--p2p-deadlock", p2p_deadlock) FLAG_OPT("--cross-comm-deadlock", cross_comm_deadlock)
@@ -425,6 +428,7 @@ int main(int argc, char** argv) {
     }
     sync_stream(stream);
     atomic_store(&g_watch_iter, -1);
+    if (opt.linger_ms > 0) simutil_sleep_ms(opt.linger_ms);
     for (k = 0; k < g_ncomms && opt.iters > 0; ++k) ok &= verify(&g_comms[k]);
   }
   if (!ok) return SIMUTIL_EXIT_WRONG;
