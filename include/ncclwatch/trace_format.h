@@ -5,12 +5,26 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <string>
 
 namespace ncclwatch {
 namespace trace {
 
 constexpr const char* kFormatName = "ncclwatch-trace";
+
+// One vocabulary from one X-macro list X(Enumerator, "name"): the enum, its name table and a
+// name lookup that never reads out of bounds.
+#define NCCLWATCH_VOCAB_ENUMERATOR(e, s) e,
+#define NCCLWATCH_VOCAB_NAME(e, s) s,
+#define NCCLWATCH_DEFINE_VOCABULARY(Type, kNames, NameOf, LIST)                        \
+  enum class Type : uint8_t { LIST(NCCLWATCH_VOCAB_ENUMERATOR) Count };                \
+  constexpr const char* kNames[] = {LIST(NCCLWATCH_VOCAB_NAME)};                       \
+  inline const char* NameOf(Type v) {                                                  \
+    auto i = static_cast<size_t>(v);                                                   \
+    return i < static_cast<size_t>(Type::Count) ? kNames[i] : "unknown";               \
+  }
 constexpr int kTraceVersion = 1;
 
 // Operation kinds. X(kind, bus-bandwidth factor kind). The NCCL function list in
@@ -82,23 +96,7 @@ inline bool ParseOpKind(const char* s, OpKind* out) {
   X(Captured, "captured")              \
   X(Unmonitored, "unmonitored")
 
-enum class OpState : uint8_t {
-#define NCCLWATCH_ENUM_STATE(e, s) e,
-  NCCLWATCH_FOR_EACH_OP_STATE(NCCLWATCH_ENUM_STATE)
-#undef NCCLWATCH_ENUM_STATE
-      Count
-};
-
-constexpr const char* kOpStateNames[] = {
-#define NCCLWATCH_NAME_STATE(e, s) s,
-    NCCLWATCH_FOR_EACH_OP_STATE(NCCLWATCH_NAME_STATE)
-#undef NCCLWATCH_NAME_STATE
-};
-
-inline const char* OpStateName(OpState s) {
-  auto i = static_cast<size_t>(s);
-  return i < static_cast<size_t>(OpState::Count) ? kOpStateNames[i] : "unknown";
-}
+NCCLWATCH_DEFINE_VOCABULARY(OpState, kOpStateNames, OpStateName, NCCLWATCH_FOR_EACH_OP_STATE)
 
 // Why a dump was written (summary.reason).
 #define NCCLWATCH_FOR_EACH_DUMP_REASON(X)                                                  \
@@ -113,23 +111,7 @@ inline const char* OpStateName(OpState s) {
   X(PeerRequest, "peer_request")      /* another rank of the job dumped for a hang */     \
   X(Recovery, "recovery")             /* a stalled operation completed after all */
 
-enum class DumpReason : uint8_t {
-#define NCCLWATCH_ENUM_REASON(e, s) e,
-  NCCLWATCH_FOR_EACH_DUMP_REASON(NCCLWATCH_ENUM_REASON)
-#undef NCCLWATCH_ENUM_REASON
-      Count
-};
-
-constexpr const char* kDumpReasonNames[] = {
-#define NCCLWATCH_NAME_REASON(e, s) s,
-    NCCLWATCH_FOR_EACH_DUMP_REASON(NCCLWATCH_NAME_REASON)
-#undef NCCLWATCH_NAME_REASON
-};
-
-inline const char* DumpReasonName(DumpReason r) {
-  auto i = static_cast<size_t>(r);
-  return i < static_cast<size_t>(DumpReason::Count) ? kDumpReasonNames[i] : "unknown";
-}
+NCCLWATCH_DEFINE_VOCABULARY(DumpReason, kDumpReasonNames, DumpReasonName, NCCLWATCH_FOR_EACH_DUMP_REASON)
 
 // Analyzer verdict causes (`ncclwatch analyze`, docs/trace-format.md "Analysis output").
 #define NCCLWATCH_FOR_EACH_CAUSE(X)            \
@@ -142,23 +124,7 @@ inline const char* DumpReasonName(DumpReason r) {
   X(RankDead, "rank_dead")                     \
   X(NoHang, "no_hang")
 
-enum class Cause : uint8_t {
-#define NCCLWATCH_ENUM_CAUSE(e, s) e,
-  NCCLWATCH_FOR_EACH_CAUSE(NCCLWATCH_ENUM_CAUSE)
-#undef NCCLWATCH_ENUM_CAUSE
-      Count
-};
-
-constexpr const char* kCauseNames[] = {
-#define NCCLWATCH_NAME_CAUSE(e, s) s,
-    NCCLWATCH_FOR_EACH_CAUSE(NCCLWATCH_NAME_CAUSE)
-#undef NCCLWATCH_NAME_CAUSE
-};
-
-inline const char* CauseName(Cause c) {
-  auto i = static_cast<size_t>(c);
-  return i < static_cast<size_t>(Cause::Count) ? kCauseNames[i] : "unknown";
-}
+NCCLWATCH_DEFINE_VOCABULARY(Cause, kCauseNames, CauseName, NCCLWATCH_FOR_EACH_CAUSE)
 
 // NCCL datatype and reduction names as written in dumps (index = NCCL enum value).
 constexpr const char* kDatatypeNames[] = {"int8",    "uint8",   "int32",    "uint32",
@@ -193,6 +159,21 @@ inline uint64_t OperationBytes(OpKind k, uint64_t count, int dtype, int nranks) 
     default:
       return b;
   }
+}
+
+// "4.0 KiB", "1.5 GiB": sizes as every ncclwatch message and report prints them.
+inline std::string FormatBytes(uint64_t bytes) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[64];
+  bool whole = u == 0 || v >= 100 || v == static_cast<double>(static_cast<uint64_t>(v));
+  std::snprintf(buf, sizeof buf, whole ? "%.0f %s" : "%.1f %s", v, kUnits[u]);
+  return buf;
 }
 
 // Key names. Writer and readers use only these constants.

@@ -65,6 +65,17 @@ Json PythonJson(const std::vector<PyFrameOut>& frames) {
   return a;
 }
 
+// What both communicator lists start with.
+Json CommIdentityJson(const CommInfo* c) {
+  Json j;
+  j[k::kId] = CommIdHex(c->id);
+  j[k::kSize] = c->size;
+  j[k::kRank] = c->rank;
+  j[k::kName] = c->name;
+  j[k::kState] = CommStateName(c->state.load());
+  return j;
+}
+
 Json SummaryJson(const DumpInput& in) {
   Json s;
   s[k::kRank] = in.global_rank;
@@ -95,12 +106,7 @@ Json SummaryJson(const DumpInput& in) {
   s[k::kInNccl] = calls;
   Json comms = Json::array();
   for (const CommInfo* c : in.comms) {
-    Json cj;
-    cj[k::kId] = CommIdHex(c->id);
-    cj[k::kSize] = c->size;
-    cj[k::kRank] = c->rank;
-    cj[k::kName] = c->name;
-    cj[k::kState] = CommStateName(c->state.load());
+    Json cj = CommIdentityJson(c);
     cj[k::kLastEnqueued] = c->last_enqueued.load();
     cj[k::kLastGpuReached] = c->last_gpu_reached.load();
     cj[k::kLastCompleted] = c->last_completed.load();
@@ -163,18 +169,13 @@ std::string SerializeDump(const DumpInput& in) {
 
     Json comms = Json::array();
     for (const CommInfo* c : in.comms) {
-      Json cj;
-      cj[k::kId] = CommIdHex(c->id);
-      cj[k::kSize] = c->size;
-      cj[k::kRank] = c->rank;
+      Json cj = CommIdentityJson(c);
       cj[k::kDevice] = c->device;
-      cj[k::kName] = c->name;
       cj[k::kKind] = CommKindName(c->kind);
       cj[k::kParent] = c->parent_id ? Json(CommIdHex(c->parent_id)) : Json(nullptr);
       cj[k::kColor] = c->color;
       cj[k::kKey] = c->key;
       cj[k::kBlocking] = c->blocking;
-      cj[k::kState] = CommStateName(c->state.load());
       cj[k::kCreatedMonoNs] = c->created_ns;
       cj[k::kEndedMonoNs] = c->ended_ns.load();
       comms.push_back(cj);

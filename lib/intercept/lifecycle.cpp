@@ -77,6 +77,32 @@ CommInfo* Known(Runtime& rt, ncclComm_t comm) {
   return c || !comm ? c : rt.AdoptUnknown(comm);
 }
 
+// ncclCommSplit / ncclCommShrink: the child is named by its parent and the parent's child
+// counter, which every member advances (NOCOLOR ones included), so ids agree across ranks.
+template <typename Call, typename ChildId>
+ncclResult_t CreateChild(const char* function, ncclComm_t comm, ncclComm_t* newcomm, ncclConfig_t* config,
+                         CommKind kind, int color, int key, Call&& call, ChildId&& child_id) {
+  CommInfo* parent = nullptr;
+  uint32_t child = 0;
+  return Managed(
+      function, true,
+      [&] {
+        if (Runtime* rt = Runtime::IfActive()) {
+          parent = Known(*rt, comm);
+          if (parent) child = parent->children.fetch_add(1);
+        }
+        return call();
+      },
+      [&](Runtime& rt, ThreadState&, ncclResult_t r) {
+        if (!Ok(r)) {
+          rt.OnNcclError(function, r, parent, false);
+          return;
+        }
+        if (newcomm && *newcomm && parent)
+          Register(rt, *newcomm, child_id(parent->id, child), 0, -1, kind, config, parent, color, key);
+      });
+}
+
 }  // namespace
 
 #define NCCLWATCH_REAL(name)   \
@@ -144,51 +170,20 @@ ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
 
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
   NCCLWATCH_REAL(ncclCommSplit);
-  CommInfo* parent = nullptr;
-  uint32_t child = 0;
-  return Managed(
-      "ncclCommSplit", true,
-      [&] {
-        // Every member, NOCOLOR ones included, counts the split: child ids stay aligned.
-        if (Runtime* rt = Runtime::IfActive()) {
-          parent = Known(*rt, comm);
-          if (parent) child = parent->children.fetch_add(1);
-        }
-        return real(comm, color, key, newcomm, config);
-      },
-      [&](Runtime& rt, ThreadState&, ncclResult_t r) {
-        if (!Ok(r)) {
-          rt.OnNcclError("ncclCommSplit", r, parent, false);
-          return;
-        }
-        if (newcomm && *newcomm && parent)
-          Register(rt, *newcomm, CommIdForSplit(parent->id, child, color), 0, -1, CommKind::Split, config, parent,
-                   color, key);
-      });
+  return CreateChild(
+      "ncclCommSplit", comm, newcomm, config, CommKind::Split, color, key,
+      [&] { return real(comm, color, key, newcomm, config); },
+      [&](uint64_t parent_id, uint32_t child) { return CommIdForSplit(parent_id, child, color); });
 }
 
 ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm,
                             ncclConfig_t* config, int shrinkFlags) {
   NCCLWATCH_REAL(ncclCommShrink);
-  CommInfo* parent = nullptr;
-  uint32_t child = 0;
-  return Managed(
-      "ncclCommShrink", true,
-      [&] {
-        if (Runtime* rt = Runtime::IfActive()) {
-          parent = Known(*rt, comm);
-          if (parent) child = parent->children.fetch_add(1);
-        }
-        return real(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags);
-      },
-      [&](Runtime& rt, ThreadState&, ncclResult_t r) {
-        if (!Ok(r)) {
-          rt.OnNcclError("ncclCommShrink", r, parent, false);
-          return;
-        }
-        if (newcomm && *newcomm && parent)
-          Register(rt, *newcomm, CommIdForShrink(parent->id, child, excludeRanksList, excludeRanksCount), 0, -1,
-                   CommKind::Shrink, config, parent);
+  return CreateChild(
+      "ncclCommShrink", comm, newcomm, config, CommKind::Shrink, 0, 0,
+      [&] { return real(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags); },
+      [&](uint64_t parent_id, uint32_t child) {
+        return CommIdForShrink(parent_id, child, excludeRanksList, excludeRanksCount);
       });
 }
 

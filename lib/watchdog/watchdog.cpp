@@ -18,19 +18,6 @@ namespace {
 
 constexpr size_t kQueueCapacity = 8192;
 
-std::string HumanBytes(uint64_t b) {
-  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(b);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  char buf[32];
-  snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, kUnits[u]);
-  return buf;
-}
-
 std::string DescribeStall(const InflightView& v, const char* where) {
   char buf[512];
   const OpSnapshot& o = v.op;
@@ -38,12 +25,12 @@ std::string DescribeStall(const InflightView& v, const char* where) {
   if (o.seq > 0)
     snprintf(buf, sizeof buf, "%s seq %llu on comm %s (%s) %s for %.1f s; deadline %.1f s",
              trace::OpKindName(o.kind), static_cast<unsigned long long>(o.seq), id.c_str(),
-             HumanBytes(o.bytes).c_str(), where, v.age_s, v.deadline_s);
+             trace::FormatBytes(o.bytes).c_str(), where, v.age_s, v.deadline_s);
   else
     snprintf(buf, sizeof buf, "%s #%llu %s peer %d on comm %s (%s) %s for %.1f s; deadline %.1f s",
              trace::OpKindName(o.kind), static_cast<unsigned long long>(o.p2p_seq),
              o.kind == trace::OpKind::Send ? "to" : "from", o.peer, id.c_str(),
-             HumanBytes(o.bytes).c_str(), where, v.age_s, v.deadline_s);
+             trace::FormatBytes(o.bytes).c_str(), where, v.age_s, v.deadline_s);
   return buf;
 }
 

@@ -61,37 +61,46 @@ TEST_CASE("state changes apply to the right record only") {
 
 TEST_CASE("multi-threaded stress: many producers, a state updater and readers never see torn records") {
   FlightRing ring(256);
-  constexpr int kThreads = 6, kPerThread = 40000;
+  constexpr int kThreads = 6, kPerThread = 40000, kMinReads = 50;
   std::atomic<bool> stop{false};
-  std::atomic<uint64_t> torn{0}, read{0};
+  std::atomic<int> ready{0};
+  std::atomic<uint64_t> torn{0}, snapshots{0}, read{0}, total{0};
   std::thread updater([&] {
+    ready.fetch_add(1);
     while (!stop.load()) {
       uint64_t h = ring.recorded();
       for (uint64_t i = h > 64 ? h - 64 : 0; i < h; ++i) ring.SetState(i, trace::OpState::Completed, i + 1);
     }
   });
   std::thread reader([&] {
+    ready.fetch_add(1);
     while (!stop.load()) {
       for (auto& o : ring.Snapshot()) {
         read.fetch_add(1);
         if (o.count != o.seq * 3 || o.bytes != o.seq * 12 || o.comm_id > kThreads) torn.fetch_add(1);
       }
+      snapshots.fetch_add(1);
     }
   });
+  while (ready.load() < 2) std::this_thread::yield();
   std::vector<std::thread> producers;
   for (int t = 1; t <= kThreads; ++t)
     producers.emplace_back([&, t] {
-      for (uint64_t i = 1; i <= kPerThread; ++i) {
+      // Keep writing until the reader has really raced with us, however the machine schedules.
+      uint64_t i = 0;
+      while (++i <= kPerThread || snapshots.load() < kMinReads) {
         auto o = MakeOp(i, t);
         ring.Record(o);
       }
+      total.fetch_add(i - 1);
     });
   for (auto& p : producers) p.join();
   stop.store(true);
   updater.join();
   reader.join();
-  CHECK(ring.recorded() == uint64_t(kThreads) * kPerThread);
+  CHECK(ring.recorded() == total.load());
   CHECK(torn.load() == 0);
+  CHECK(snapshots.load() >= kMinReads);
   CHECK(read.load() > 0);
   // Every remaining entry is intact and each producer's entries are in its own order.
   auto snap = ring.Snapshot();

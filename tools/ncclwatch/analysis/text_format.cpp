@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "ncclwatch/trace_format.h"
+
 namespace ncclwatch {
 namespace analysis {
 
@@ -33,20 +35,7 @@ std::string FormatSeconds(double s) {
 }
 
 std::string FormatBytes(int64_t bytes) {
-  if (bytes < 0) return "?";
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  char buf[64];
-  if (u == 0 || v >= 100 || v == static_cast<int64_t>(v))
-    std::snprintf(buf, sizeof buf, "%.0f %s", v, units[u]);
-  else
-    std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
-  return buf;
+  return bytes < 0 ? "?" : trace::FormatBytes(static_cast<uint64_t>(bytes));
 }
 
 std::string FormatPythonFrame(const PythonFrame& f) {
