@@ -367,6 +367,51 @@ def split_ids_match_across_ranks():
     check(len(ids) == 1 + 2 + 3, f"distinct ids for distinct communicators: {len(ids)}")
 
 
+@case
+def stall_then_recovery():
+    # Rank 0 is 4 s late, the deadline is 1 s: a stall, then a recovery record; the job finishes.
+    j = job(2, ["--iters", "10", "--busy-rank", "0", "--busy-at", "3", "--busy-ms", "4000"],
+            env={"NCCLWATCH_TIMEOUT": "1"}, timeout=30)
+    check(j.rc == 0 and j.out.count("ok") == 2, f"a stall is a report, not a kill: {j.rc} {j.err[-1500:]}")
+    d = j.first(1, "recovery")
+    rec = d["recoveries"]
+    check(rec and rec[0]["seq"] == 4 and rec[0]["op"] == "AllReduce", f"the recovery names the operation: {rec}")
+    check(3.0 <= rec[0]["recovered_after_s"] <= 6.0, f"and after how long: {rec[0]['recovered_after_s']}")
+    check(any("recovered: AllReduce seq 4" in l for l in j.ncclwatch_lines()), "one line says it recovered")
+
+
+@case
+def run_wrapper():
+    nw = os.path.join(B, "bin", "ncclwatch")
+    tmp = tempfile.mkdtemp(prefix="ncclwatch-e2e-")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("NCCLWATCH_") and k != "LD_PRELOAD"}
+    # The exit status is the command's, whatever it is; LD_PRELOAD is prepended, not replaced.
+    r = subprocess.run([nw, "run", "--", "sh", "-c", "echo \"$LD_PRELOAD|$NCCLWATCH_DIR\"; exit 3"],
+                       env=dict(base, LD_PRELOAD="libm.so.6"), cwd=tmp, capture_output=True, text=True)
+    check(r.returncode == 3, f"exit status 3 kept ({r.returncode}): {r.stderr}")
+    pre, d = r.stdout.strip().split("|")
+    check(pre.endswith("libncclwatch.so:libm.so.6"), f"ours first, the existing value kept: {pre}")
+    check(os.path.basename(d).startswith("ncclwatch-"), f"a job-scoped directory: {d}")
+    r = subprocess.run([nw, "run", "--", "sh", "-c", "kill -TERM $$"], env=base, cwd=tmp, capture_output=True)
+    check(r.returncode == -signal.SIGTERM, f"death by signal kept: {r.returncode}")
+    # A hang: dumps land in --dir and the verdict is printed after the job.
+    dumps = os.path.join(tmp, "dumps")
+    r = subprocess.run([nw, "run", "--dir", dumps, "--timeout", "3", "--set", "PEER_POLL_MS=200", "--",
+                        os.path.join(B, "bin", "simlaunch"), "-n", "2", "--timeout", "8", "--",
+                        os.path.join(B, "bin", "sim_workload"), "--iters", "20", "--busy-rank", "1", "--busy-at", "4",
+                        "--busy-ms", "-1"], env=base, cwd=tmp, capture_output=True, text=True)
+    check(r.returncode == 124, f"the launcher's timeout status is kept ({r.returncode})")
+    check(glob.glob(os.path.join(dumps, "rank*.json")), "dumps in --dir")
+    check("rank_missing" in r.stdout and "rank 1" in r.stdout, f"the verdict is printed:\n{r.stdout[-2000:]}")
+    # A healthy job: no dump, no analysis.
+    r = subprocess.run([nw, "run", "--dir", os.path.join(tmp, "ok"), "--", os.path.join(B, "bin", "simlaunch"), "-n",
+                        "2", "--", os.path.join(B, "bin", "sim_workload"), "--iters", "5"], env=base, cwd=tmp,
+                       capture_output=True, text=True)
+    check(r.returncode == 0 and "analysis" not in r.stderr + r.stdout, f"nothing to analyze: {r.stderr}")
+    r = subprocess.run([nw, "run", "--bogus"], env=base, capture_output=True, text=True)
+    check(r.returncode == 2 and "unknown option '--bogus'" in r.stderr, f"bad usage: one clear line: {r.stderr}")
+
+
 # ---------------------------------------------------------------------------------------------
 # `ncclwatch analyze` on the dumps of real jobs: every cause, its culprits and sequence number.
 
