@@ -1,5 +1,6 @@
 #include "dump/signals.h"
 
+#include <dlfcn.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -27,6 +28,7 @@ std::atomic<int> g_watchdog_tid{0};
 std::atomic<int> g_pending{0};
 std::atomic<uint64_t> g_requested{0};
 std::atomic<uint64_t> g_done{0};
+std::atomic<uintptr_t> g_trampoline{0};
 
 bool IsFatal(int sig) {
   for (int s : kFatal)
@@ -86,6 +88,8 @@ bool Install(int sig) {
   sigemptyset(&sa.sa_mask);
   if (sigaction(sig, &sa, &g_previous[sig]) != 0) return false;
   g_installed[sig].store(true);
+  struct sigaction now {};
+  if (sigaction(sig, nullptr, &now) == 0) g_trampoline.store(reinterpret_cast<uintptr_t>(now.sa_restorer));
   return true;
 }
 
@@ -114,6 +118,14 @@ void InstallSignalHandlers(bool terminate_and_fatal, int dump_signal, uint64_t w
 }
 
 void SetWatchdogTid(int tid) { g_watchdog_tid.store(tid); }
+
+uintptr_t SignalTrampoline() { return g_trampoline.load(); }
+
+bool InOurLibrary(uintptr_t ip) {
+  Dl_info mine, theirs;
+  return dladdr(reinterpret_cast<void*>(&InOurLibrary), &mine) && dladdr(reinterpret_cast<void*>(ip), &theirs) &&
+         mine.dli_fbase == theirs.dli_fbase;
+}
 
 int TakePendingSignal(trace::DumpReason* reason) {
   int sig = g_pending.load();

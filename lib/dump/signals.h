@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstddef>
 
 #include "ncclwatch/trace_format.h"
 
@@ -25,6 +26,13 @@ void SetWatchdogTid(int tid);
 // Watchdog side: the signal waiting for a dump, if any (0 none); then DoneSignalDump().
 int TakePendingSignal(trace::DumpReason* reason);
 void DoneSignalDump();
+
+// The address the kernel returns to after a handler (glibc's restorer), 0 if unknown: a
+// thread's stack that has ncclwatch's handler above this frame was interrupted by our signal,
+// and the frames below it are the application's.
+uintptr_t SignalTrampoline();
+// True for an address inside libncclwatch itself.
+bool InOurLibrary(uintptr_t ip);
 
 // For tests: restores the handlers that were installed before.
 void UninstallSignalHandlers();

@@ -45,6 +45,20 @@ std::vector<FrameOut> Symbolized(const std::vector<uintptr_t>& ips) {
   return out;
 }
 
+// A thread waiting in our signal handler for this very dump shows our handler on top of the
+// signal trampoline: what it was doing is below the trampoline.
+std::vector<uintptr_t> WithoutOwnHandler(const std::vector<uintptr_t>& ips) {
+  uintptr_t tramp = SignalTrampoline();
+  if (!tramp) return ips;
+  for (size_t i = 1; i < ips.size(); ++i) {
+    if (ips[i] < tramp || ips[i] > tramp + 16) continue;
+    bool ours = false;
+    for (size_t j = 0; j < i && !ours; ++j) ours = InOurLibrary(ips[j]);
+    if (ours) return std::vector<uintptr_t>(ips.begin() + static_cast<long>(i) + 1, ips.end());
+  }
+  return ips;
+}
+
 std::vector<PyFrameOut> PythonOut(const std::vector<stacks::PythonFrame>& frames) {
   std::vector<PyFrameOut> out;
   out.reserve(frames.size());
@@ -226,7 +240,7 @@ void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const st
       std::string note;
       for (auto& t : stacks::CaptureAllThreads(kStackTimeoutMs, config_.python, static_cast<int>(config_.gil_timeout_ms),
                                                &note))
-        in.threads.push_back({t.tid, t.name, t.note, Symbolized(t.ips), PythonOut(t.python)});
+        in.threads.push_back({t.tid, t.name, t.note, Symbolized(WithoutOwnHandler(t.ips)), PythonOut(t.python)});
     }
   }
   in.time_unix_ns = UnixNs();
