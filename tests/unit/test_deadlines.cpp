@@ -5,7 +5,7 @@
 using namespace ncclwatch;
 using trace::OpKind;
 
-TEST_CASE("without history the default applies; fixed per-op values always win") {
+TEST_CASE("without history the default applies, and fixed per-op values always win") {
   DeadlineSpec spec;
   spec.default_s = 60;
   spec.per_op_s[static_cast<int>(OpKind::Send)] = 600;

@@ -185,7 +185,7 @@ TEST_CASE("history tightens the deadline to the adaptive one") {
   CHECK(b.stalls.size() == 1);
 }
 
-TEST_CASE("captured operations get no marker; the watchdog's queries never invalidate a capture") {
+TEST_CASE("captured operations get no marker, and the watchdog's queries never invalidate a capture") {
   Bench b;
   g_gpu.capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
   Marker* m = nullptr;

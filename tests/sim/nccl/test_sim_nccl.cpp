@@ -543,7 +543,7 @@ TEST_CASE("fault error: the call fails and the async error turns remote", "[.fau
   CHECK(std::string(ncclGetLastError(nullptr)).find("injected") != std::string::npos);
 }
 
-TEST_CASE("init inside a group from one thread; ncclGroupSimulateEnd launches nothing") {
+TEST_CASE("init inside a group from one thread, and ncclGroupSimulateEnd launches nothing") {
   REQUIRE(cuInit(0) == CUDA_SUCCESS);
   const int n = 3;
   ncclUniqueId id;
