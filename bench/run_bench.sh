@@ -21,10 +21,11 @@ data = json.load(open(sys.argv[1]))
 med = {b["run_name"]: b["real_time"] for b in data["benchmarks"] if b.get("aggregate_name") == "median"}
 ring = next((b.get("ring_bytes") for b in data["benchmarks"] if "ring_bytes" in b), None)
 print(f"call-site stacks {'on' if sys.argv[2] == '1' else 'off'} (median of {data['benchmarks'][0].get('repetitions', '?')} runs, ns per call):")
-for depth in ("shallow", "deep"):
-    d, w = med.get(f"Direct/{depth}"), med.get(f"Wrapped/{depth}")
-    if d is None or w is None: continue
-    print(f"  {depth:8s} direct {d:8.1f}  wrapped {w:8.1f}  overhead {w - d:7.1f} ns  ratio {w / d:5.2f}")
+for regime in ("issue", "flow"):
+    for depth in ("shallow", "deep"):
+        d, w = med.get(f"{regime}/Direct/{depth}"), med.get(f"{regime}/Wrapped/{depth}")
+        if d is None or w is None: continue
+        print(f"  {regime:5s} {depth:8s} direct {d:8.1f}  wrapped {w:8.1f}  overhead {w - d:7.1f} ns  ratio {w / d:5.2f}")
 if ring: print(f"  ring resident memory (4096 entries): {ring / 1024:.0f} KiB")
 PY
   rm -f "$out"

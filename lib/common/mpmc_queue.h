@@ -57,6 +57,11 @@ class MpmcQueue {
   }
 
   size_t capacity() const { return mask_ + 1; }
+  // Approximate number of queued items (exact when nobody is pushing or popping).
+  size_t ApproxSize() const {
+    size_t t = tail_.load(std::memory_order_relaxed), h = head_.load(std::memory_order_relaxed);
+    return t > h ? t - h : 0;
+  }
   size_t MemoryBytes() const { return sizeof(Cell) * capacity(); }
 
  private:

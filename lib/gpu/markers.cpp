@@ -5,7 +5,8 @@
 namespace ncclwatch {
 
 struct ContextPool {
-  static constexpr size_t kPooled = 4096;
+  // More than the watchdog's hand-off queue holds: markers coming back never overflow the pool.
+  static constexpr size_t kPooled = 16384;
   CUcontext ctx = nullptr;
   MpmcQueue<Marker*> free{kPooled};
 };

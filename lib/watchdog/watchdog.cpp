@@ -16,8 +16,6 @@
 namespace ncclwatch {
 namespace {
 
-constexpr size_t kQueueCapacity = 8192;
-
 std::string DescribeStall(const InflightView& v, const char* where) {
   char buf[512];
   const OpSnapshot& o = v.op;
@@ -109,6 +107,7 @@ void Watchdog::Run() {
 }
 
 void Watchdog::Drain() {
+  wake_requested_.store(false, std::memory_order_release);
   InflightItem item;
   while (queue_.TryPop(&item)) {
     Tracked t;
@@ -128,7 +127,7 @@ void Watchdog::PollOnce(uint64_t now_ns) {
     for (auto it = streams_.begin(); it != streams_.end();) {
       Advance(it->second, now_ns);
       // Forget idle streams, but keep the last completion time while work may follow soon.
-      if (it->second.items.empty() && now_ns - it->second.last_done_ns > SToNs(600))
+      if (it->second.items.empty() && ElapsedS(it->second.last_done_ns, now_ns) > 600)
         it = streams_.erase(it);
       else
         ++it;
@@ -145,16 +144,35 @@ void Watchdog::PollOnce(uint64_t now_ns) {
 }
 
 void Watchdog::Advance(StreamTrack& track, uint64_t now_ns) {
-  while (!track.items.empty()) {
-    Tracked& t = track.items.front();
+  auto& items = track.items;
+  // A stream runs its work in order, so its completed operations are a prefix of `items`: a
+  // binary search over end markers finds it with O(log n) queries, not one per operation (at
+  // hundreds of thousands of operations a second, per-operation queries would cost a core).
+  size_t lo = 0, hi = items.size();
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (markers_->QueryEnd(items[mid].item.marker) == CUDA_SUCCESS)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  for (size_t done = 0; done < lo; ++done) {
+    Tracked& t = items.front();
+    if (t.current_since_ns == 0) t.current_since_ns = std::max(t.item.op.enqueue_ns, track.last_done_ns);
+    Complete(t, now_ns);
+    track.last_done_ns = now_ns;
+    items.pop_front();
+  }
+  while (!items.empty()) {
+    Tracked& t = items.front();
     // An operation's clock starts when it becomes current on its stream: the ones queued
     // behind it cannot start earlier.
     if (t.current_since_ns == 0) t.current_since_ns = std::max(t.item.op.enqueue_ns, track.last_done_ns);
     CUresult r = markers_->QueryEnd(t.item.marker);
-    if (r == CUDA_SUCCESS) {
+    if (r == CUDA_SUCCESS) {  // completed since the search
       Complete(t, now_ns);
       track.last_done_ns = now_ns;
-      track.items.pop_front();
+      items.pop_front();
       continue;
     }
     if (r != CUDA_ERROR_NOT_READY) {
@@ -162,7 +180,7 @@ void Watchdog::Advance(StreamTrack& track, uint64_t now_ns) {
               trace::OpKindName(t.item.op.kind), static_cast<unsigned long long>(t.item.op.stream));
       ring_->SetState(t.item.op.index, trace::OpState::Error, now_ns);
       markers_->Release(t.item.marker);
-      track.items.pop_front();
+      items.pop_front();
       continue;
     }
     if (t.state == trace::OpState::Enqueued && markers_->QueryStart(t.item.marker) == CUDA_SUCCESS) {
@@ -187,7 +205,7 @@ void Watchdog::Complete(Tracked& t, uint64_t now_ns) {
       StoreMax(o.kind == trace::OpKind::Send ? p->send_completed : p->recv_completed, o.p2p_seq);
     }
   }
-  double took = NsToS(now_ns - t.current_since_ns);
+  double took = ElapsedS(t.current_since_ns, now_ns);
   if (!t.stall_reported) {
     deadlines_.RecordHealthy(o.comm_id, o.kind, o.bytes, took);
   } else {
@@ -207,7 +225,7 @@ InflightView Watchdog::ViewOf(const Tracked& t, uint64_t now_ns) const {
   v.op = t.item.op;
   v.op.state = t.state;
   uint64_t since = t.current_since_ns ? t.current_since_ns : t.item.op.enqueue_ns;
-  v.age_s = now_ns > since ? NsToS(now_ns - since) : 0;
+  v.age_s = ElapsedS(since, now_ns);
   v.deadline_s = t.deadline_s > 0 ? t.deadline_s
                                    : deadlines_.DeadlineS(t.item.op.comm_id, t.item.op.kind, t.item.op.bytes);
   v.stalled = t.stall_reported;
@@ -222,7 +240,7 @@ void Watchdog::CheckDeadlines(uint64_t now_ns, std::vector<std::pair<InflightVie
     if (kv.second.items.empty()) continue;
     Tracked& t = kv.second.items.front();  // only the current operation of a stream can be late
     t.deadline_s = deadlines_.DeadlineS(t.item.op.comm_id, t.item.op.kind, t.item.op.bytes);
-    double age = NsToS(now_ns - t.current_since_ns);
+    double age = ElapsedS(t.current_since_ns, now_ns);
     if (t.stall_reported || age <= t.deadline_s) continue;
     t.stall_reported = true;
     InflightView v = ViewOf(t, now_ns);
@@ -247,7 +265,7 @@ void Watchdog::CheckHostBlocked(uint64_t now_ns, std::vector<std::pair<InflightV
     bool reported = host_stalls_reported_.count(key) > 0;
     InflightView v;
     v.host_blocked = true;
-    v.age_s = now_ns > call.since_ns ? NsToS(now_ns - call.since_ns) : 0;
+    v.age_s = ElapsedS(call.since_ns, now_ns);
     bool has_op = call.op_index1 != 0 && ring_->Read(call.op_index1 - 1, &v.op);
     v.deadline_s = has_op ? deadlines_.DeadlineS(v.op.comm_id, v.op.kind, v.op.bytes) : config_.timeout.default_s;
     if (reported || v.age_s > v.deadline_s) still[key] = true;
@@ -285,7 +303,7 @@ std::vector<InflightView> Watchdog::Inflight(int lock_timeout_ms, uint64_t now_n
     InflightView v;
     if (call.op_index1 == 0 || !ring_->Read(call.op_index1 - 1, &v.op)) continue;
     v.host_blocked = true;
-    v.age_s = now > call.since_ns ? NsToS(now - call.since_ns) : 0;
+    v.age_s = ElapsedS(call.since_ns, now);
     v.deadline_s = locked ? deadlines_.DeadlineS(v.op.comm_id, v.op.kind, v.op.bytes) : config_.timeout.default_s;
     v.stalled = v.age_s > v.deadline_s;
     out.push_back(v);

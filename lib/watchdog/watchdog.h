@@ -65,7 +65,15 @@ class Watchdog {
 
   // Hot path: hands a launched operation over. False when the queue is full (the caller then
   // gives the marker back and the operation stays unmonitored).
-  bool Submit(const InflightItem& item) { return queue_.TryPush(item); }
+  bool Submit(const InflightItem& item) {
+    if (!queue_.TryPush(item)) return false;
+    // At high operation rates the queue would fill between two polls: once it is half full,
+    // wake the watchdog (one eventfd write per half queue, not per operation).
+    if (queue_.ApproxSize() > queue_.capacity() / 2 && !wake_requested_.exchange(true, std::memory_order_acq_rel))
+      Wake();
+    return true;
+  }
+  static constexpr size_t kQueueCapacity = 8192;
   // Async-signal-safe.
   void Wake();
 
@@ -118,6 +126,7 @@ class Watchdog {
   std::thread thread_;
   std::atomic<std::thread::id> thread_id_{};
   std::atomic<bool> stop_{false};
+  std::atomic<bool> wake_requested_{false};
   std::atomic<bool> running_{false};
   int wake_fd_ = -1;
 };

@@ -223,3 +223,20 @@ TEST_CASE("a thread blocked inside an NCCL call past the deadline is a stall too
   b.wd->PollOnce(108 * S);
   CHECK(b.threads.InsideNccl().empty());
 }
+
+TEST_CASE("an operation recorded after the poll read its clock is not late") {
+  // Regression: at high operation rates, enqueue_ns can be later than the poll's "now", and an
+  // unsigned subtraction made such an operation look billions of seconds old.
+  Bench b;
+  Marker* m = b.Launch(1, 100 * S);
+  b.wd->PollOnce(100 * S - 1000);  // the poll's clock was read just before the launch
+  CHECK(b.stalls.empty());
+  g_gpu.reached[m->start] = g_gpu.reached[m->end] = true;
+  b.wd->PollOnce(100 * S - 500);
+  CHECK(b.recoveries.empty());
+  // ...and the healthy duration recorded for it is 0, not huge: history still tightens deadlines.
+  Marker* m2 = b.Launch(2, 101 * S);
+  (void)m2;
+  b.wd->PollOnce(111 * S + 1);  // past the 10 s floor... and the 5 s default
+  CHECK(b.stalls.size() == 1);
+}
