@@ -13,9 +13,17 @@ struct ContextPool {
 
 GpuMarkers::GpuMarkers(const CudaDriver* driver, bool timing) : driver_(driver), timing_(timing) {}
 
-// Pools and their events live as long as the process: the driver may already be shutting
-// down when static destructors run, so nothing is destroyed here.
-GpuMarkers::~GpuMarkers() = default;
+// The runtime's GpuMarkers is never destroyed (the driver may already be shutting down at
+// exit). One that is (tests) frees its memory, but never calls the driver to destroy events.
+GpuMarkers::~GpuMarkers() {
+  for (auto& e : pools_) {
+    ContextPool* pool = e.pool.load(std::memory_order_acquire);
+    if (!pool) continue;
+    Marker* m = nullptr;
+    while (pool->free.TryPop(&m)) delete m;
+    delete pool;
+  }
+}
 
 ContextPool* GpuMarkers::PoolFor(CUcontext ctx) {
   for (auto& e : pools_) {

@@ -47,7 +47,15 @@ Watchdog::Watchdog(const Config& config, FlightRing* ring, GpuMarkers* markers, 
 }
 
 Watchdog::~Watchdog() {
-  if (thread_.joinable()) thread_.detach();
+  if (thread_.joinable()) {
+    thread_.detach();  // never joined: the runtime's watchdog lives until the process exits
+    return;
+  }
+  // A watchdog that never ran a thread (tests): hand its markers back to their pools.
+  Drain();
+  for (auto& kv : streams_)
+    for (auto& t : kv.second.items)
+      if (markers_) markers_->Release(t.item.marker);
   if (wake_fd_ >= 0) close(wake_fd_);
 }
 
