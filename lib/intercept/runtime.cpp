@@ -193,8 +193,8 @@ CommInfo* Runtime::AdoptUnknown(const void* handle) {
 
 void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const std::optional<PeerRequest>& trigger,
                    const std::optional<InflightView>& stalled, bool light) {
-  std::unique_lock<std::timed_mutex> lock(dump_mu_, std::defer_lock);
-  if (!lock.try_lock_for(std::chrono::seconds(30))) return;
+  if (!LockWithin(dump_mu_, 30000)) return;
+  std::lock_guard<std::mutex> lock(dump_mu_, std::adopt_lock);
   if (dumps_->LimitReached()) {
     dumps_->Write("", "");  // logs the limit once
     return;

@@ -77,7 +77,7 @@ class Runtime {
   std::atomic<int> world_size_{-1};
   int nccl_version_ = 0;
 
-  std::timed_mutex dump_mu_;
+  std::mutex dump_mu_;
   uint64_t dump_seq_ = 0;
   std::atomic<uint64_t> last_dump_mono_ns_{0};
   std::atomic<uint64_t> last_abort_dump_ns_{0};

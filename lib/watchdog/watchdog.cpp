@@ -129,7 +129,7 @@ void Watchdog::PollOnce(uint64_t now_ns) {
   std::vector<std::pair<InflightView, std::string>> stalls;
   std::vector<Recovery> recovered;
   {
-    std::lock_guard<std::timed_mutex> lock(mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     size_t before = recoveries_.size();
     Drain();
     for (auto it = streams_.begin(); it != streams_.end();) {
@@ -298,9 +298,10 @@ void Watchdog::CheckHostBlocked(uint64_t now_ns, std::vector<std::pair<InflightV
 std::vector<InflightView> Watchdog::Inflight(int lock_timeout_ms, uint64_t now_ns) {
   uint64_t now = now_ns ? now_ns : MonoNs();
   std::vector<InflightView> out;
-  std::unique_lock<std::timed_mutex> lock(mu_, std::defer_lock);
   // Callers on the watchdog thread are callbacks: PollOnce has released the lock by then.
-  bool locked = lock.try_lock_for(std::chrono::milliseconds(lock_timeout_ms));
+  bool locked = LockWithin(mu_, lock_timeout_ms);
+  std::unique_lock<std::mutex> lock(mu_, std::adopt_lock_t{});
+  if (!locked) lock.release();
   if (locked) {
     Drain();
     for (auto& kv : streams_)
@@ -322,8 +323,8 @@ std::vector<InflightView> Watchdog::Inflight(int lock_timeout_ms, uint64_t now_n
 }
 
 std::vector<Recovery> Watchdog::Recoveries() {
-  std::unique_lock<std::timed_mutex> lock(mu_, std::defer_lock);
-  if (!lock.try_lock_for(std::chrono::milliseconds(500))) return {};
+  if (!LockWithin(mu_, 500)) return {};
+  std::lock_guard<std::mutex> lock(mu_, std::adopt_lock);
   return recoveries_;
 }
 

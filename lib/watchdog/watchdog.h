@@ -117,7 +117,7 @@ class Watchdog {
   DeadlinePolicy deadlines_;
   MpmcQueue<InflightItem> queue_;
 
-  std::timed_mutex mu_;  // guards everything below; held by the watchdog during a poll
+  std::mutex mu_;  // guards everything below; held by the watchdog during a poll
   std::map<uint64_t, StreamTrack> streams_;
   std::vector<Recovery> recoveries_;
   std::map<std::pair<int32_t, uint64_t>, bool> host_stalls_reported_;  // (tid, since) -> reported
