@@ -14,7 +14,7 @@ trap 'rm -rf "$NCCLWATCH_DIR"' EXIT
 for callsites in 1 0; do
   out=$(mktemp)
   NCCLWATCH_CALLSITES=$callsites "$bin" --benchmark_repetitions="$reps" --benchmark_report_aggregates_only=true \
-    --benchmark_format=json --benchmark_min_time=0.2 > "$out" 2>/dev/null
+    --benchmark_format=json --benchmark_min_time=0.2 --benchmark_enable_random_interleaving=true > "$out" 2>/dev/null
   python3 - "$out" "$callsites" <<'PY'
 import json, sys
 data = json.load(open(sys.argv[1]))

@@ -4,11 +4,63 @@
 
 namespace ncclwatch {
 
+// Markers live in chunks that are never freed while the pool exists, so a free-list link can
+// be read even after another thread took that marker; the head word carries a tag that every
+// change bumps, so such a stale read makes the CAS fail instead of corrupting the list (ABA).
 struct ContextPool {
-  // More than the watchdog's hand-off queue holds: markers coming back never overflow the pool.
-  static constexpr size_t kPooled = 16384;
+  static constexpr uint32_t kChunk = 256;
+  static constexpr uint32_t kMaxChunks = GpuMarkers::kMaxMarkersPerContext / kChunk;
   CUcontext ctx = nullptr;
-  MpmcQueue<Marker*> free{kPooled};
+  alignas(64) std::atomic<uint64_t> head{0};  // tag << 32 | (index + 1) of the first free marker
+  std::atomic<Marker*> chunks[kMaxChunks] = {};
+  uint32_t used = 0;  // markers handed out of the chunks, under grow_mu
+  std::mutex grow_mu;
+
+  Marker* At(uint32_t index) const {
+    return &chunks[index / kChunk].load(std::memory_order_acquire)[index % kChunk];
+  }
+  bool Pop(Marker** out) {
+    uint64_t head_word = head.load(std::memory_order_acquire);
+    for (;;) {
+      const uint32_t first = static_cast<uint32_t>(head_word);
+      if (first == 0) return false;
+      Marker* m = At(first - 1);
+      const uint64_t next = (head_word & ~0xffffffffull) + (1ull << 32) + m->next_free.load(std::memory_order_relaxed);
+      if (head.compare_exchange_weak(head_word, next, std::memory_order_acq_rel, std::memory_order_acquire)) {
+        *out = m;
+        return true;
+      }
+    }
+  }
+  void Push(Marker* m) {
+    uint64_t head_word = head.load(std::memory_order_relaxed);
+    for (;;) {
+      m->next_free.store(static_cast<uint32_t>(head_word), std::memory_order_relaxed);
+      const uint64_t next = (head_word & ~0xffffffffull) + (1ull << 32) + m->index + 1;
+      if (head.compare_exchange_weak(head_word, next, std::memory_order_acq_rel, std::memory_order_relaxed)) return;
+    }
+  }
+  // A marker that was never used (its events are created by the caller), or null at the bound.
+  Marker* Grow() {
+    std::lock_guard<std::mutex> lock(grow_mu);
+    if (used >= GpuMarkers::kMaxMarkersPerContext) return nullptr;
+    const uint32_t index = used;
+    std::atomic<Marker*>& chunk = chunks[index / kChunk];
+    if (!chunk.load(std::memory_order_relaxed)) {
+      Marker* fresh = new (std::nothrow) Marker[kChunk];
+      if (!fresh) return nullptr;
+      for (uint32_t i = 0; i < kChunk; ++i) {
+        fresh[i].pool = this;
+        fresh[i].index = index + i;
+      }
+      chunk.store(fresh, std::memory_order_release);
+    }
+    ++used;
+    return At(index);
+  }
+  ~ContextPool() {
+    for (auto& chunk : chunks) delete[] chunk.load(std::memory_order_relaxed);
+  }
 };
 
 GpuMarkers::GpuMarkers(const CudaDriver* driver, bool timing) : driver_(driver), timing_(timing) {}
@@ -16,13 +68,7 @@ GpuMarkers::GpuMarkers(const CudaDriver* driver, bool timing) : driver_(driver),
 // The runtime's GpuMarkers is never destroyed (the driver may already be shutting down at
 // exit). One that is (tests) frees its memory, but never calls the driver to destroy events.
 GpuMarkers::~GpuMarkers() {
-  for (auto& e : pools_) {
-    ContextPool* pool = e.pool.load(std::memory_order_acquire);
-    if (!pool) continue;
-    Marker* m = nullptr;
-    while (pool->free.TryPop(&m)) delete m;
-    delete pool;
-  }
+  for (auto& e : pools_) delete e.pool.load(std::memory_order_acquire);
 }
 
 ContextPool* GpuMarkers::PoolFor(CUcontext ctx) {
@@ -80,24 +126,27 @@ Marker* GpuMarkers::Acquire(CUstream stream) {
   ContextPool* pool = PoolFor(ctx);
   if (!pool) return nullptr;
   Marker* m = nullptr;
-  if (pool->free.TryPop(&m)) return m;
-  // Pool empty (warm-up): create a pair in the stream's context.
+  if (!pool->Pop(&m)) {
+    m = pool->Grow();        // pool empty (warm-up)
+    if (!m) return nullptr;  // kMaxMarkersPerContext in flight: this one goes unmonitored
+  }
+  if (m->start) return m;
+  // A new marker (or one whose events could not be created before): its pair is created in
+  // the stream's context.
   CUcontext current = nullptr;
   driver_->CtxGetCurrent(&current);
   bool switched = current != ctx && driver_->CtxPushCurrent(ctx) == CUDA_SUCCESS;
   unsigned flags = timing_ ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING;
-  m = new Marker;
-  m->pool = pool;
   bool ok = driver_->EventCreate(&m->start, flags) == CUDA_SUCCESS &&
             driver_->EventCreate(&m->end, flags) == CUDA_SUCCESS;
   if (switched) {
     CUcontext popped;
     driver_->CtxPopCurrent(&popped);
   }
-  if (!ok) {
+  if (!ok) {  // kept in the pool without events: the next Acquire that pops it tries again
     if (m->start) driver_->EventDestroy(m->start);
-    if (m->end) driver_->EventDestroy(m->end);
-    delete m;
+    m->start = m->end = nullptr;
+    pool->Push(m);
     return nullptr;
   }
   created_.fetch_add(1, std::memory_order_relaxed);
@@ -146,10 +195,7 @@ float GpuMarkers::ElapsedMs(const Marker* m) const {
 
 void GpuMarkers::Release(Marker* m) {
   if (m->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-  if (m->pool->free.TryPush(m)) return;
-  driver_->EventDestroy(m->start);
-  driver_->EventDestroy(m->end);
-  delete m;
+  m->pool->Push(m);
 }
 
 }  // namespace ncclwatch

@@ -1,15 +1,17 @@
 // GPU markers: a start and an end CUDA event around each operation on its stream, from
-// per-context pools (no event is created per call once the pool is warm). Events carry
+// per-context pools (no event is created per call once the pool is warm). A pool is a LIFO
+// free list: the marker taken is the one given back last, still in cache (and so are its
+// events in the driver), where a FIFO would cycle through every marker ever created. Events carry
 // CU_EVENT_DISABLE_TIMING unless exact durations were asked for: timing events on the
 // communication stream serialize NCCL/GEMM overlap under CUDA_DEVICE_MAX_CONNECTIONS=1
 // (pytorch#143890, TransformerEngine#1353).
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 
-#include "common/mpmc_queue.h"
 #include "gpu/driver.h"
 
 namespace ncclwatch {
@@ -21,6 +23,8 @@ struct Marker {
   CUevent end = nullptr;
   ContextPool* pool = nullptr;
   std::atomic<int> refs{0};  // in-flight operations sharing it (a group shares one per stream)
+  uint32_t index = 0;                // in its pool
+  std::atomic<uint32_t> next_free{0};  // free-list link: index + 1 of the next free marker, 0: none
 };
 
 enum class MarkResult { Marked, Captured, Unmonitored };
@@ -52,6 +56,8 @@ class GpuMarkers {
 
   bool timing() const { return timing_; }
   size_t MarkersCreated() const { return created_.load(std::memory_order_relaxed); }
+  // Markers per CUDA context at most: more in flight at once go unmonitored.
+  static constexpr uint32_t kMaxMarkersPerContext = 16384;
 
  private:
   static constexpr int kMaxContexts = 64;

@@ -73,10 +73,36 @@ void Fail(Runtime& rt, GroupedOp* ops, int n, ncclResult_t r, const char* functi
   rt.OnNcclError(function, r, n > 0 ? ops[0].comm : nullptr, false);
 }
 
+// One GPU marker pair per stream a batch uses.
+struct StreamMark {
+  cudaStream_t stream;
+  Marker* marker;
+  MarkResult result;
+  int ops;
+};
+
+// A non-blocking communicator returned ncclInProgress: its marked operations wait, with their
+// start markers, until ncclCommGetAsyncError says they were launched (SettleNonblocking).
+void DeferNonblocking(const GroupedOp* ops, const Marker* const* marker_of, int n, const StreamMark* marks,
+                      const int* stream_of) {
+  std::vector<PendingLaunch> pending;
+  for (int i = 0; i < n; ++i) {
+    if (!marker_of[i]) continue;
+    const StreamMark* sm = &marks[stream_of[i]];
+    auto it = pending.begin();
+    while (it != pending.end() && it->marker != sm->marker) ++it;
+    if (it == pending.end()) it = pending.insert(pending.end(), PendingLaunch{ops[i].comm, sm->marker, sm->stream, {}});
+    it->items.push_back(InflightItem{ops[i].op, ops[i].comm, sm->marker});
+  }
+  std::lock_guard<std::mutex> lock(g_nonblocking_mu);
+  for (auto& p : pending) g_nonblocking.push_back(std::move(p));
+}
+
 // Records `n` operations, launches them with `real` between start and end markers (one pair
 // per stream), then hands them to the watchdog.
-ncclResult_t LaunchBatch(Runtime& rt, ThreadState& ts, GroupedOp* ops, int n, const char* function, RealCall real) {
-  uint64_t now = MonoNs();
+// `now`: a single operation's enqueue time (one clock read per call).
+ncclResult_t LaunchBatch(Runtime& rt, ThreadState& ts, GroupedOp* ops, int n, const char* function, uint64_t now,
+                         RealCall real) {
   InNcclScope scope(ts.slot, function, now);
   for (int i = 0; i < n; ++i) {
     AssignSequence(&ops[i]);
@@ -85,12 +111,6 @@ ncclResult_t LaunchBatch(Runtime& rt, ThreadState& ts, GroupedOp* ops, int n, co
   }
   if (n > 0) scope.SetOperation(ops[0].op.index);
 
-  struct StreamMark {
-    cudaStream_t stream;
-    Marker* marker;
-    MarkResult result;
-    int ops;
-  };
   StreamMark marks[kMaxGroupStreams];
   int nmarks = 0;
   int stream_of[GroupBuffer::kMaxOps];
@@ -127,30 +147,23 @@ ncclResult_t LaunchBatch(Runtime& rt, ThreadState& ts, GroupedOp* ops, int n, co
     }
     sm.marker->refs.store(sm.ops, std::memory_order_relaxed);
   }
-  std::vector<PendingLaunch> pending;  // only for ncclInProgress (non-blocking communicators)
+  // Operations without a marker are captured or unmonitored from here on.
+  Marker* marker_of[GroupBuffer::kMaxOps];
   for (int i = 0; i < n; ++i) {
     int m = stream_of[i];
-    StreamMark* sm = m >= 0 ? &marks[m] : nullptr;
-    if (!sm || !sm->marker) {
-      rt.ring().SetState(ops[i].op.index, StateFor(sm ? sm->result : MarkResult::Unmonitored));
-      continue;
-    }
-    InflightItem item{ops[i].op, ops[i].comm, sm->marker};
-    if (r == ncclInProgress) {
-      auto it = pending.begin();
-      while (it != pending.end() && it->marker != sm->marker) ++it;
-      if (it == pending.end()) it = pending.insert(pending.end(), PendingLaunch{ops[i].comm, sm->marker, sm->stream, {}});
-      it->items.push_back(item);
-      continue;
-    }
-    if (!rt.watchdog().Submit(item)) {
-      markers->Release(sm->marker);
+    marker_of[i] = m >= 0 ? marks[m].marker : nullptr;
+    if (!marker_of[i]) rt.ring().SetState(ops[i].op.index, StateFor(m >= 0 ? marks[m].result : MarkResult::Unmonitored));
+  }
+  if (r == ncclInProgress) {
+    DeferNonblocking(ops, marker_of, n, marks, stream_of);
+    return r;
+  }
+  for (int i = 0; i < n; ++i) {
+    if (!marker_of[i]) continue;
+    if (!rt.watchdog().Submit(InflightItem{ops[i].op, ops[i].comm, marker_of[i]})) {
+      markers->Release(marker_of[i]);
       rt.ring().SetState(ops[i].op.index, trace::OpState::Unmonitored);
     }
-  }
-  if (!pending.empty()) {
-    std::lock_guard<std::mutex> lock(g_nonblocking_mu);
-    for (auto& p : pending) g_nonblocking.push_back(std::move(p));
   }
   return r;
 }
@@ -176,7 +189,7 @@ ncclResult_t InterceptOperation(Runtime& rt, ThreadState& ts, const OpCall& call
   AttachThread(rt, ts);
   GroupedOp g;
   Describe(rt, ts, call, &g);
-  if (ts.group_depth == 0) return LaunchBatch(rt, ts, &g, 1, call.function, real);
+  if (ts.group_depth == 0) return LaunchBatch(rt, ts, &g, 1, call.function, g.op.enqueue_ns, real);
 
   // Inside a group: nothing is launched before the outermost ncclGroupEnd.
   InNcclScope scope(ts.slot, call.function, g.op.enqueue_ns);
@@ -207,7 +220,7 @@ ncclResult_t LaunchGroup(Runtime& rt, ThreadState& ts, RealCall real) {
     gb->count = 0;
     gb->dropped = 0;
   }
-  return LaunchBatch(rt, ts, gb ? gb->ops : nullptr, n, "ncclGroupEnd", real);
+  return LaunchBatch(rt, ts, gb ? gb->ops : nullptr, n, "ncclGroupEnd", MonoNs(), real);
 }
 
 void SettleNonblocking(Runtime& rt, CommInfo* comm, ncclResult_t async_state) {

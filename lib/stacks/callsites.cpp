@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "call_paths.h"
 #include "callsite_table.h"
 #include "native_unwind.h"
 #include "python_api.h"
@@ -28,6 +29,19 @@ constexpr int kOwnFrames = 1;
 constexpr bool kUseTraceCache = false;
 #else
 constexpr bool kUseTraceCache = true;
+#endif
+
+// Remembered call paths (call_paths.h) need the x86_64 return-address convention.
+#if defined(__x86_64__)
+constexpr bool kUseCallPaths = true;
+__attribute__((always_inline)) inline uintptr_t StackPointer() {
+  uintptr_t sp;
+  asm volatile("mov %%rsp, %0" : "=r"(sp));
+  return sp;
+}
+#else
+constexpr bool kUseCallPaths = false;
+inline uintptr_t StackPointer() { return 0; }
 #endif
 
 // Zero-initialized static storage, constant-initialized table: no constructor has to run, so
@@ -104,9 +118,18 @@ __attribute__((noinline)) int32_t CaptureCallsite(int skip, int max_depth) {
   skip = std::min(std::max(skip, 0), kMaxSkip);
   max_depth = std::min(max_depth, kMaxNativeFrames);
   if (max_depth <= 0) return -1;
+  const int wanted = kOwnFrames + skip + max_depth;
   void* raw[kOwnFrames + kMaxSkip + kMaxNativeFrames];
   int count;
-  if (kUseTraceCache) {
+  const uintptr_t sp = kUseCallPaths ? StackPointer() : 0;
+  detail::CallPathCache* paths = kUseCallPaths && wanted <= detail::kMaxPathFrames + 1 ? &detail::ThreadCallPaths() : nullptr;
+  const detail::CallPath* known = paths ? detail::FindCallPath(*paths, sp, skip, max_depth) : nullptr;
+  if (known) {  // the same path as before: no unwind
+    ++paths->hits;
+    raw[0] = nullptr;  // CaptureCallsite's own frame
+    for (int i = 1; i <= known->frames; ++i) raw[i] = reinterpret_cast<void*>(known->ip[i]);
+    count = known->frames + 1;
+  } else if (kUseTraceCache) {
     count = unw_backtrace(raw, kOwnFrames + skip + max_depth);
   } else {
     unw_context_t context;
@@ -133,6 +156,7 @@ __attribute__((noinline)) int32_t CaptureCallsite(int skip, int max_depth) {
   key.native_depth = static_cast<uint16_t>(depth);
   for (int i = 0; i < depth; ++i) key.ips[i] = reinterpret_cast<uintptr_t>(raw[first + i]);
   key.python_depth = static_cast<uint16_t>(detail::CapturePythonFrames(key.py_code, key.py_position, kMaxPythonFrames));
+  if (key.python_depth == 0 && known && known->native_id >= 0) return known->native_id;
   if (key.python_depth > 0) {
     const int native = detail::FramesBeforeInterpreter(key.ips, key.native_depth);
     if (native > 0) key.native_depth = static_cast<uint16_t>(native);
@@ -140,6 +164,14 @@ __attribute__((noinline)) int32_t CaptureCallsite(int skip, int max_depth) {
   const detail::CallsiteTable::InternResult result = g_table.Intern(key);
   // Still under the GIL: the code objects are alive, and only a GIL holder can read them.
   if (result.inserted && key.python_depth > 0) detail::RetainCodeObjects(key.py_code, key.python_depth);
+  if (paths && !known && detail::ShouldLearn(*paths)) {
+    unw_context_t context;  // taken here: frame 0 of the path is this function
+    unw_getcontext(&context);
+    uintptr_t ips[kOwnFrames + kMaxSkip + kMaxNativeFrames];
+    for (int i = 0; i < count; ++i) ips[i] = reinterpret_cast<uintptr_t>(raw[i]);
+    detail::LearnCallPath(*paths, &context, sp, skip, max_depth, ips, count, wanted,
+                          key.python_depth == 0 ? result.id : -1);
+  }
   return result.id;
 }
 

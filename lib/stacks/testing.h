@@ -10,6 +10,10 @@ namespace detail {
 // that blocks the signal after the check looks the same).
 void SetCheckSignalMaskForTesting(bool check);
 
+// Captures on the calling thread served from a remembered call path (call_paths.h), without
+// unwinding.
+uint64_t CallPathHitsForTesting();
+
 }  // namespace detail
 }  // namespace stacks
 }  // namespace ncclwatch

@@ -69,11 +69,12 @@ class Watchdog {
     if (!queue_.TryPush(item)) return false;
     // At high operation rates the queue would fill between two polls: once it is half full,
     // wake the watchdog (one eventfd write per half queue, not per operation).
-    if (queue_.ApproxSize() > queue_.capacity() / 2 && !wake_requested_.exchange(true, std::memory_order_acq_rel))
+    if (queue_.ApproxSize() > kWakeBacklog && !wake_requested_.exchange(true, std::memory_order_acq_rel))
       Wake();
     return true;
   }
   static constexpr size_t kQueueCapacity = 8192;
+  static constexpr size_t kWakeBacklog = kQueueCapacity / 2;
   // Async-signal-safe.
   void Wake();
 

@@ -9,6 +9,7 @@
 #include "callsite_table.h"
 #include "stacks.h"
 #include "test_sites.h"
+#include "testing.h"
 
 using namespace ncclwatch::stacks;
 using namespace stacks_test;
@@ -245,4 +246,59 @@ TEST_CASE("threads inserting the same new key at the same moment all get one id"
 
 TEST_CASE("the table's memory is reported") {
   CHECK(CallsiteTableBytes() >= static_cast<size_t>(kCallsiteCapacity) * kMaxNativeFrames * sizeof(uintptr_t));
+}
+
+// Remembered paths are per thread: each case captures on a fresh thread, whatever ran before.
+template <typename F>
+void OnFreshThread(F&& body) {
+  std::thread thread(std::forward<F>(body));
+  thread.join();
+}
+
+TEST_CASE("a repeated call path is recognised without unwinding and gives the unwound id") {
+  std::vector<int32_t> ids;
+  uint64_t hits = 0;
+  OnFreshThread([&] {
+    for (int i = 0; i < 20; ++i) ids.push_back(ViaOuterA());  // one call instruction: one path
+    hits = detail::CallPathHitsForTesting();
+  });
+  REQUIRE(ids[0] >= 0);
+  for (int32_t id : ids) CHECK(id == ids[0]);
+  // The first capture unwinds and remembers the path; the later ones are served from it.
+  CHECK(hits >= 19);
+  CHECK(StackContains(Get(ids.back()).ips, "ViaOuterA"));
+}
+
+TEST_CASE("paths that differ in one return address at the same stack slot keep their own ids") {
+  std::vector<int32_t> a_ids, b_ids;
+  uint64_t hits = 0;
+  OnFreshThread([&] {
+    for (int i = 0; i < 50; ++i) {
+      a_ids.push_back(ViaOuterA());
+      b_ids.push_back(ViaOuterB());
+    }
+    hits = detail::CallPathHitsForTesting();
+  });
+  REQUIRE(a_ids[0] >= 0);
+  REQUIRE(b_ids[0] >= 0);
+  CHECK(a_ids[0] != b_ids[0]);
+  for (int i = 0; i < 50; ++i) {
+    CHECK(a_ids[i] == a_ids[0]);
+    CHECK(b_ids[i] == b_ids[0]);
+  }
+  CHECK(hits >= 98);  // both remembered side by side
+  const Callsite b = Get(b_ids[0]);
+  CHECK(StackContains(b.ips, "ViaOuterB"));
+  CHECK_FALSE(StackContains(b.ips, "ViaOuterA"));
+}
+
+TEST_CASE("a call site deeper than a remembered path can hold is still unwound every time") {
+  std::vector<int32_t> ids;
+  uint64_t hits = 1;
+  OnFreshThread([&] {
+    for (int i = 0; i < 5; ++i) ids.push_back(CaptureAtSiteA(kMaxNativeFrames));
+    hits = detail::CallPathHitsForTesting();
+  });
+  for (int32_t id : ids) CHECK(id == ids[0]);
+  CHECK(hits == 0);
 }

@@ -26,6 +26,24 @@ int32_t CaptureSkippingSelf() {
   return id;
 }
 
+STACKS_TEST_SITE int32_t ViaMiddle() {
+  const int32_t id = CaptureAtSiteA(16);
+  STACKS_KEEP_FRAME();
+  return id;
+}
+
+__attribute__((no_icf)) int32_t ViaOuterA() {
+  const int32_t id = ViaMiddle();
+  STACKS_KEEP_FRAME();
+  return id;
+}
+
+__attribute__((no_icf)) int32_t ViaOuterB() {
+  const int32_t id = ViaMiddle();
+  STACKS_KEEP_FRAME();
+  return id;
+}
+
 STACKS_TEST_SITE int32_t PathLeft(unsigned path, int levels) {
   const int32_t id = CaptureOnPath(path, levels);
   STACKS_KEEP_FRAME();

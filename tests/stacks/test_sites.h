@@ -17,6 +17,12 @@ STACKS_TEST_SITE int32_t CaptureAtSiteB(int max_depth);
 // Captures with skip = 1: frame 0 is the caller of this function.
 STACKS_TEST_SITE int32_t CaptureSkippingSelf();
 
+// Two functions with the same code (so the same frame size), each reaching CaptureAtSiteA(16)
+// through the same Middle function: the two paths differ only in one return address, at the
+// same stack address, which is what a remembered call path must notice.
+STACKS_TEST_SITE int32_t ViaOuterA();
+STACKS_TEST_SITE int32_t ViaOuterB();
+
 // A distinct call stack for every `path` (its low `levels` bits choose between two functions at
 // each level), for filling the table with many call sites.
 STACKS_TEST_SITE int32_t CaptureOnPath(unsigned path, int levels);

@@ -12,6 +12,7 @@
 // back into the driver.
 #include "ncclwatch/cuda_abi.h"
 
+#include <atomic>
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -62,8 +63,8 @@ struct Work {
   Kind kind;
   CUhostFn fn = nullptr;
   void* userData = nullptr;
-  std::shared_ptr<CUevent_st> event;
-  uint64_t generation = 0;  // which record of `event` this marker completes
+  CUevent_st* event = nullptr;  // event memory is never freed (see CUevent_st)
+  uint64_t generation = 0;      // which record of `event` this marker completes
 };
 
 }  // namespace
@@ -73,12 +74,26 @@ struct CUctx_st {
   int primaryRefs = 0;
 };
 
+// As in the real driver, a handle is a pointer that each call dereferences (no lookup table on
+// the per-operation path: that would inflate the measured cost of ncclwatch's event records).
+// Destroyed events are marked dead and kept for reuse, never freed, so a stale handle is
+// reported as invalid (until its memory is reused, as a real handle value can be).
 struct CUevent_st {
+  static constexpr uint32_t kLive = 0x4556544c;  // "EVTL"
+  static constexpr uint32_t kDead = 0x44454144;  // "DEAD"
+  // Host side: written by the recording thread.
+  std::atomic<uint32_t> magic{kLive};
   unsigned flags = 0;
-  uint64_t generation = 0;  // bumped by every record; 0: never recorded
-  bool complete = true;     // its stream has reached the latest record
+  std::atomic<uint64_t> generation{0};  // bumped by every record, kept when the memory is reused
+  bool recorded = false;                // recorded since it was created
+  // Device side, on its own cache line as a GPU's completion word is in its own memory:
+  // written by the stream's worker, read by queries without the driver lock.
+  alignas(64) std::atomic<uint64_t> completedGeneration{0};  // the latest record reached
   Clock::time_point completedAt;
   std::condition_variable completedCv;
+
+  // Its streams have reached its latest record (never recorded: complete).
+  bool complete() const { return completedGeneration.load() >= generation.load(); }
 };
 
 struct CUgraphNode_st {
@@ -136,10 +151,12 @@ struct Driver {
   std::unordered_map<CUstream, StreamPtr> streams;  // from cuStreamCreate
   std::vector<StreamPtr> perThreadStreams;           // of threads still alive
   std::vector<StreamPtr> retiredStreams;             // destroyed, worker not joined yet
-  std::unordered_map<CUevent, std::shared_ptr<CUevent_st>> events;
+  std::vector<CUevent_st*> events;      // every event ever created (live and dead)
+  std::vector<CUevent_st*> deadEvents;  // destroyed, reused by cuEventCreate
   std::unordered_map<CUgraph, std::unique_ptr<CUgraph_st>> graphs;
   std::unordered_map<CUgraphExec, std::unique_ptr<CUgraphExec_st>> graphExecs;
   std::vector<Capture*> activeCaptures;
+  std::atomic<size_t> activeCaptureCount{0};  // activeCaptures.size(), read without the lock
   std::unordered_map<CUdeviceptr, size_t> allocations;
   uint64_t nextCaptureId = 1;
   bool shuttingDown = false;  // process exit: workers stop, nothing new starts
@@ -241,16 +258,15 @@ CUstream_st* findStream(Driver& d, CUstream h) {
 
 CUstream perThreadIfNull(CUstream h) { return h ? h : CU_STREAM_PER_THREAD; }
 
-std::shared_ptr<CUevent_st> findEvent(Driver& d, CUevent h) {
-  auto it = d.events.find(h);
-  return it == d.events.end() ? nullptr : it->second;
+CUevent_st* findEvent(CUevent h) {
+  return h && h->magic == CUevent_st::kLive ? h : nullptr;
 }
 
 void completeEvent(const Work& marker) {
   CUevent_st& ev = *marker.event;
-  if (ev.generation != marker.generation) return;  // re-recorded since: wait for the newer one
-  ev.complete = true;
+  if (ev.generation.load() != marker.generation) return;  // re-recorded since: wait for the newer one
   ev.completedAt = Clock::now();
+  ev.completedGeneration.store(marker.generation);
   ev.completedCv.notify_all();
 }
 
@@ -293,6 +309,7 @@ void retireStream(Driver& d, const StreamPtr& s) {
   if (s->capture) {
     auto& active = d.activeCaptures;
     active.erase(std::remove(active.begin(), active.end(), s->capture.get()), active.end());
+    d.activeCaptureCount.store(active.size());
     s->capture.reset();
   }
   s->retiring = true;
@@ -342,7 +359,7 @@ CUresult enqueue(Driver& d, CUstream_st* s, Work w) {
   }
   if (w.kind == Work::Kind::EventRecord) {
     w.generation = ++w.event->generation;
-    w.event->complete = false;
+    w.event->recorded = true;
     // As on a GPU, recording an event costs no more than writing a command: on an idle stream
     // it is reached at once; behind queued work the running worker gets to it without a wake-up.
     ++s->enqueued;
@@ -553,6 +570,7 @@ CUresult streamBeginCapture(CUstream h, CUstreamCaptureMode mode) {
   s->capture->ctx = s->ctx;
   s->capture->blocksLegacy = !(s->flags & CU_STREAM_NON_BLOCKING);
   d.activeCaptures.push_back(s->capture.get());
+  d.activeCaptureCount.store(d.activeCaptures.size());
   return CUDA_SUCCESS;
 }
 
@@ -568,6 +586,7 @@ CUresult streamEndCapture(CUstream h, CUgraph* phGraph) {
     return CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
   auto& active = d.activeCaptures;
   active.erase(std::remove(active.begin(), active.end(), c), active.end());
+  d.activeCaptureCount.store(active.size());
   std::unique_ptr<Capture> ended = std::move(s->capture);
   *phGraph = nullptr;
   if (ended->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
@@ -608,57 +627,73 @@ CUresult eventCreate(CUevent* out, unsigned flags) {
   if (!out || (flags & ~known)) return CUDA_ERROR_INVALID_VALUE;
   if ((flags & CU_EVENT_INTERPROCESS) && !(flags & CU_EVENT_DISABLE_TIMING))
     return CUDA_ERROR_INVALID_VALUE;
-  auto ev = std::make_shared<CUevent_st>();
-  ev->flags = flags;
   Lock lk(d.mu);
-  d.events[ev.get()] = ev;
-  *out = ev.get();
+  CUevent_st* ev;
+  if (!d.deadEvents.empty()) {
+    ev = d.deadEvents.back();
+    d.deadEvents.pop_back();
+  } else {
+    ev = new CUevent_st;
+    d.events.push_back(ev);
+  }
+  ev->magic = CUevent_st::kLive;
+  ev->flags = flags;
+  ev->recorded = false;
+  ev->completedGeneration.store(ev->generation.load());
+  *out = ev;
   return CUDA_SUCCESS;
 }
 
 CUresult eventRecord(CUevent hEvent, CUstream h) {
   Driver& d = driver();
   Lock lk(d.mu);
-  auto ev = findEvent(d, hEvent);
+  CUevent_st* ev = findEvent(hEvent);
   CUstream_st* s = findStream(d, h);
   if (!ev || !s) return CUDA_ERROR_INVALID_HANDLE;
   Work marker(Work::Kind::EventRecord);
-  marker.event = std::move(ev);
+  marker.event = ev;
   return enqueue(d, s, std::move(marker));
 }
 
 CUresult eventQuery(CUevent hEvent) {
   Driver& d = driver();
+  // A query that cannot conflict with a capture needs no lock (the real driver reads memory
+  // the GPU writes): a thread in relaxed mode, or no capture anywhere.
+  if (tlsCaptureMode == CU_STREAM_CAPTURE_MODE_RELAXED || d.activeCaptureCount.load() == 0) {
+    CUevent_st* ev = findEvent(hEvent);
+    if (!ev) return CUDA_ERROR_INVALID_HANDLE;
+    return ev->complete() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+  }
   Lock lk(d.mu);
   if (CUresult r = checkUnsafeCall(d)) return r;
-  auto ev = findEvent(d, hEvent);
+  CUevent_st* ev = findEvent(hEvent);
   if (!ev) return CUDA_ERROR_INVALID_HANDLE;
-  return ev->complete ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+  return ev->complete() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 CUresult eventSynchronize(CUevent hEvent) {
   Driver& d = driver();
   Lock lk(d.mu);
   if (CUresult r = checkUnsafeCall(d)) return r;
-  auto ev = findEvent(d, hEvent);
+  CUevent_st* ev = findEvent(hEvent);
   if (!ev) return CUDA_ERROR_INVALID_HANDLE;
   // Waits for the record current at the call; a later re-record also ends the wait.
   const uint64_t target = ev->generation;
   ev->completedCv.wait(
-      lk, [&] { return ev->complete || ev->generation != target || d.shuttingDown; });
-  return ev->complete || ev->generation != target ? CUDA_SUCCESS : CUDA_ERROR_DEINITIALIZED;
+      lk, [&] { return ev->complete() || ev->generation.load() != target || d.shuttingDown; });
+  return ev->complete() || ev->generation.load() != target ? CUDA_SUCCESS : CUDA_ERROR_DEINITIALIZED;
 }
 
 CUresult eventElapsedTime(float* ms, CUevent hStart, CUevent hEnd) {
   Driver& d = driver();
   if (!ms) return CUDA_ERROR_INVALID_VALUE;
   Lock lk(d.mu);
-  auto start = findEvent(d, hStart);
-  auto end = findEvent(d, hEnd);
+  CUevent_st* start = findEvent(hStart);
+  CUevent_st* end = findEvent(hEnd);
   if (!start || !end) return CUDA_ERROR_INVALID_HANDLE;
   if ((start->flags | end->flags) & CU_EVENT_DISABLE_TIMING) return CUDA_ERROR_INVALID_HANDLE;
-  if (start->generation == 0 || end->generation == 0) return CUDA_ERROR_INVALID_HANDLE;
-  if (!start->complete || !end->complete) return CUDA_ERROR_NOT_READY;
+  if (!start->recorded || !end->recorded) return CUDA_ERROR_INVALID_HANDLE;
+  if (!start->complete() || !end->complete()) return CUDA_ERROR_NOT_READY;
   *ms = std::chrono::duration<float, std::milli>(end->completedAt - start->completedAt).count();
   return CUDA_SUCCESS;
 }
@@ -666,8 +701,12 @@ CUresult eventElapsedTime(float* ms, CUevent hStart, CUevent hEnd) {
 CUresult eventDestroy(CUevent hEvent) {
   Driver& d = driver();
   Lock lk(d.mu);
-  // Pending markers keep their own reference, so destroying a pending event is safe.
-  return d.events.erase(hEvent) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  // Pending markers may still point at it: its memory stays (see CUevent_st).
+  CUevent_st* ev = findEvent(hEvent);
+  if (!ev) return CUDA_ERROR_INVALID_HANDLE;
+  ev->magic = CUevent_st::kDead;
+  d.deadEvents.push_back(ev);
+  return CUDA_SUCCESS;
 }
 
 CUresult launchHostFunc(CUstream h, CUhostFn fn, void* userData) {
@@ -742,7 +781,7 @@ struct ShutdownAtExit {
       for (auto& entry : d.streams) collect(entry.second);
       for (auto& s : d.perThreadStreams) collect(s);
       for (auto& s : d.retiredStreams) collect(s);
-      for (auto& entry : d.events) entry.second->completedCv.notify_all();
+      for (CUevent_st* ev : d.events) ev->completedCv.notify_all();
     }
     const auto deadline = Clock::now() + kExitGracePeriod;
     const auto self = std::this_thread::get_id();

@@ -1,0 +1,162 @@
+// GPU marker pools over a thread-safe fake driver: LIFO reuse, the per-context bound, failed
+// event creation, and concurrent take/give-back from several threads.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "gpu/markers.h"
+
+using namespace ncclwatch;
+
+namespace {
+
+std::atomic<intptr_t> g_next_event{1};
+std::atomic<int> g_created{0};
+std::atomic<int> g_fail_creates{0};  // the next N cuEventCreate calls fail
+
+CUresult Ctx(CUcontext* c) { return *c = reinterpret_cast<CUcontext>(0x10), CUDA_SUCCESS; }
+CUresult StreamCtx(CUstream, CUcontext* c) { return Ctx(c); }
+CUresult PushCtx(CUcontext) { return CUDA_SUCCESS; }
+CUresult PopCtx(CUcontext*) { return CUDA_SUCCESS; }
+CUresult NotCapturing(CUstream, CUstreamCaptureStatus* s) { return *s = CU_STREAM_CAPTURE_STATUS_NONE, CUDA_SUCCESS; }
+CUresult Create(CUevent* e, unsigned) {
+  int fail = g_fail_creates.load();
+  while (fail > 0 && !g_fail_creates.compare_exchange_weak(fail, fail - 1)) {
+  }
+  if (fail > 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  *e = reinterpret_cast<CUevent>(g_next_event.fetch_add(1));
+  g_created.fetch_add(1);
+  return CUDA_SUCCESS;
+}
+CUresult Record(CUevent, CUstream) { return CUDA_SUCCESS; }
+CUresult Destroy(CUevent) { return CUDA_SUCCESS; }
+
+CudaDriver FakeDriver() {
+  CudaDriver d;
+  d.CtxGetCurrent = &Ctx;
+  d.CtxPushCurrent = &PushCtx;
+  d.CtxPopCurrent = &PopCtx;
+  d.StreamGetCtx = &StreamCtx;
+  d.StreamIsCapturing = &NotCapturing;
+  d.EventCreate = &Create;
+  d.EventRecord = &Record;
+  d.EventDestroy = &Destroy;
+  return d;
+}
+
+const CUstream kStream = reinterpret_cast<CUstream>(0x1234);
+
+Marker* Take(GpuMarkers& markers) {
+  Marker* m = nullptr;
+  if (markers.Begin(kStream, &m) != MarkResult::Marked) return nullptr;
+  REQUIRE(markers.End(m, kStream));
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("a marker given back is the next one taken, with its events") {
+  g_created = 0;
+  CudaDriver driver = FakeDriver();
+  GpuMarkers markers(&driver, false);
+  Marker* first = Take(markers);
+  REQUIRE(first);
+  Marker* second = Take(markers);
+  REQUIRE(second);
+  CHECK(second != first);
+  markers.Release(first);
+  markers.Release(second);
+  // LIFO: the last one given back (still in cache) comes first; no event is created again.
+  CHECK(Take(markers) == second);
+  CHECK(Take(markers) == first);
+  CHECK(g_created == 4);
+  CHECK(markers.MarkersCreated() == 2);
+}
+
+TEST_CASE("a group's shared marker returns to the pool with its last reference") {
+  CudaDriver driver = FakeDriver();
+  GpuMarkers markers(&driver, false);
+  Marker* shared = Take(markers);
+  REQUIRE(shared);
+  shared->refs.store(3);
+  markers.Release(shared);
+  markers.Release(shared);
+  Marker* other = Take(markers);  // two references left: not in the pool
+  CHECK(other != shared);
+  markers.Release(shared);
+  CHECK(Take(markers) == shared);
+}
+
+TEST_CASE("beyond the per-context bound operations go unmonitored until a marker comes back") {
+  CudaDriver driver = FakeDriver();
+  GpuMarkers markers(&driver, false);
+  std::vector<Marker*> held;
+  for (uint32_t i = 0; i < GpuMarkers::kMaxMarkersPerContext; ++i) {
+    Marker* m = nullptr;
+    if (markers.Begin(kStream, &m) != MarkResult::Marked) break;
+    held.push_back(m);
+  }
+  REQUIRE(held.size() == GpuMarkers::kMaxMarkersPerContext);
+  Marker* extra = nullptr;
+  CHECK(markers.Begin(kStream, &extra) == MarkResult::Unmonitored);
+  CHECK(extra == nullptr);
+  markers.Abandon(held.back());
+  CHECK(markers.Begin(kStream, &extra) == MarkResult::Marked);
+  CHECK(extra == held.back());
+}
+
+TEST_CASE("a marker whose events could not be created is retried, not lost") {
+  g_created = 0;
+  CudaDriver driver = FakeDriver();
+  GpuMarkers markers(&driver, false);
+  g_fail_creates = 1;
+  Marker* m = nullptr;
+  CHECK(markers.Begin(kStream, &m) == MarkResult::Unmonitored);
+  Marker* retried = Take(markers);
+  REQUIRE(retried);
+  CHECK(retried->start != nullptr);
+  CHECK(retried->end != nullptr);
+  CHECK(markers.MarkersCreated() == 1);  // the same pool slot, now with its pair
+}
+
+TEST_CASE("threads taking and giving back markers never share one") {
+  CudaDriver driver = FakeDriver();
+  GpuMarkers markers(&driver, false);
+  constexpr int kThreads = 4, kRounds = 20000, kHeld = 24;
+  std::vector<std::atomic<int>> owner(GpuMarkers::kMaxMarkersPerContext);
+  std::atomic<int> shared_found{0}, unmonitored{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<Marker*> held;
+      for (int i = 0; i < kRounds; ++i) {
+        Marker* m = nullptr;
+        if (markers.Begin(kStream, &m) != MarkResult::Marked) {
+          unmonitored.fetch_add(1);
+          continue;
+        }
+        int expected = 0;
+        if (!owner[m->index].compare_exchange_strong(expected, t + 1)) shared_found.fetch_add(1);
+        held.push_back(m);
+        // Give back in a varying order and amount, as the watchdog does.
+        while (held.size() > static_cast<size_t>((i * 7 + t) % kHeld)) {
+          Marker* back = held[(i + held.size()) % held.size()];
+          held.erase(std::find(held.begin(), held.end(), back));
+          owner[back->index].store(0);
+          markers.Release(back);
+        }
+      }
+      for (Marker* m : held) {
+        owner[m->index].store(0);
+        markers.Release(m);
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  CHECK(shared_found == 0);
+  CHECK(unmonitored == 0);
+  CHECK(markers.MarkersCreated() <= static_cast<size_t>(kThreads * kHeld));
+}
