@@ -6,6 +6,9 @@
 //    libunwind's unw_backtrace (its x86_64 fast-trace cache makes repeated call sites cheap).
 //    Frame 0 is the caller of CaptureCallsite, after `skip` more frames are dropped. Nothing
 //    is symbolized on the hot path: names are looked up at dump time (Symbolize).
+//    A path a thread takes again (a training loop) is not unwound again: each thread remembers
+//    its recent paths with the stack slots their return addresses were read from, and a call
+//    whose slots all still hold them is the same path (call_paths.h says why that is exact).
 //  - Python: only when the process embeds CPython 3.9+ (found with dlsym; libpython is never
 //    linked) and the calling thread holds the GIL right now. Then the innermost
 //    kMaxPythonFrames frames are recorded as (code object, position) pairs, the position being

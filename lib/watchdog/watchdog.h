@@ -67,14 +67,15 @@ class Watchdog {
   // gives the marker back and the operation stays unmonitored).
   bool Submit(const InflightItem& item) {
     if (!queue_.TryPush(item)) return false;
-    // At high operation rates the queue would fill between two polls: once it is half full,
-    // wake the watchdog (one eventfd write per half queue, not per operation).
+    // At high operation rates the queue would fill between two polls, and markers would wait
+    // long for reuse (cold in cache when they come back): past a small backlog, wake the
+    // watchdog (one eventfd write per kWakeBacklog operations, never one per operation).
     if (queue_.ApproxSize() > kWakeBacklog && !wake_requested_.exchange(true, std::memory_order_acq_rel))
       Wake();
     return true;
   }
   static constexpr size_t kQueueCapacity = 8192;
-  static constexpr size_t kWakeBacklog = kQueueCapacity / 2;
+  static constexpr size_t kWakeBacklog = 256;
   // Async-signal-safe.
   void Wake();
 

@@ -262,9 +262,12 @@ CUevent_st* findEvent(CUevent h) {
   return h && h->magic == CUevent_st::kLive ? h : nullptr;
 }
 
+// Touches the device side only, as a GPU writes its completion word without reading the
+// driver's host-side object (whose cache line the recording thread keeps to itself).
 void completeEvent(const Work& marker) {
   CUevent_st& ev = *marker.event;
-  if (ev.generation.load() != marker.generation) return;  // re-recorded since: wait for the newer one
+  // A record finishing after a newer one of the same event (on another stream) changes nothing.
+  if (marker.generation <= ev.completedGeneration.load()) return;
   ev.completedAt = Clock::now();
   ev.completedGeneration.store(marker.generation);
   ev.completedCv.notify_all();
