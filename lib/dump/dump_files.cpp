@@ -95,15 +95,23 @@ bool DumpDirectory::EnsureDirectory() {
   return false;
 }
 
+bool DumpDirectory::LimitReached() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return LimitReachedLocked();
+}
+
+bool DumpDirectory::LimitReachedLocked() {
+  if (written_ < max_dumps_) return false;
+  if (!limit_logged_)
+    LogWarn("NCCLWATCH_MAX_DUMPS=%llu reached; no further dumps from this process",
+            static_cast<unsigned long long>(max_dumps_));
+  limit_logged_ = true;
+  return true;
+}
+
 std::string DumpDirectory::Write(const std::string& stem, const std::string& content) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (written_ >= max_dumps_) {
-    if (!limit_logged_)
-      LogWarn("NCCLWATCH_MAX_DUMPS=%llu reached; no further dumps from this process",
-              static_cast<unsigned long long>(max_dumps_));
-    limit_logged_ = true;
-    return "";
-  }
+  if (LimitReachedLocked()) return "";
   if (!EnsureDirectory()) return "";
   for (int attempt = 0; attempt < 100; ++attempt) {
     std::string path = dir_ + "/" + stem + (attempt ? "-" + std::to_string(attempt) : "") + ".json";

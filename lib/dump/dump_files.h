@@ -27,7 +27,8 @@ class DumpDirectory {
   // when the per-process bound is reached or nothing could be written.
   std::string Write(const std::string& stem, const std::string& content);
   uint64_t written() const { return written_; }
-  bool LimitReached() const { return written_ >= max_dumps_; }
+  // True once NCCLWATCH_MAX_DUMPS dumps were written; the first such answer logs one line.
+  bool LimitReached();
   const std::string& path() const { return dir_; }
 
   // The job-wide dump request (docs/trace-format.md).
@@ -39,6 +40,7 @@ class DumpDirectory {
 
  private:
   bool EnsureDirectory();
+  bool LimitReachedLocked();  // mu_ held
   std::string RequestPath();
 
   std::string configured_;

@@ -195,10 +195,7 @@ void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const st
                    const std::optional<InflightView>& stalled, bool light) {
   if (!LockWithin(dump_mu_, 30000)) return;
   std::lock_guard<std::mutex> lock(dump_mu_, std::adopt_lock);
-  if (dumps_->LimitReached()) {
-    dumps_->Write("", "");  // logs the limit once
-    return;
-  }
+  if (dumps_->LimitReached()) return;
   DumpInput in;
   in.reason = reason;
   in.detail = detail;

@@ -555,6 +555,8 @@ def max_dumps_bounded():
             env={"NCCLWATCH_MAX_DUMPS": "1", "NCCLWATCH_TIMEOUT": "1"}, timeout=20)
     for r, ds in j.dumps().items():
         check(len(ds) <= 1, f"rank {r} wrote {len(ds)} dumps with NCCLWATCH_MAX_DUMPS=1")
+    limit_lines = [l for l in j.ncclwatch_lines() if "NCCLWATCH_MAX_DUMPS=1 reached" in l]
+    check(len(limit_lines) <= 2, f"the limit is said once per process at most:\n{j.err}")
 
 
 def main():
