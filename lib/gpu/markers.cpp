@@ -16,6 +16,10 @@ struct ContextPool {
   uint32_t used = 0;  // markers handed out of the chunks, under grow_mu
   std::mutex grow_mu;
 
+  // The head word after a change to `first` (index + 1, 0: empty): the tag goes up by one.
+  static uint64_t NextHead(uint64_t head_word, uint32_t first) {
+    return (head_word & ~0xffffffffull) + (1ull << 32) + first;
+  }
   Marker* At(uint32_t index) const {
     return &chunks[index / kChunk].load(std::memory_order_acquire)[index % kChunk];
   }
@@ -25,7 +29,7 @@ struct ContextPool {
       const uint32_t first = static_cast<uint32_t>(head_word);
       if (first == 0) return false;
       Marker* m = At(first - 1);
-      const uint64_t next = (head_word & ~0xffffffffull) + (1ull << 32) + m->next_free.load(std::memory_order_relaxed);
+      const uint64_t next = NextHead(head_word, m->next_free.load(std::memory_order_relaxed));
       if (head.compare_exchange_weak(head_word, next, std::memory_order_acq_rel, std::memory_order_acquire)) {
         *out = m;
         return true;
@@ -36,7 +40,7 @@ struct ContextPool {
     uint64_t head_word = head.load(std::memory_order_relaxed);
     for (;;) {
       m->next_free.store(static_cast<uint32_t>(head_word), std::memory_order_relaxed);
-      const uint64_t next = (head_word & ~0xffffffffull) + (1ull << 32) + m->index + 1;
+      const uint64_t next = NextHead(head_word, m->index + 1);
       if (head.compare_exchange_weak(head_word, next, std::memory_order_acq_rel, std::memory_order_relaxed)) return;
     }
   }

@@ -73,26 +73,20 @@ void Fail(Runtime& rt, GroupedOp* ops, int n, ncclResult_t r, const char* functi
   rt.OnNcclError(function, r, n > 0 ? ops[0].comm : nullptr, false);
 }
 
-// One GPU marker pair per stream a batch uses.
-struct StreamMark {
-  cudaStream_t stream;
-  Marker* marker;
-  MarkResult result;
-  int ops;
-};
-
 // A non-blocking communicator returned ncclInProgress: its marked operations wait, with their
 // start markers, until ncclCommGetAsyncError says they were launched (SettleNonblocking).
-void DeferNonblocking(const GroupedOp* ops, const Marker* const* marker_of, int n, const StreamMark* marks,
-                      const int* stream_of) {
+void DeferNonblocking(const GroupedOp* ops, Marker* const* marker_of, int n) {
   std::vector<PendingLaunch> pending;
   for (int i = 0; i < n; ++i) {
-    if (!marker_of[i]) continue;
-    const StreamMark* sm = &marks[stream_of[i]];
+    Marker* marker = marker_of[i];
+    if (!marker) continue;
     auto it = pending.begin();
-    while (it != pending.end() && it->marker != sm->marker) ++it;
-    if (it == pending.end()) it = pending.insert(pending.end(), PendingLaunch{ops[i].comm, sm->marker, sm->stream, {}});
-    it->items.push_back(InflightItem{ops[i].op, ops[i].comm, sm->marker});
+    while (it != pending.end() && it->marker != marker) ++it;
+    if (it == pending.end()) {
+      auto stream = reinterpret_cast<cudaStream_t>(ops[i].op.stream);
+      it = pending.insert(pending.end(), PendingLaunch{ops[i].comm, marker, stream, {}});
+    }
+    it->items.push_back(InflightItem{ops[i].op, ops[i].comm, marker});
   }
   std::lock_guard<std::mutex> lock(g_nonblocking_mu);
   for (auto& p : pending) g_nonblocking.push_back(std::move(p));
@@ -111,6 +105,12 @@ ncclResult_t LaunchBatch(Runtime& rt, ThreadState& ts, GroupedOp* ops, int n, co
   }
   if (n > 0) scope.SetOperation(ops[0].op.index);
 
+  struct StreamMark {
+    cudaStream_t stream;
+    Marker* marker;
+    MarkResult result;
+    int ops;
+  };
   StreamMark marks[kMaxGroupStreams];
   int nmarks = 0;
   int stream_of[GroupBuffer::kMaxOps];
@@ -155,7 +155,7 @@ ncclResult_t LaunchBatch(Runtime& rt, ThreadState& ts, GroupedOp* ops, int n, co
     if (!marker_of[i]) rt.ring().SetState(ops[i].op.index, StateFor(m >= 0 ? marks[m].result : MarkResult::Unmonitored));
   }
   if (r == ncclInProgress) {
-    DeferNonblocking(ops, marker_of, n, marks, stream_of);
+    DeferNonblocking(ops, marker_of, n);
     return r;
   }
   for (int i = 0; i < n; ++i) {

@@ -1,6 +1,5 @@
 #include "call_paths.h"
 
-#include <cstring>
 #include <type_traits>
 
 #include "native_unwind.h"
@@ -44,22 +43,17 @@ bool ShouldLearn(CallPathCache& cache) {
 }
 
 void LearnCallPath(CallPathCache& cache, void* unw_context, uintptr_t sp, int skip, int max_depth,
-                   const uintptr_t* ips, int count, int wanted, int32_t native_id) {
+                   void* const* ips, int count, int wanted, int32_t native_id) {
   if (wanted > kMaxPathFrames + 1 || count > wanted) return;
-  CallPath p;
-  std::memset(&p, 0, sizeof(p));
+  CallPath p{};
   unw_cursor_t cursor;
   if (unw_init_local(&cursor, static_cast<unw_context_t*>(unw_context)) < 0) return;
   int frames = 0;
-  bool ended = false;
   bool zero_end = false;
   while (frames + 1 < wanted) {
     const int step = unw_step(&cursor);
     if (step < 0) return;
-    if (step == 0) {  // the outermost frame's unwind rule ends the stack: fixed by its address
-      ended = true;
-      break;
-    }
+    if (step == 0) break;  // the outermost frame's unwind rule ends the stack: fixed by its address
     if (unw_is_signal_frame(&cursor) > 0) return;
     unw_word_t ip = 0;
     unw_save_loc_t where;
@@ -71,7 +65,7 @@ void LearnCallPath(CallPathCache& cache, void* unw_context, uintptr_t sp, int sk
     p.slot[frames + 1] = slot;
     p.ip[frames + 1] = static_cast<uintptr_t>(ip);
     if (ip == 0) {  // a zero return address ends the stack too: its slot is remembered
-      ended = zero_end = true;
+      zero_end = true;
       break;
     }
     ++frames;
@@ -79,8 +73,7 @@ void LearnCallPath(CallPathCache& cache, void* unw_context, uintptr_t sp, int sk
   // The fast unwinder must agree, frame for frame (its frame 0 is elsewhere in CaptureCallsite).
   if (frames != count - 1) return;
   for (int i = 1; i <= frames; ++i)
-    if (p.ip[i] != ips[i]) return;
-  if (!ended && count != wanted) return;
+    if (p.ip[i] != reinterpret_cast<uintptr_t>(ips[i])) return;
   p.sp = sp;
   p.skip = static_cast<int16_t>(skip);
   p.max_depth = static_cast<int16_t>(max_depth);

@@ -62,7 +62,7 @@ bool ShouldLearn(CallPathCache& cache);
 // `wanted`: how many were asked for.
 // `unw_context`: an unw_context_t taken in CaptureCallsite itself (frame 0).
 void LearnCallPath(CallPathCache& cache, void* unw_context, uintptr_t sp, int skip, int max_depth,
-                   const uintptr_t* ips, int count, int wanted, int32_t native_id);
+                   void* const* ips, int count, int wanted, int32_t native_id);
 
 }  // namespace detail
 }  // namespace stacks

@@ -130,12 +130,12 @@ __attribute__((noinline)) int32_t CaptureCallsite(int skip, int max_depth) {
     for (int i = 1; i <= known->frames; ++i) raw[i] = reinterpret_cast<void*>(known->ip[i]);
     count = known->frames + 1;
   } else if (kUseTraceCache) {
-    count = unw_backtrace(raw, kOwnFrames + skip + max_depth);
+    count = unw_backtrace(raw, wanted);
   } else {
     unw_context_t context;
     unw_getcontext(&context);
     uintptr_t ips[kOwnFrames + kMaxSkip + kMaxNativeFrames];
-    count = detail::UnwindContext(&context, /*signal_frame=*/false, ips, kOwnFrames + skip + max_depth);
+    count = detail::UnwindContext(&context, /*signal_frame=*/false, ips, wanted);
     for (int i = 0; i < count; ++i) raw[i] = reinterpret_cast<void*>(ips[i]);
   }
   // Our caller is the frame holding our return address, normally right after our own; look
@@ -167,9 +167,7 @@ __attribute__((noinline)) int32_t CaptureCallsite(int skip, int max_depth) {
   if (paths && !known && detail::ShouldLearn(*paths)) {
     unw_context_t context;  // taken here: frame 0 of the path is this function
     unw_getcontext(&context);
-    uintptr_t ips[kOwnFrames + kMaxSkip + kMaxNativeFrames];
-    for (int i = 0; i < count; ++i) ips[i] = reinterpret_cast<uintptr_t>(raw[i]);
-    detail::LearnCallPath(*paths, &context, sp, skip, max_depth, ips, count, wanted,
+    detail::LearnCallPath(*paths, &context, sp, skip, max_depth, raw, count, wanted,
                           key.python_depth == 0 ? result.id : -1);
   }
   return result.id;

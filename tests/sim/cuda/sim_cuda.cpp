@@ -12,8 +12,8 @@
 // back into the driver.
 #include "ncclwatch/cuda_abi.h"
 
-#include <atomic>
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -308,11 +308,20 @@ bool ensureWorker(Driver& d, CUstream_st* s) {
   return true;
 }
 
+// The active captures and their count (read without the lock) change together.
+void addActiveCapture(Driver& d, Capture* c) {
+  d.activeCaptures.push_back(c);
+  d.activeCaptureCount.store(d.activeCaptures.size());
+}
+void removeActiveCapture(Driver& d, Capture* c) {
+  auto& active = d.activeCaptures;
+  active.erase(std::remove(active.begin(), active.end(), c), active.end());
+  d.activeCaptureCount.store(active.size());
+}
+
 void retireStream(Driver& d, const StreamPtr& s) {
   if (s->capture) {
-    auto& active = d.activeCaptures;
-    active.erase(std::remove(active.begin(), active.end(), s->capture.get()), active.end());
-    d.activeCaptureCount.store(active.size());
+    removeActiveCapture(d, s->capture.get());
     s->capture.reset();
   }
   s->retiring = true;
@@ -572,8 +581,7 @@ CUresult streamBeginCapture(CUstream h, CUstreamCaptureMode mode) {
   s->capture->owner = std::this_thread::get_id();
   s->capture->ctx = s->ctx;
   s->capture->blocksLegacy = !(s->flags & CU_STREAM_NON_BLOCKING);
-  d.activeCaptures.push_back(s->capture.get());
-  d.activeCaptureCount.store(d.activeCaptures.size());
+  addActiveCapture(d, s->capture.get());
   return CUDA_SUCCESS;
 }
 
@@ -587,9 +595,7 @@ CUresult streamEndCapture(CUstream h, CUgraph* phGraph) {
   if (!c) return CUDA_ERROR_ILLEGAL_STATE;
   if (c->mode != CU_STREAM_CAPTURE_MODE_RELAXED && c->owner != std::this_thread::get_id())
     return CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
-  auto& active = d.activeCaptures;
-  active.erase(std::remove(active.begin(), active.end(), c), active.end());
-  d.activeCaptureCount.store(active.size());
+  removeActiveCapture(d, c);
   std::unique_ptr<Capture> ended = std::move(s->capture);
   *phGraph = nullptr;
   if (ended->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
@@ -662,13 +668,11 @@ CUresult eventQuery(CUevent hEvent) {
   Driver& d = driver();
   // A query that cannot conflict with a capture needs no lock (the real driver reads memory
   // the GPU writes): a thread in relaxed mode, or no capture anywhere.
-  if (tlsCaptureMode == CU_STREAM_CAPTURE_MODE_RELAXED || d.activeCaptureCount.load() == 0) {
-    CUevent_st* ev = findEvent(hEvent);
-    if (!ev) return CUDA_ERROR_INVALID_HANDLE;
-    return ev->complete() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+  Lock lk(d.mu, std::defer_lock);
+  if (tlsCaptureMode != CU_STREAM_CAPTURE_MODE_RELAXED && d.activeCaptureCount.load() != 0) {
+    lk.lock();
+    if (CUresult r = checkUnsafeCall(d)) return r;
   }
-  Lock lk(d.mu);
-  if (CUresult r = checkUnsafeCall(d)) return r;
   CUevent_st* ev = findEvent(hEvent);
   if (!ev) return CUDA_ERROR_INVALID_HANDLE;
   return ev->complete() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
