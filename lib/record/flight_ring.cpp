@@ -1,48 +1,17 @@
 #include "record/flight_ring.h"
 
 namespace ncclwatch {
-namespace {
-constexpr uint64_t Gen(uint64_t index) { return index + 1; }
-constexpr uint64_t Word(uint64_t index, uint64_t state) { return (Gen(index) << 8) | state; }
-}  // namespace
-
 FlightRing::FlightRing(uint64_t capacity_pow2)
     : mask_(capacity_pow2 - 1), slots_(new OpSlot[capacity_pow2]) {}
 
 uint64_t FlightRing::Record(OpSnapshot& op) {
-  uint64_t index = head_.fetch_add(1, std::memory_order_acq_rel);
-  op.index = index;
-  OpSlot& s = SlotOf(index);
-  s.gen_state.store(Word(index, OpSlot::kWriting), std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-  s.comm_id.set(op.comm_id);
-  s.seq.set(op.seq);
-  s.p2p_seq.set(op.p2p_seq);
-  s.count.set(op.count);
-  s.bytes.set(op.bytes);
-  s.stream.set(op.stream);
-  s.group.set(op.group);
-  s.enqueue_ns.set(op.enqueue_ns);
-  s.gpu_reached_ns.set(0);
-  s.completed_ns.set(0);
-  s.gpu_ms.set(-1.f);
-  s.result.set(op.result);
-  s.root.set(op.root);
-  s.peer.set(op.peer);
-  s.redop.set(op.redop);
-  s.callsite.set(op.callsite);
-  s.tid.set(op.tid);
-  s.comm_size.set(op.comm_size);
-  s.kind.set(static_cast<uint8_t>(op.kind));
-  s.dtype.set(op.dtype);
-  s.gen_state.store(Word(index, static_cast<uint64_t>(op.state)), std::memory_order_release);
-  return index;
+  return RecordWith(op, [] {});
 }
 
 bool FlightRing::Transition(uint64_t index, trace::OpState state) {
   OpSlot& s = SlotOf(index);
   uint64_t cur = s.gen_state.load(std::memory_order_acquire);
-  while ((cur >> 8) == Gen(index) && (cur & 0xff) != OpSlot::kWriting) {
+  while ((cur >> 8) == Gen(index) && OpSlot::Published(cur)) {
     if (s.gen_state.compare_exchange_weak(cur, Word(index, static_cast<uint64_t>(state)),
                                           std::memory_order_acq_rel))
       return true;
@@ -80,7 +49,7 @@ bool FlightRing::SetGpuMs(uint64_t index, float ms) {
 bool FlightRing::Read(uint64_t index, OpSnapshot* out) const {
   const OpSlot& s = SlotOf(index);
   uint64_t before = s.gen_state.load(std::memory_order_acquire);
-  if ((before >> 8) != Gen(index) || (before & 0xff) == OpSlot::kWriting) return false;
+  if ((before >> 8) != Gen(index) || !OpSlot::Published(before)) return false;
   OpSnapshot o;
   o.index = index;
   o.comm_id = s.comm_id.get();
@@ -105,7 +74,7 @@ bool FlightRing::Read(uint64_t index, OpSnapshot* out) const {
   o.dtype = s.dtype.get();
   std::atomic_thread_fence(std::memory_order_acquire);
   uint64_t after = s.gen_state.load(std::memory_order_relaxed);
-  if ((after >> 8) != Gen(index) || (after & 0xff) == OpSlot::kWriting) return false;
+  if ((after >> 8) != Gen(index) || !OpSlot::Published(after)) return false;
   o.state = static_cast<trace::OpState>(after & 0xff);
   *out = o;
   return true;

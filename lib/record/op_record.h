@@ -36,10 +36,16 @@ struct OpSnapshot {
 };
 
 // The ring slot. A seqlock-like generation word publishes the slot: (index + 1) << 8 | state,
-// with state kWriting while the producer fills it. Later state changes are CAS on that word,
+// with state kWriting while the producer fills it. The producer claims the word by CAS, so a
+// producer that stalls for a whole ring wrap never shares its slot with the newer record (that
+// one is dropped, see kDropped). Later state changes are CAS on that word,
 // so a change aimed at an overwritten slot fails instead of corrupting the newer record.
 struct OpSlot {
-  static constexpr uint64_t kWriting = 0xff;
+  static constexpr uint64_t kWriting = 0xff;  // a producer is filling the slot
+  // A newer record found the slot still being filled by a stalled older writer and was dropped;
+  // the older writer still owns the slot and publishes over this.
+  static constexpr uint64_t kDropped = 0xfe;
+  static bool Published(uint64_t gen_state) { return (gen_state & 0xff) < kDropped; }
   template <typename T>
   struct Field {  // relaxed atomic: a reader may race with an overwrite; the generation check decides
     std::atomic<T> v{};
