@@ -124,6 +124,13 @@ __attribute__((noinline)) int32_t CaptureCallsite(int skip, int max_depth) {
   const uintptr_t sp = kUseCallPaths ? StackPointer() : 0;
   detail::CallPathCache* paths = kUseCallPaths && wanted <= detail::kMaxPathFrames + 1 ? &detail::ThreadCallPaths() : nullptr;
   const detail::CallPath* known = paths ? detail::FindCallPath(*paths, sp, skip, max_depth) : nullptr;
+  detail::CallsiteKey key;
+  key.python_depth = static_cast<uint16_t>(detail::CapturePythonFrames(key.py_code, key.py_position, kMaxPythonFrames));
+  // The same native path as before and no Python: its id is known, nothing to copy or hash.
+  if (known && known->native_id >= 0 && key.python_depth == 0) {
+    ++paths->hits;
+    return known->native_id;
+  }
   if (known) {  // the same path as before: no unwind
     ++paths->hits;
     raw[0] = nullptr;  // CaptureCallsite's own frame
@@ -152,11 +159,8 @@ __attribute__((noinline)) int32_t CaptureCallsite(int skip, int max_depth) {
   const int depth = std::min(count - first, max_depth);
   if (depth <= 0) return -1;
 
-  detail::CallsiteKey key;
   key.native_depth = static_cast<uint16_t>(depth);
   for (int i = 0; i < depth; ++i) key.ips[i] = reinterpret_cast<uintptr_t>(raw[first + i]);
-  key.python_depth = static_cast<uint16_t>(detail::CapturePythonFrames(key.py_code, key.py_position, kMaxPythonFrames));
-  if (key.python_depth == 0 && known && known->native_id >= 0) return known->native_id;
   if (key.python_depth > 0) {
     const int native = detail::FramesBeforeInterpreter(key.ips, key.native_depth);
     if (native > 0) key.native_depth = static_cast<uint16_t>(native);

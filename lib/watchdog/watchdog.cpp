@@ -99,39 +99,57 @@ void Watchdog::Run() {
   thread_id_.store(std::this_thread::get_id());
   pthread_setname_np(pthread_self(), "ncclwatch");
   if (markers_) markers_->PrepareThread();
+  const uint64_t poll_ns = config_.poll_ms * 1000000;
+  uint64_t wait_ns = poll_ns, last_ns = MonoNs();
   while (!stop_.load(std::memory_order_acquire)) {
     pollfd pfd{wake_fd_, POLLIN, 0};
-    int n = poll(&pfd, 1, static_cast<int>(config_.poll_ms));
-    if (n > 0) {
+    timespec wait{static_cast<time_t>(wait_ns / 1000000000), static_cast<long>(wait_ns % 1000000000)};
+    if (ppoll(&pfd, 1, &wait, nullptr) > 0) {
       uint64_t drained;
       ssize_t ignored = read(wake_fd_, &drained, sizeof drained);
       (void)ignored;
     }
     if (stop_.load(std::memory_order_acquire)) break;
-    PollOnce(MonoNs());
+    const uint64_t now = MonoNs();
+    const size_t taken = PollOnce(now);
+    wait_ns = PaceNs(taken, now - last_ns, poll_ns);
+    last_ns = now;
     if (callbacks_.on_tick) callbacks_.on_tick();
   }
   running_.store(false, std::memory_order_release);
 }
 
-void Watchdog::Drain() {
+uint64_t Watchdog::PaceNs(size_t taken, uint64_t elapsed_ns, uint64_t poll_ns) {
+  if (taken == 0) return poll_ns;
+  // elapsed / taken is the time per operation: wait for about kPaceBatch more. A quiet job
+  // comes out far above the poll interval, so it keeps one wake-up per interval.
+  const double pace = static_cast<double>(elapsed_ns) * kPaceBatch / static_cast<double>(taken);
+  if (pace >= static_cast<double>(poll_ns)) return poll_ns;
+  return std::max(kMinPaceNs, static_cast<uint64_t>(pace));
+}
+
+size_t Watchdog::Drain() {
   wake_requested_.store(false, std::memory_order_release);
   InflightItem item;
+  size_t taken = 0;
   while (queue_.TryPop(&item)) {
     Tracked t;
     t.item = item;
     t.state = item.op.state;
     streams_[item.op.stream].items.push_back(t);
+    ++taken;
   }
+  return taken;
 }
 
-void Watchdog::PollOnce(uint64_t now_ns) {
+size_t Watchdog::PollOnce(uint64_t now_ns) {
   std::vector<std::pair<InflightView, std::string>> stalls;
   std::vector<Recovery> recovered;
+  size_t taken;
   {
     std::lock_guard<std::mutex> lock(mu_);
     size_t before = recoveries_.size();
-    Drain();
+    taken = Drain();
     for (auto it = streams_.begin(); it != streams_.end();) {
       Advance(it->second, now_ns);
       // Forget idle streams, but keep the last completion time while work may follow soon.
@@ -149,6 +167,7 @@ void Watchdog::PollOnce(uint64_t now_ns) {
     if (callbacks_.on_recovery) callbacks_.on_recovery(r);
   for (auto& s : stalls)
     if (callbacks_.on_stall) callbacks_.on_stall(s.first, s.second);
+  return taken;
 }
 
 void Watchdog::Advance(StreamTrack& track, uint64_t now_ns) {

@@ -1,8 +1,11 @@
 // The watchdog over a fake CUDA driver whose events the test completes by hand.
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <map>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/clock.h"
@@ -19,6 +22,7 @@ struct FakeGpu {
   CUstreamCaptureMode last_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
   int created = 0;
 } g_gpu;
+std::mutex g_gpu_mu;  // the event calls come from the watchdog's thread too when it runs
 
 CUresult Ok0(unsigned) { return CUDA_SUCCESS; }
 CUresult GetCtx(CUstream, CUcontext* c) { return *c = reinterpret_cast<CUcontext>(0x10), CUDA_SUCCESS; }
@@ -31,12 +35,23 @@ CUresult Exchange(CUstreamCaptureMode* m) {
   return CUDA_SUCCESS;
 }
 CUresult Create(CUevent* e, unsigned) {
+  std::lock_guard<std::mutex> lock(g_gpu_mu);
   *e = reinterpret_cast<CUevent>(g_gpu.next++);
   g_gpu.created++;
   return CUDA_SUCCESS;
 }
-CUresult Record(CUevent e, CUstream) { return g_gpu.reached[e] = false, CUDA_SUCCESS; }
-CUresult Query(CUevent e) { return g_gpu.reached[e] ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY; }
+CUresult Record(CUevent e, CUstream) {
+  std::lock_guard<std::mutex> lock(g_gpu_mu);
+  return g_gpu.reached[e] = false, CUDA_SUCCESS;
+}
+CUresult Query(CUevent e) {
+  std::lock_guard<std::mutex> lock(g_gpu_mu);
+  return g_gpu.reached[e] ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+void Reach(CUevent e) {
+  std::lock_guard<std::mutex> lock(g_gpu_mu);
+  g_gpu.reached[e] = true;
+}
 CUresult Elapsed(float* ms, CUevent, CUevent) { return *ms = 1.5f, CUDA_SUCCESS; }
 CUresult Destroy(CUevent) { return CUDA_SUCCESS; }
 CUresult Version(int* v) { return *v = 12080, CUDA_SUCCESS; }
@@ -239,4 +254,42 @@ TEST_CASE("an operation recorded after the poll read its clock is not late") {
   (void)m2;
   b.wd->PollOnce(111 * S + 1);  // past the 10 s floor... and the 5 s default
   CHECK(b.stalls.size() == 1);
+}
+
+TEST_CASE("the watchdog paces its polls to the operation rate") {
+  const uint64_t poll = 100 * 1000000ull;
+  CHECK(Watchdog::PaceNs(0, poll, poll) == poll);          // nothing new: the poll interval
+  CHECK(Watchdog::PaceNs(10, poll, poll) == poll);         // a quiet job: the poll interval
+  CHECK(Watchdog::PaceNs(Watchdog::kPaceBatch, poll, poll) == poll);
+  // 1000 operations in 10 ms: 10 us each, so the next kPaceBatch take 2.56 ms.
+  CHECK(Watchdog::PaceNs(1000, 10 * 1000000ull, poll) == Watchdog::kPaceBatch * 10000);
+  // A million a second would mean 256 us; a faster rate stops at the floor.
+  CHECK(Watchdog::PaceNs(100000, 1000000ull, poll) == Watchdog::kMinPaceNs);
+}
+
+TEST_CASE("at a steady high operation rate the watchdog keeps up without the application waking it") {
+  Bench b;
+  b.config.poll_ms = 100;
+  REQUIRE(b.wd->Start());
+  // Up to 40 000 operations a second, each finished on the GPU at once, until there have been
+  // 8 * kWakeBacklog: without pacing the watchdog would sleep its 100 ms and be woken from
+  // Submit every kWakeBacklog operations.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  uint64_t seq = 0;
+  while (seq < 8 * Watchdog::kWakeBacklog && std::chrono::steady_clock::now() < give_up) {
+    for (int i = 0; i < 40; ++i) {
+      Marker* m = b.Launch(++seq, MonoNs());
+      Reach(m->start);
+      Reach(m->end);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  b.wd->Stop(2000);
+  REQUIRE(!b.wd->running());
+  INFO(seq << " operations, " << g_gpu.created / 2 << " markers created");
+  REQUIRE(seq >= 8 * Watchdog::kWakeBacklog);
+  // The first burst may need one wake-up before the pace is known; after that, none.
+  CHECK(b.wd->submit_wakes() <= 2);
+  // Markers came back for reuse: far fewer than the operations.
+  CHECK(static_cast<uint64_t>(g_gpu.created / 2) < seq / 4);
 }

@@ -123,10 +123,48 @@ struct Capture {
 
 }  // namespace
 
+namespace {
+
+// A stream's pending commands: a ring that grows and never shrinks, so that queuing a command
+// allocates nothing in steady state, as a driver writes into a preallocated push buffer.
+class CommandRing {
+ public:
+  bool empty() const { return size_ == 0; }
+  Work& front() { return slots_[head_]; }
+  void pop_front() {
+    head_ = (head_ + 1) % slots_.size();
+    --size_;
+  }
+  void push_back(Work w) {
+    if (size_ == slots_.size()) Grow();
+    slots_[(head_ + size_) % slots_.size()] = std::move(w);
+    ++size_;
+  }
+
+ private:
+  void Grow() {
+    std::vector<Work> bigger;
+    bigger.reserve(slots_.empty() ? 64 : slots_.size() * 2);
+    for (size_t i = 0; i < size_; ++i) bigger.push_back(std::move(slots_[(head_ + i) % slots_.size()]));
+    bigger.resize(bigger.capacity(), Work(Work::Kind::HostFn));
+    slots_ = std::move(bigger);
+    head_ = 0;
+  }
+  std::vector<Work> slots_;
+  size_t head_ = 0, size_ = 0;
+};
+
+}  // namespace
+
+// Like events, a stream handle is dereferenced by each call; a destroyed stream's memory is
+// kept (Driver::allStreams) so that a stale handle is reported as invalid.
 struct CUstream_st {
+  static constexpr uint32_t kLive = 0x5354524c;  // "STRL"
+  static constexpr uint32_t kDead = 0x44454144;  // "DEAD"
+  std::atomic<uint32_t> magic{kLive};
   CUcontext ctx = nullptr;
   unsigned flags = 0;
-  std::deque<Work> queue;
+  CommandRing queue;
   uint64_t enqueued = 0;
   uint64_t completed = 0;
   std::condition_variable workCv;  // the worker waits for work
@@ -148,7 +186,8 @@ struct Driver {
   int deviceCount = kDefaultDeviceCount;
   std::vector<std::unique_ptr<CUctx_st>> primaryContexts;
   StreamPtr legacyStream;
-  std::unordered_map<CUstream, StreamPtr> streams;  // from cuStreamCreate
+  std::unordered_map<CUstream, StreamPtr> streams;  // from cuStreamCreate, not destroyed
+  std::vector<StreamPtr> allStreams;                 // from cuStreamCreate, never freed
   std::vector<StreamPtr> perThreadStreams;           // of threads still alive
   std::vector<StreamPtr> retiredStreams;             // destroyed, worker not joined yet
   std::vector<CUevent_st*> events;      // every event ever created (live and dead)
@@ -252,8 +291,7 @@ CUstream_st* findStream(Driver& d, CUstream h) {
     }
     return s.get();
   }
-  auto it = d.streams.find(h);
-  return it == d.streams.end() ? nullptr : it->second.get();
+  return h->magic.load(std::memory_order_relaxed) == CUstream_st::kLive ? h : nullptr;
 }
 
 CUstream perThreadIfNull(CUstream h) { return h ? h : CU_STREAM_PER_THREAD; }
@@ -480,6 +518,7 @@ CUresult streamCreate(CUstream* out, unsigned flags) {
     finished = takeFinishedWorkers(d);
     StreamPtr s = newStream(d, flags);
     d.streams[s.get()] = s;
+    d.allStreams.push_back(s);
     *out = s.get();
   }
   joinAll(finished);
@@ -496,6 +535,7 @@ CUresult streamDestroy(CUstream h) {
     if (it == d.streams.end()) return CUDA_ERROR_INVALID_HANDLE;
     StreamPtr s = std::move(it->second);
     d.streams.erase(it);
+    s->magic.store(CUstream_st::kDead, std::memory_order_relaxed);
     retireStream(d, s);
     finished = takeFinishedWorkers(d);
   }
