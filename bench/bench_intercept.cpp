@@ -17,12 +17,11 @@
 #include <benchmark/benchmark.h>
 #include <dlfcn.h>
 
-#include <atomic>
-#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <string>
-#include <thread>
 
 #include "ncclwatch/cuda_abi.h"
 #include "ncclwatch/nccl_abi.h"
@@ -87,17 +86,29 @@ __attribute__((noinline)) ncclResult_t CallAt(int depth, AllReduceFn fn, Setup& 
   return fn(p, p, 1, ncclFloat32, ncclSum, s.comm, reinterpret_cast<cudaStream_t>(s.stream));
 }
 
-// A host function that holds the stream until released: the simulated GPU is busy.
-std::atomic<bool> g_gate_open{true};
+// A host function that holds the stream until released: the simulated GPU is busy. Its
+// worker sleeps until then (no polling: a thread waking every few microseconds would take
+// turns on the calling thread's core, and the noise would swamp the figures on 2 cores).
+std::mutex g_gate_mu;
+std::condition_variable g_gate_cv;
+bool g_gate_open = true;
 void Gate(void*) {
-  while (!g_gate_open.load(std::memory_order_acquire)) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  std::unique_lock<std::mutex> lock(g_gate_mu);
+  g_gate_cv.wait(lock, [] { return g_gate_open; });
 }
 void CloseGate(Setup& s) {
-  g_gate_open.store(false, std::memory_order_release);
+  {
+    std::lock_guard<std::mutex> lock(g_gate_mu);
+    g_gate_open = false;
+  }
   cuLaunchHostFunc(s.stream, &Gate, nullptr);
 }
 void OpenGateAndDrain(Setup& s) {
-  g_gate_open.store(true, std::memory_order_release);
+  {
+    std::lock_guard<std::mutex> lock(g_gate_mu);
+    g_gate_open = true;
+  }
+  g_gate_cv.notify_all();
   cuStreamSynchronize(s.stream);
 }
 

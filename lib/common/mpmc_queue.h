@@ -26,6 +26,9 @@ class MpmcQueue {
         if (tail_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
           c.value = value;
           c.seq.store(pos + 1, std::memory_order_release);
+          // The next cell was last written by the consumer's core: start moving it here now,
+          // so that the next push does not wait for it.
+          __builtin_prefetch(&cells_[(pos + 1) & mask_], 1);
           return true;
         }
       } else if (diff < 0) {

@@ -86,7 +86,7 @@ void DeferNonblocking(const GroupedOp* ops, Marker* const* marker_of, int n) {
       auto stream = reinterpret_cast<cudaStream_t>(ops[i].op.stream);
       it = pending.insert(pending.end(), PendingLaunch{ops[i].comm, marker, stream, {}});
     }
-    it->items.push_back(InflightItem{ops[i].op, ops[i].comm, marker});
+    it->items.push_back(InflightItem::Of(ops[i].op, ops[i].comm, marker));
   }
   std::lock_guard<std::mutex> lock(g_nonblocking_mu);
   for (auto& p : pending) g_nonblocking.push_back(std::move(p));
@@ -160,7 +160,7 @@ ncclResult_t LaunchBatch(Runtime& rt, ThreadState& ts, GroupedOp* ops, int n, co
   }
   for (int i = 0; i < n; ++i) {
     if (!marker_of[i]) continue;
-    if (!rt.watchdog().Submit(InflightItem{ops[i].op, ops[i].comm, marker_of[i]})) {
+    if (!rt.watchdog().Submit(InflightItem::Of(ops[i].op, ops[i].comm, marker_of[i]))) {
       markers->Release(marker_of[i]);
       rt.ring().SetState(ops[i].op.index, trace::OpState::Unmonitored);
     }
@@ -243,13 +243,13 @@ void SettleNonblocking(Runtime& rt, CommInfo* comm, ncclResult_t async_state) {
     if (ok) p.marker->refs.store(static_cast<int>(p.items.size()), std::memory_order_relaxed);
     for (auto& item : p.items) {
       if (!ok) {
-        rt.ring().SetState(item.op.index, async_state == ncclSuccess ? trace::OpState::Unmonitored
+        rt.ring().SetState(item.index, async_state == ncclSuccess ? trace::OpState::Unmonitored
                                                                      : trace::OpState::Error);
         continue;
       }
       if (!rt.watchdog().Submit(item)) {
         markers->Release(p.marker);
-        rt.ring().SetState(item.op.index, trace::OpState::Unmonitored);
+        rt.ring().SetState(item.index, trace::OpState::Unmonitored);
       }
     }
     if (!ok && async_state != ncclSuccess) markers->Abandon(p.marker);

@@ -40,7 +40,7 @@ struct OpSnapshot {
 // producer that stalls for a whole ring wrap never shares its slot with the newer record (that
 // one is dropped, see kDropped). Later state changes are CAS on that word,
 // so a change aimed at an overwritten slot fails instead of corrupting the newer record.
-struct OpSlot {
+struct alignas(64) OpSlot {  // two whole cache lines
   static constexpr uint64_t kWriting = 0xff;  // a producer is filling the slot
   // A newer record found the slot still being filled by a stalled older writer and was dropped;
   // the older writer still owns the slot and publishes over this.
@@ -60,5 +60,6 @@ struct OpSlot {
   Field<uint8_t> kind;
   Field<int8_t> dtype;
 };
+static_assert(sizeof(OpSlot) == 128, "a slot is two cache lines");
 
 }  // namespace ncclwatch

@@ -55,7 +55,7 @@ Watchdog::~Watchdog() {
   Drain();
   for (auto& kv : streams_)
     for (auto& t : kv.second.items)
-      if (markers_) markers_->Release(t.item.marker);
+      if (markers_) markers_->Release(t.marker);
   if (wake_fd_ >= 0) close(wake_fd_);
 }
 
@@ -134,9 +134,11 @@ size_t Watchdog::Drain() {
   size_t taken = 0;
   while (queue_.TryPop(&item)) {
     Tracked t;
-    t.item = item;
-    t.state = item.op.state;
-    streams_[item.op.stream].items.push_back(t);
+    if (!ring_->Read(item.index, &t.op)) t.op = item.Fallback();  // overwritten in a burst
+    t.op.state = trace::OpState::Enqueued;
+    t.comm = item.comm;
+    t.marker = item.marker;
+    streams_[item.stream].items.push_back(t);
     ++taken;
   }
   return taken;
@@ -178,14 +180,14 @@ void Watchdog::Advance(StreamTrack& track, uint64_t now_ns) {
   size_t lo = 0, hi = items.size();
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
-    if (markers_->QueryEnd(items[mid].item.marker) == CUDA_SUCCESS)
+    if (markers_->QueryEnd(items[mid].marker) == CUDA_SUCCESS)
       lo = mid + 1;
     else
       hi = mid;
   }
   for (size_t done = 0; done < lo; ++done) {
     Tracked& t = items.front();
-    if (t.current_since_ns == 0) t.current_since_ns = std::max(t.item.op.enqueue_ns, track.last_done_ns);
+    if (t.current_since_ns == 0) t.current_since_ns = std::max(t.op.enqueue_ns, track.last_done_ns);
     Complete(t, now_ns);
     track.last_done_ns = now_ns;
     items.pop_front();
@@ -194,8 +196,8 @@ void Watchdog::Advance(StreamTrack& track, uint64_t now_ns) {
     Tracked& t = items.front();
     // An operation's clock starts when it becomes current on its stream: the ones queued
     // behind it cannot start earlier.
-    if (t.current_since_ns == 0) t.current_since_ns = std::max(t.item.op.enqueue_ns, track.last_done_ns);
-    CUresult r = markers_->QueryEnd(t.item.marker);
+    if (t.current_since_ns == 0) t.current_since_ns = std::max(t.op.enqueue_ns, track.last_done_ns);
+    CUresult r = markers_->QueryEnd(t.marker);
     if (r == CUDA_SUCCESS) {  // completed since the search
       Complete(t, now_ns);
       track.last_done_ns = now_ns;
@@ -204,27 +206,27 @@ void Watchdog::Advance(StreamTrack& track, uint64_t now_ns) {
     }
     if (r != CUDA_ERROR_NOT_READY) {
       LogWarn("CUDA error %d while following %s on stream 0x%llx; no longer following it", static_cast<int>(r),
-              trace::OpKindName(t.item.op.kind), static_cast<unsigned long long>(t.item.op.stream));
-      ring_->SetState(t.item.op.index, trace::OpState::Error, now_ns);
-      markers_->Release(t.item.marker);
+              trace::OpKindName(t.op.kind), static_cast<unsigned long long>(t.op.stream));
+      ring_->SetState(t.op.index, trace::OpState::Error, now_ns);
+      markers_->Release(t.marker);
       items.pop_front();
       continue;
     }
-    if (t.state == trace::OpState::Enqueued && markers_->QueryStart(t.item.marker) == CUDA_SUCCESS) {
+    if (t.state == trace::OpState::Enqueued && markers_->QueryStart(t.marker) == CUDA_SUCCESS) {
       t.state = trace::OpState::GpuReached;
-      ring_->SetState(t.item.op.index, trace::OpState::GpuReached, now_ns);
-      t.item.op.gpu_reached_ns = now_ns;
-      if (t.item.op.seq > 0 && t.item.comm) StoreMax(t.item.comm->last_gpu_reached, t.item.op.seq);
+      ring_->SetState(t.op.index, trace::OpState::GpuReached, now_ns);
+      t.op.gpu_reached_ns = now_ns;
+      if (t.op.seq > 0 && t.comm) StoreMax(t.comm->last_gpu_reached, t.op.seq);
     }
     break;
   }
 }
 
 void Watchdog::Complete(Tracked& t, uint64_t now_ns) {
-  const OpSnapshot& o = t.item.op;
+  const OpSnapshot& o = t.op;
   ring_->SetState(o.index, trace::OpState::Completed, now_ns);
-  if (markers_->timing()) ring_->SetGpuMs(o.index, markers_->ElapsedMs(t.item.marker));
-  if (CommInfo* c = t.item.comm) {
+  if (markers_->timing()) ring_->SetGpuMs(o.index, markers_->ElapsedMs(t.marker));
+  if (CommInfo* c = t.comm) {
     if (o.seq > 0) {
       StoreMax(c->last_gpu_reached, o.seq);
       StoreMax(c->last_completed, o.seq);
@@ -244,17 +246,17 @@ void Watchdog::Complete(Tracked& t, uint64_t now_ns) {
     r.recovered_after_s = took;
     recoveries_.push_back(r);
   }
-  markers_->Release(t.item.marker);
+  markers_->Release(t.marker);
 }
 
 InflightView Watchdog::ViewOf(const Tracked& t, uint64_t now_ns) const {
   InflightView v;
-  v.op = t.item.op;
+  v.op = t.op;
   v.op.state = t.state;
-  uint64_t since = t.current_since_ns ? t.current_since_ns : t.item.op.enqueue_ns;
+  uint64_t since = t.current_since_ns ? t.current_since_ns : t.op.enqueue_ns;
   v.age_s = ElapsedS(since, now_ns);
   v.deadline_s = t.deadline_s > 0 ? t.deadline_s
-                                   : deadlines_.DeadlineS(t.item.op.comm_id, t.item.op.kind, t.item.op.bytes);
+                                   : deadlines_.DeadlineS(t.op.comm_id, t.op.kind, t.op.bytes);
   v.stalled = t.stall_reported;
   return v;
 }
@@ -266,7 +268,7 @@ void Watchdog::CheckDeadlines(uint64_t now_ns, std::vector<std::pair<InflightVie
   for (auto& kv : streams_) {
     if (kv.second.items.empty()) continue;
     Tracked& t = kv.second.items.front();  // only the current operation of a stream can be late
-    t.deadline_s = deadlines_.DeadlineS(t.item.op.comm_id, t.item.op.kind, t.item.op.bytes);
+    t.deadline_s = deadlines_.DeadlineS(t.op.comm_id, t.op.kind, t.op.bytes);
     double age = ElapsedS(t.current_since_ns, now_ns);
     if (t.stall_reported || age <= t.deadline_s) continue;
     t.stall_reported = true;

@@ -22,12 +22,53 @@
 
 namespace ncclwatch {
 
-// Handed from the application thread to the watchdog when an operation was launched.
+// Handed from the application thread to the watchdog when an operation was launched. It
+// crosses cores once per operation, so it is small: where the operation's record is in the
+// ring (the watchdog reads the rest from there), plus what a stall report needs should the
+// ring overwrite that record before the watchdog drains the queue (a burst of more than
+// NCCLWATCH_RING operations between two polls).
 struct InflightItem {
-  OpSnapshot op;
+  uint64_t index = 0;  // in the flight ring
+  uint64_t stream = 0;
+  uint64_t enqueue_ns = 0;
+  uint64_t seq = 0;  // collective sequence number, or p2p_seq for send/recv
+  uint64_t bytes = 0;
   CommInfo* comm = nullptr;
   Marker* marker = nullptr;
+  int32_t peer_or_root = -1;
+  trace::OpKind kind = trace::OpKind::AllReduce;
+
+  static InflightItem Of(const OpSnapshot& op, CommInfo* comm, Marker* marker) {
+    const bool p2p = trace::IsPointToPoint(op.kind);
+    InflightItem item;
+    item.index = op.index;
+    item.stream = op.stream;
+    item.enqueue_ns = op.enqueue_ns;
+    item.seq = p2p ? op.p2p_seq : op.seq;
+    item.bytes = op.bytes;
+    item.comm = comm;
+    item.marker = marker;
+    item.peer_or_root = p2p ? op.peer : op.root;
+    item.kind = op.kind;
+    return item;
+  }
+  // The operation as far as the item knows it, for when the ring no longer holds its record.
+  OpSnapshot Fallback() const {
+    const bool p2p = trace::IsPointToPoint(kind);
+    OpSnapshot op;
+    op.index = index;
+    op.stream = stream;
+    op.enqueue_ns = enqueue_ns;
+    (p2p ? op.p2p_seq : op.seq) = seq;
+    (p2p ? op.peer : op.root) = peer_or_root;
+    op.bytes = bytes;
+    op.kind = kind;
+    op.comm_id = comm ? comm->id : 0;
+    op.comm_size = comm ? comm->size : 0;
+    return op;
+  }
 };
+static_assert(sizeof(InflightItem) <= 64, "the hand-off record stays within a cache line");
 
 // An operation not yet completed, as a dump shows it.
 struct InflightView {
@@ -104,7 +145,9 @@ class Watchdog {
 
  private:
   struct Tracked {
-    InflightItem item;
+    OpSnapshot op;  // read back from the ring when taken off the queue
+    CommInfo* comm = nullptr;
+    Marker* marker = nullptr;
     trace::OpState state = trace::OpState::Enqueued;
     uint64_t current_since_ns = 0;
     double deadline_s = 0;

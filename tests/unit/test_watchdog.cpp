@@ -115,7 +115,7 @@ struct Bench {
     REQUIRE(markers.Begin(reinterpret_cast<CUstream>(stream), &m) == MarkResult::Marked);
     REQUIRE(markers.End(m, reinterpret_cast<CUstream>(stream)));
     comm.last_enqueued = seq;
-    REQUIRE(wd->Submit({o, &comm, m}));
+    REQUIRE(wd->Submit(InflightItem::Of(o, &comm, m)));
     return m;
   }
   trace::OpState StateOf(uint64_t index) {
@@ -175,6 +175,55 @@ TEST_CASE("an operation whose GPU never reached it is reported as such") {
   b.wd->PollOnce(106 * S);
   REQUIRE(b.stalls.size() == 1);
   CHECK(b.stalls[0].find("launched but not reached by the GPU") != std::string::npos);
+}
+
+TEST_CASE("the watchdog reads a launched operation's record from the ring") {
+  Bench b;
+  OpSnapshot o;
+  o.comm_id = b.comm.id;
+  o.seq = 4;
+  o.kind = trace::OpKind::ReduceScatter;
+  o.count = 1234;  // only the ring has these: the hand-off record does not carry them
+  o.dtype = 7;
+  o.callsite = 42;
+  o.stream = 0x5;
+  o.enqueue_ns = 100 * S;
+  b.ring.Record(o);
+  Marker* m = nullptr;
+  REQUIRE(b.markers.Begin(reinterpret_cast<CUstream>(o.stream), &m) == MarkResult::Marked);
+  REQUIRE(b.markers.End(m, reinterpret_cast<CUstream>(o.stream)));
+  REQUIRE(b.wd->Submit(InflightItem::Of(o, &b.comm, m)));
+  auto inflight = b.wd->Inflight(100, 101 * S);
+  REQUIRE(inflight.size() == 1);
+  CHECK(inflight[0].op.index == o.index);
+  CHECK(inflight[0].op.seq == 4);
+  CHECK(inflight[0].op.count == 1234);
+  CHECK(inflight[0].op.dtype == 7);
+  CHECK(inflight[0].op.callsite == 42);
+}
+
+TEST_CASE("an operation whose ring record was overwritten before the watchdog took it is still followed") {
+  Bench b;  // a 64-entry ring
+  Marker* m = b.Launch(1, 100 * S);
+  OpSnapshot filler;
+  for (int i = 0; i < 70; ++i) b.ring.Record(filler);  // a burst wraps the ring before the poll
+  OpSnapshot gone;
+  REQUIRE_FALSE(b.ring.Read(0, &gone));
+  b.wd->PollOnce(101 * S);
+  auto inflight = b.wd->Inflight(100, 101 * S);
+  REQUIRE(inflight.size() == 1);
+  CHECK(inflight[0].op.comm_id == 77);
+  CHECK(inflight[0].op.comm_size == 4);
+  CHECK(inflight[0].op.bytes == 1u << 20);
+  g_gpu.reached[m->start] = true;
+  b.wd->PollOnce(106 * S);
+  REQUIRE(b.stalls.size() == 1);
+  CHECK(b.stalls[0].find("AllGather seq 1 on comm") != std::string::npos);
+  CHECK(b.stalls[0].find("reached by the GPU but not completed") != std::string::npos);
+  g_gpu.reached[m->end] = true;
+  b.wd->PollOnce(107 * S);
+  CHECK(b.wd->Inflight(100).empty());
+  CHECK(b.comm.last_completed == 1);
 }
 
 TEST_CASE("an operation's clock starts when the one before it on the stream completes") {
