@@ -5,6 +5,11 @@
 #   2. call-site stacks off
 #   3. call-site stacks on, GPU markers off (NCCLWATCH_CUDA_LIB pointing nowhere): ncclwatch's
 #      own CPU path alone, without the three driver calls per operation
+#   4. and 5. call-site stacks on, then off, with the whole process on one CPU (taskset), issue
+#      regime only: the watchdog's work then counts in the calling thread's wall time, and no
+#      cache line moves between cores (on 2 cores the simulator's stream worker, which runs
+#      the batch between timed stretches, leaves every line it touched on the other core). The
+#      steadiest figure: the library's whole CPU cost per operation.
 # The machine is shared and noisy, and a process's own layout (addresses, thread placement)
 # shifts its figures, so each configuration runs in PROCESSES separate processes, each with
 # REPETITIONS repetitions interleaved at random between direct and wrapped calls; the figures
@@ -22,24 +27,30 @@ export NCCLWATCH_DIR=$(mktemp -d)
 out=$(mktemp -d)
 trap 'rm -rf "$NCCLWATCH_DIR" "$out"' EXIT
 
-run_config() {  # NAME, then environment assignments
-  local name=$1
-  shift
+run_config() {  # NAME CPU(empty: all) FILTER, then environment assignments
+  local name=$1 cpu=$2 filter=$3
+  shift 3
   for p in $(seq "$procs"); do
-    env "$@" "$bin" --benchmark_repetitions="$reps" --benchmark_report_aggregates_only=true \
+    ${cpu:+taskset -c "$cpu"} env "$@" "$bin" --benchmark_filter="$filter" \
+      --benchmark_repetitions="$reps" --benchmark_report_aggregates_only=true \
       --benchmark_enable_random_interleaving=true --benchmark_min_time=0.15 \
       --benchmark_format=json > "$out/$name.$p.json" 2>/dev/null
   done
 }
-run_config on NCCLWATCH_CALLSITES=1
-run_config off NCCLWATCH_CALLSITES=0
-run_config nomarkers NCCLWATCH_CALLSITES=1 NCCLWATCH_CUDA_LIB=/nonexistent/libcuda.so.1
+one_cpu=$(( $(nproc) - 1 ))
+run_config on "" . NCCLWATCH_CALLSITES=1
+run_config off "" . NCCLWATCH_CALLSITES=0
+run_config nomarkers "" . NCCLWATCH_CALLSITES=1 NCCLWATCH_CUDA_LIB=/nonexistent/libcuda.so.1
+run_config on1cpu "$one_cpu" 'issue/' NCCLWATCH_CALLSITES=1
+run_config off1cpu "$one_cpu" 'issue/' NCCLWATCH_CALLSITES=0
 
 python3 - "$out" "$procs" "$reps" "$(nproc)" <<'PY'
 import glob, json, os, statistics, sys
 out, procs, reps, cores = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 titles = {"on": "call-site stacks on", "off": "call-site stacks off",
-          "nomarkers": "call-site stacks on, GPU markers off (own CPU path only)"}
+          "nomarkers": "call-site stacks on, GPU markers off (own CPU path only)",
+          "on1cpu": "call-site stacks on, one CPU (the library's whole CPU cost)",
+          "off1cpu": "call-site stacks off, one CPU"}
 print(f"ns per call: medians over {procs} processes of each one's median of {reps} interleaved runs ({cores} cores)")
 for config, title in titles.items():
     per = {}
