@@ -8,8 +8,8 @@
 # Call-site stacks are on (the default configuration); set NCCLWATCH_CALLSITES=0 to compare with
 # them off. PIN=CPU runs every process on that one CPU (taskset): all of the library's threads
 # then take their time from the calling thread's wall time, and no cache line moves between
-# cores, which makes the figures steadier (see docs/performance.md). A_ENV and B_ENV add variables to one side only, which compares two configurations of
-# one build:
+# cores, which makes the figures steadier (see docs/performance.md). A_ENV and B_ENV add
+# variables to one side only, which compares two configurations of one build:
 #   A_ENV=NCCLWATCH_CALLSITES=1 B_ENV=NCCLWATCH_CALLSITES=0 bench/compare_builds.sh build build
 set -euo pipefail
 a=${1:?BUILD_A}

@@ -135,7 +135,6 @@ size_t Watchdog::Drain() {
   while (queue_.TryPop(&item)) {
     Tracked t;
     if (!ring_->Read(item.index, &t.op)) t.op = item.Fallback();  // overwritten in a burst
-    t.op.state = trace::OpState::Enqueued;
     t.comm = item.comm;
     t.marker = item.marker;
     streams_[item.stream].items.push_back(t);

@@ -110,11 +110,15 @@ struct Bench {
     o.bytes = 1 << 20;
     o.stream = stream;
     o.enqueue_ns = t;
+    return Launch(o);
+  }
+  // Records `o` (its index is set), launches it on its stream and hands it to the watchdog.
+  Marker* Launch(OpSnapshot& o) {
     ring.Record(o);
     Marker* m = nullptr;
-    REQUIRE(markers.Begin(reinterpret_cast<CUstream>(stream), &m) == MarkResult::Marked);
-    REQUIRE(markers.End(m, reinterpret_cast<CUstream>(stream)));
-    comm.last_enqueued = seq;
+    REQUIRE(markers.Begin(reinterpret_cast<CUstream>(o.stream), &m) == MarkResult::Marked);
+    REQUIRE(markers.End(m, reinterpret_cast<CUstream>(o.stream)));
+    comm.last_enqueued = o.seq;
     REQUIRE(wd->Submit(InflightItem::Of(o, &comm, m)));
     return m;
   }
@@ -188,11 +192,7 @@ TEST_CASE("the watchdog reads a launched operation's record from the ring") {
   o.callsite = 42;
   o.stream = 0x5;
   o.enqueue_ns = 100 * S;
-  b.ring.Record(o);
-  Marker* m = nullptr;
-  REQUIRE(b.markers.Begin(reinterpret_cast<CUstream>(o.stream), &m) == MarkResult::Marked);
-  REQUIRE(b.markers.End(m, reinterpret_cast<CUstream>(o.stream)));
-  REQUIRE(b.wd->Submit(InflightItem::Of(o, &b.comm, m)));
+  b.Launch(o);
   auto inflight = b.wd->Inflight(100, 101 * S);
   REQUIRE(inflight.size() == 1);
   CHECK(inflight[0].op.index == o.index);
