@@ -24,7 +24,7 @@ sanitized() {  # NAME SANITIZERS CTEST_REGEX TARGETS...
 }
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp:print_suppressions=0
-sanitized asan "address;undefined" '^(core:|stacks:|sim_cuda\.|sim_nccl:|analyzer:)' \
-  test_core test_stacks test_sim_cuda test_sim_nccl analyzer_tests
+sanitized asan "address;undefined" '^(core:|format:|stacks:|sim_cuda\.|sim_nccl:|analyzer:)' \
+  test_core test_format test_stacks test_sim_cuda test_sim_nccl analyzer_tests
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 sanitized tsan thread '^(core:|stacks:)' test_core test_stacks

@@ -14,17 +14,27 @@ namespace trace {
 
 constexpr const char* kFormatName = "ncclwatch-trace";
 
-// One vocabulary from one X-macro list X(Enumerator, "name"): the enum, its name table and a
-// name lookup that never reads out of bounds.
+// One vocabulary from one X-macro list X(Enumerator, "name"): the enum, its name table, a name
+// lookup that never reads out of bounds, and the parse that inverts it (false for an unknown
+// name, which readers keep as text).
 #define NCCLWATCH_VOCAB_ENUMERATOR(e, s) e,
 #define NCCLWATCH_VOCAB_NAME(e, s) s,
-#define NCCLWATCH_DEFINE_VOCABULARY(Type, kNames, NameOf, LIST)                        \
+#define NCCLWATCH_DEFINE_VOCABULARY(Type, kNames, NameOf, ParseFn, LIST)               \
   enum class Type : uint8_t { LIST(NCCLWATCH_VOCAB_ENUMERATOR) Count };                \
   constexpr const char* kNames[] = {LIST(NCCLWATCH_VOCAB_NAME)};                       \
   inline const char* NameOf(Type v) {                                                  \
     auto i = static_cast<size_t>(v);                                                   \
     return i < static_cast<size_t>(Type::Count) ? kNames[i] : "unknown";               \
+  }                                                                                    \
+  inline bool ParseFn(const char* s, Type* out) {                                      \
+    for (size_t i = 0; s && i < static_cast<size_t>(Type::Count); ++i)                 \
+      if (std::strcmp(s, kNames[i]) == 0) {                                            \
+        *out = static_cast<Type>(i);                                                   \
+        return true;                                                                   \
+      }                                                                                \
+    return false;                                                                      \
   }
+// Bump on any change a reader could notice; readers accept every version they know.
 constexpr int kTraceVersion = 1;
 
 // Operation kinds. X(kind, bus-bandwidth factor kind). The NCCL function list in
@@ -96,7 +106,7 @@ inline bool ParseOpKind(const char* s, OpKind* out) {
   X(Captured, "captured")              \
   X(Unmonitored, "unmonitored")
 
-NCCLWATCH_DEFINE_VOCABULARY(OpState, kOpStateNames, OpStateName, NCCLWATCH_FOR_EACH_OP_STATE)
+NCCLWATCH_DEFINE_VOCABULARY(OpState, kOpStateNames, OpStateName, ParseOpState, NCCLWATCH_FOR_EACH_OP_STATE)
 
 // Why a dump was written (summary.reason).
 #define NCCLWATCH_FOR_EACH_DUMP_REASON(X)                                                  \
@@ -111,7 +121,8 @@ NCCLWATCH_DEFINE_VOCABULARY(OpState, kOpStateNames, OpStateName, NCCLWATCH_FOR_E
   X(PeerRequest, "peer_request")      /* another rank of the job dumped for a hang */     \
   X(Recovery, "recovery")             /* a stalled operation completed after all */
 
-NCCLWATCH_DEFINE_VOCABULARY(DumpReason, kDumpReasonNames, DumpReasonName, NCCLWATCH_FOR_EACH_DUMP_REASON)
+NCCLWATCH_DEFINE_VOCABULARY(DumpReason, kDumpReasonNames, DumpReasonName, ParseDumpReason,
+                            NCCLWATCH_FOR_EACH_DUMP_REASON)
 
 // Analyzer verdict causes (`ncclwatch analyze`, docs/trace-format.md "Analysis output").
 #define NCCLWATCH_FOR_EACH_CAUSE(X)            \
@@ -124,7 +135,29 @@ NCCLWATCH_DEFINE_VOCABULARY(DumpReason, kDumpReasonNames, DumpReasonName, NCCLWA
   X(RankDead, "rank_dead")                     \
   X(NoHang, "no_hang")
 
-NCCLWATCH_DEFINE_VOCABULARY(Cause, kCauseNames, CauseName, NCCLWATCH_FOR_EACH_CAUSE)
+NCCLWATCH_DEFINE_VOCABULARY(Cause, kCauseNames, CauseName, ParseCause, NCCLWATCH_FOR_EACH_CAUSE)
+
+// How a communicator was created (communicators[].kind).
+#define NCCLWATCH_FOR_EACH_COMM_KIND(X)         \
+  X(InitRank, "init_rank")                      \
+  X(InitRankConfig, "init_rank_config")         \
+  X(InitAll, "init_all")                        \
+  X(InitScalable, "init_scalable")              \
+  X(Split, "split")                             \
+  X(Shrink, "shrink")                           \
+  X(Unknown, "unknown") /* created before ncclwatch saw it */
+
+NCCLWATCH_DEFINE_VOCABULARY(CommKind, kCommKindNames, CommKindName, ParseCommKind, NCCLWATCH_FOR_EACH_COMM_KIND)
+
+// Where a communicator is in its life (summary.comms[].state, communicators[].state).
+#define NCCLWATCH_FOR_EACH_COMM_STATE(X) \
+  X(Active, "active")                    \
+  X(Destroyed, "destroyed")              \
+  X(Finalized, "finalized")              \
+  X(Aborted, "aborted")
+
+NCCLWATCH_DEFINE_VOCABULARY(CommState, kCommStateNames, CommStateName, ParseCommState,
+                            NCCLWATCH_FOR_EACH_COMM_STATE)
 
 // NCCL datatype and reduction names as written in dumps (index = NCCL enum value).
 constexpr const char* kDatatypeNames[] = {"int8",    "uint8",   "int32",    "uint32",
@@ -284,12 +317,7 @@ constexpr const char* kStalledAfterS = "stalled_after_s";
 constexpr const char* kRecoveredAfterS = "recovered_after_s";
 }  // namespace key
 
-// Dump file names: rank<R>-<host>-<pid>-<dump_seq>-<reason>.json (R zero-padded to 5,
-// "x" when unknown). Readers select files by this prefix and suffix.
-constexpr const char* kDumpFilePrefix = "rank";
-constexpr const char* kDumpFileSuffix = ".json";
-// The job-wide dump request marker in the dump directory (see docs/trace-format.md).
-constexpr const char* kDumpRequestFile = "dump-request.json";
+// Dump file names: lib/format/file_name.h.
 
 // Key names of the analysis output (`ncclwatch analyze --json`), documented in
 // docs/analysis.md and summarized in docs/trace-format.md "Analysis output".

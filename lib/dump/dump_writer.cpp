@@ -2,15 +2,13 @@
 
 #include <cstdio>
 
-#include <nlohmann/json.hpp>
-
+#include "format/file_name.h"
+#include "format/trace_writer.h"
 #include "ncclwatch/version.h"
 
 namespace ncclwatch {
-namespace {
 
-using Json = nlohmann::ordered_json;
-namespace k = trace::key;
+namespace {
 
 std::string Hex(uint64_t v) {
   char buf[24];
@@ -18,209 +16,139 @@ std::string Hex(uint64_t v) {
   return buf;
 }
 
-Json OpJson(const OpSnapshot& o) {
-  Json j;
-  j[k::kComm] = CommIdHex(o.comm_id);
-  j[k::kSeq] = o.seq;
-  j[k::kP2pSeq] = o.p2p_seq;
-  j[k::kOp] = trace::OpKindName(o.kind);
-  j[k::kCount] = o.count;
-  j[k::kDtype] = trace::DatatypeName(o.dtype);
-  j[k::kBytes] = o.bytes;
-  const char* redop = trace::RedOpName(o.redop);
-  j[k::kRedop] = redop ? Json(redop) : Json(nullptr);
-  j[k::kRoot] = o.root;
-  j[k::kPeer] = o.peer;
-  j[k::kStream] = Hex(o.stream);
-  j[k::kGroup] = o.group;
-  j[k::kTid] = o.tid;
-  j[k::kEnqueueNs] = o.enqueue_ns;
-  j[k::kGpuReachedNs] = o.gpu_reached_ns;
-  j[k::kCompletedNs] = o.completed_ns;
-  j[k::kState] = trace::OpStateName(o.state);
-  j[k::kResult] = o.result;
-  j[k::kCallsite] = o.callsite;
-  if (o.gpu_ms >= 0) j[k::kGpuMs] = o.gpu_ms;
-  return j;
-}
-
-Json InflightJson(const InflightView& v) {
-  Json j = OpJson(v.op);
-  j[k::kAgeS] = v.age_s;
-  j[k::kDeadlineS] = v.deadline_s;
-  return j;
-}
-
-Json FramesJson(const std::vector<FrameOut>& frames) {
-  Json a = Json::array();
-  for (auto& f : frames)
-    a.push_back({{k::kIp, Hex(f.ip)}, {k::kModule, f.module}, {k::kSymbol, f.symbol}, {k::kOffset, f.offset}});
-  return a;
-}
-
-Json PythonJson(const std::vector<PyFrameOut>& frames) {
-  Json a = Json::array();
-  for (auto& f : frames)
-    a.push_back({{k::kFile, f.file}, {k::kLine, f.line}, {k::kFunction, f.function}, {k::kLibrary, f.library}});
-  return a;
-}
-
-// What both communicator lists start with.
-Json CommIdentityJson(const CommInfo* c) {
-  Json j;
-  j[k::kId] = CommIdHex(c->id);
-  j[k::kSize] = c->size;
-  j[k::kRank] = c->rank;
-  j[k::kName] = c->name;
-  j[k::kState] = CommStateName(c->state.load());
-  return j;
-}
-
-Json SummaryJson(const DumpInput& in) {
-  Json s;
-  s[k::kRank] = in.global_rank;
-  s[k::kLocalRank] = in.identity.local_rank;
-  s[k::kWorldSize] = in.world_size;
-  s[k::kHost] = in.identity.host;
-  s[k::kPid] = in.identity.pid;
-  s[k::kDumpSeq] = in.dump_seq;
-  s[k::kReason] = trace::DumpReasonName(in.reason);
-  s[k::kDetail] = in.detail;
-  if (in.trigger) {
-    s[k::kTrigger] = {{k::kRequest, in.trigger->request},
-                      {k::kOriginRank, in.trigger->origin_rank},
-                      {k::kOriginHost, in.trigger->origin_host},
-                      {k::kReason, in.trigger->reason}};
-  } else {
-    s[k::kTrigger] = nullptr;
-  }
-  s[k::kTimeUnixNs] = in.time_unix_ns;
-  s[k::kTimeMonoNs] = in.time_mono_ns;
-  s[k::kStartMonoNs] = in.start_mono_ns;
-  s[k::kNcclVersion] = in.nccl_version;
-  Json calls = Json::array();
+trace::Summary SummaryOf(const DumpInput& in) {
+  trace::Summary s;
+  s.rank = in.global_rank;
+  s.local_rank = in.identity.local_rank;
+  s.world_size = in.world_size;
+  s.host = in.identity.host;
+  s.pid = in.identity.pid;
+  s.dump_seq = static_cast<int64_t>(in.dump_seq);
+  s.reason = trace::DumpReasonName(in.reason);
+  s.detail = in.detail;
+  if (in.trigger)
+    s.trigger = trace::Trigger{in.trigger->request, in.trigger->origin_rank, in.trigger->origin_host,
+                               in.trigger->reason};
+  s.time_unix_ns = static_cast<int64_t>(in.time_unix_ns);
+  s.time_mono_ns = static_cast<int64_t>(in.time_mono_ns);
+  s.start_mono_ns = static_cast<int64_t>(in.start_mono_ns);
+  s.nccl_version = in.nccl_version;
   for (auto& c : in.in_nccl) {
     double since = in.time_mono_ns > c.since_ns ? static_cast<double>(in.time_mono_ns - c.since_ns) / 1e9 : 0;
-    calls.push_back({{k::kTid, c.tid}, {k::kFunction, c.function}, {k::kSinceS, since}});
+    s.in_nccl.push_back({c.tid, c.function, since});
   }
-  s[k::kInNccl] = calls;
-  Json comms = Json::array();
   for (const CommInfo* c : in.comms) {
-    Json cj = CommIdentityJson(c);
-    cj[k::kLastEnqueued] = c->last_enqueued.load();
-    cj[k::kLastGpuReached] = c->last_gpu_reached.load();
-    cj[k::kLastCompleted] = c->last_completed.load();
-    Json p2p = Json::array();
+    trace::CommSummary cs;
+    cs.id = CommIdHex(c->id);
+    cs.size = c->size;
+    cs.rank = c->rank;
+    cs.name = c->name;
+    cs.state = CommStateName(c->state.load());
+    cs.last_enqueued = static_cast<int64_t>(c->last_enqueued.load());
+    cs.last_gpu_reached = static_cast<int64_t>(c->last_gpu_reached.load());
+    cs.last_completed = static_cast<int64_t>(c->last_completed.load());
     for (int p = 0; c->peers && p < c->size; ++p) {
       const PeerCounters& pc = c->peers[p];
       uint64_t se = pc.send_enqueued.load(), sc = pc.send_completed.load();
       uint64_t re = pc.recv_enqueued.load(), rc = pc.recv_completed.load();
-      if (se || re)
-        p2p.push_back({{k::kPeer, p}, {k::kSendEnqueued, se}, {k::kSendCompleted, sc},
-                       {k::kRecvEnqueued, re}, {k::kRecvCompleted, rc}});
+      if (se || re)  // only peers with traffic
+        cs.p2p.push_back({p, static_cast<int64_t>(se), static_cast<int64_t>(sc), static_cast<int64_t>(re),
+                          static_cast<int64_t>(rc)});
     }
-    cj[k::kP2p] = p2p;
-    comms.push_back(cj);
+    s.comms.push_back(std::move(cs));
   }
-  s[k::kComms] = comms;
-  Json inflight = Json::array();
-  for (auto& v : in.inflight) inflight.push_back(InflightJson(v));
-  s[k::kInFlight] = inflight;
-  s[k::kStalled] = in.stalled && in.stalled->op.comm_id ? InflightJson(*in.stalled) : Json(nullptr);
-  s[k::kRingOverwritten] = in.ring_overwritten;
+  for (auto& v : in.inflight) s.in_flight.push_back(InflightRecordOf(v));
+  if (in.stalled && in.stalled->op.comm_id) s.stalled = InflightRecordOf(*in.stalled);
+  s.ring_overwritten = static_cast<int64_t>(in.ring_overwritten);
   return s;
+}
+
+trace::Communicator CommunicatorOf(const CommInfo* c) {
+  trace::Communicator r;
+  r.id = CommIdHex(c->id);
+  r.size = c->size;
+  r.rank = c->rank;
+  r.name = c->name;
+  r.state = CommStateName(c->state.load());
+  r.device = c->device;
+  r.kind = CommKindName(c->kind);
+  if (c->parent_id) r.parent = CommIdHex(c->parent_id);
+  r.color = c->color;
+  r.key = c->key;
+  r.blocking = c->blocking != 0;
+  r.created_mono_ns = static_cast<int64_t>(c->created_ns);
+  r.ended_mono_ns = static_cast<int64_t>(c->ended_ns.load());
+  return r;
 }
 
 }  // namespace
 
-std::string DumpFileStem(int global_rank, const std::string& host, int pid, uint64_t dump_seq,
-                         trace::DumpReason reason) {
-  std::string safe_host;
-  for (char c : host) safe_host += (isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_') ? c : '_';
-  char rank[16];
-  if (global_rank >= 0)
-    snprintf(rank, sizeof rank, "%05d", global_rank);
-  else
-    snprintf(rank, sizeof rank, "x");
-  return std::string(trace::kDumpFilePrefix) + rank + "-" + safe_host + "-" + std::to_string(pid) + "-" +
-         std::to_string(dump_seq) + "-" + trace::DumpReasonName(reason);
+trace::Op OpRecordOf(const OpSnapshot& o) {
+  trace::Op r;
+  r.comm = CommIdHex(o.comm_id);
+  r.seq = static_cast<int64_t>(o.seq);
+  r.p2p_seq = static_cast<int64_t>(o.p2p_seq);
+  r.SetKind(o.kind);
+  r.count = static_cast<int64_t>(o.count);
+  r.dtype = trace::DatatypeName(o.dtype);
+  r.bytes = static_cast<int64_t>(o.bytes);
+  if (const char* redop = trace::RedOpName(o.redop)) r.redop = redop;
+  r.root = o.root;
+  r.peer = o.peer;
+  r.stream = Hex(o.stream);
+  r.group = static_cast<int64_t>(o.group);
+  r.tid = o.tid;
+  r.enqueue_ns = static_cast<int64_t>(o.enqueue_ns);
+  r.gpu_reached_ns = static_cast<int64_t>(o.gpu_reached_ns);
+  r.completed_ns = static_cast<int64_t>(o.completed_ns);
+  r.state = trace::OpStateValue::Of(o.state);
+  r.result = o.result;
+  r.callsite = o.callsite;
+  r.gpu_ms = o.gpu_ms;
+  return r;
+}
+
+trace::Op InflightRecordOf(const InflightView& v) {
+  trace::Op r = OpRecordOf(v.op);
+  r.age_s = v.age_s;
+  r.deadline_s = v.deadline_s;
+  return r;
+}
+
+std::string DumpFileStem(const DumpInput& in) {
+  return trace::DumpFileStem(in.global_rank, in.identity.host, in.identity.pid, static_cast<int64_t>(in.dump_seq),
+                             trace::DumpReasonName(in.reason));
 }
 
 std::string SerializeDump(const DumpInput& in) {
-  Json root;
-  root[k::kFormat] = trace::kFormatName;
-  root[k::kVersion] = trace::kTraceVersion;
-  root[k::kSummary] = SummaryJson(in);
-  if (!in.light) {
-    Json proc;
-    proc[k::kExe] = in.exe;
-    proc[k::kCmdline] = in.cmdline;
-    proc[k::kCwd] = in.cwd;
-    Json env = Json::object();
-    for (auto& kv : in.environment) env[kv.first] = kv.second;
-    proc[k::kEnv] = env;
-    proc[k::kCudaDriverVersion] = in.cuda_driver_version;
-    proc[k::kNcclwatchVersion] = kNcclwatchVersion;
-    Json cfg = Json::object();
-    if (in.config)
-      for (auto& kv : DescribeConfig(*in.config)) cfg[kv.first] = kv.second;
-    proc[k::kConfig] = cfg;
-    root[k::kProcess] = proc;
-
-    Json comms = Json::array();
-    for (const CommInfo* c : in.comms) {
-      Json cj = CommIdentityJson(c);
-      cj[k::kDevice] = c->device;
-      cj[k::kKind] = CommKindName(c->kind);
-      cj[k::kParent] = c->parent_id ? Json(CommIdHex(c->parent_id)) : Json(nullptr);
-      cj[k::kColor] = c->color;
-      cj[k::kKey] = c->key;
-      cj[k::kBlocking] = c->blocking;
-      cj[k::kCreatedMonoNs] = c->created_ns;
-      cj[k::kEndedMonoNs] = c->ended_ns.load();
-      comms.push_back(cj);
-    }
-    root[k::kCommunicators] = comms;
-
-    Json ring;
-    ring[k::kCapacity] = in.ring_capacity;
-    ring[k::kRecorded] = in.ring_recorded;
-    ring[k::kOverwritten] = in.ring_overwritten;
-    Json entries = Json::array();
-    for (auto& o : in.ring) entries.push_back(OpJson(o));
-    ring[k::kEntries] = std::move(entries);
-    root[k::kRing] = std::move(ring);
-
-    Json callsites = Json::array();
-    for (auto& c : in.callsites)
-      callsites.push_back({{k::kId, c.id},
-                           {k::kFrames, FramesJson(c.frames)},
-                           {k::kPython, PythonJson(c.python)},
-                           {k::kNote, c.note}});
-    root[k::kCallsites] = std::move(callsites);
-
-    Json threads = Json::array();
-    for (auto& t : in.threads) {
-      Json tj;
-      tj[k::kTid] = t.tid;
-      tj[k::kName] = t.name;
-      tj[k::kFrames] = FramesJson(t.frames);
-      tj[k::kPython] = PythonJson(t.python);
-      tj[k::kNote] = t.note;
-      threads.push_back(std::move(tj));
-    }
-    root[k::kThreads] = std::move(threads);
-  }
-  Json rec = Json::array();
+  trace::Document doc;
+  doc.summary = SummaryOf(in);
+  trace::Detail& d = doc.detail;
+  d.light = in.light;
   for (auto& r : in.recoveries)
-    rec.push_back({{k::kComm, CommIdHex(r.comm_id)},
-                   {k::kSeq, r.seq},
-                   {k::kOp, trace::OpKindName(r.kind)},
-                   {k::kStalledAfterS, r.stalled_after_s},
-                   {k::kRecoveredAfterS, r.recovered_after_s}});
-  root[k::kRecoveries] = rec;
-  // Invalid UTF-8 (a stray byte in an environment value or a symbol) is replaced, never fatal.
-  return root.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
+    d.recoveries.push_back({CommIdHex(r.comm_id), static_cast<int64_t>(r.seq), trace::OpKindName(r.kind),
+                            r.stalled_after_s, r.recovered_after_s});
+  if (in.light) return trace::WriteDocument(doc);
+  d.process.exe = in.exe;
+  d.process.cmdline = in.cmdline;
+  d.process.cwd = in.cwd;
+  d.process.env = in.environment;
+  d.process.cuda_driver_version = in.cuda_driver_version;
+  d.process.ncclwatch_version = kNcclwatchVersion;
+  if (in.config) d.process.config = DescribeConfig(*in.config);
+  for (const CommInfo* c : in.comms) d.communicators.push_back(CommunicatorOf(c));
+  d.ring.capacity = static_cast<int64_t>(in.ring_capacity);
+  d.ring.recorded = static_cast<int64_t>(in.ring_recorded);
+  d.ring.overwritten = static_cast<int64_t>(in.ring_overwritten);
+  d.callsites = in.callsites;
+  d.threads = in.threads;
+  // The ring is converted one entry at a time: a big ring never exists twice in memory.
+  size_t next = 0;
+  return trace::WriteDocument(doc, [&](trace::Op* op) {
+    if (next >= in.ring.size()) return false;
+    *op = OpRecordOf(in.ring[next++]);
+    return true;
+  });
 }
 
 }  // namespace ncclwatch

@@ -1,5 +1,6 @@
-// Serializes one dump in the documented format (include/ncclwatch/trace_format.h,
-// docs/trace-format.md). Pure: everything it writes is in DumpInput, so tests can build one.
+// Turns the library's state at dump time into the trace format's records and writes them with
+// the format's one writer (lib/format/trace_writer.h). Pure: everything it writes is in
+// DumpInput, so tests can build one.
 #pragma once
 
 #include <optional>
@@ -10,35 +11,13 @@
 #include "common/config.h"
 #include "common/process_info.h"
 #include "dump/dump_files.h"
+#include "format/records.h"
 #include "record/comm_registry.h"
 #include "record/op_record.h"
 #include "record/thread_registry.h"
 #include "watchdog/watchdog.h"
 
 namespace ncclwatch {
-
-struct FrameOut {
-  uint64_t ip = 0;
-  std::string module, symbol;
-  uint64_t offset = 0;
-};
-struct PyFrameOut {
-  std::string file, function;
-  int line = 0;
-  bool library = false;
-};
-struct CallsiteOut {
-  int32_t id = -1;
-  std::vector<FrameOut> frames;
-  std::vector<PyFrameOut> python;
-  std::string note;  // why Python frames are missing (the GIL could not be had)
-};
-struct ThreadOut {
-  int tid = 0;
-  std::string name, note;
-  std::vector<FrameOut> frames;
-  std::vector<PyFrameOut> python;
-};
 
 struct DumpInput {
   trace::DumpReason reason = trace::DumpReason::OnDemand;
@@ -64,13 +43,16 @@ struct DumpInput {
   std::vector<std::string> cmdline;
   uint64_t ring_capacity = 0, ring_recorded = 0, ring_overwritten = 0;
   std::vector<OpSnapshot> ring;
-  std::vector<CallsiteOut> callsites;
-  std::vector<ThreadOut> threads;
+  std::vector<trace::Callsite> callsites;
+  std::vector<trace::Thread> threads;
 };
 
 std::string SerializeDump(const DumpInput& in);
-// "rank00003-host-1234-0-stall"
-std::string DumpFileStem(int global_rank, const std::string& host, int pid, uint64_t dump_seq,
-                         trace::DumpReason reason);
+// The dump's file name without its suffix (format/file_name.h).
+std::string DumpFileStem(const DumpInput& in);
+
+// Record conversions (also used by tests).
+trace::Op OpRecordOf(const OpSnapshot& o);
+trace::Op InflightRecordOf(const InflightView& v);
 
 }  // namespace ncclwatch

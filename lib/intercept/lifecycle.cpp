@@ -48,7 +48,7 @@ void ReadConfig(const ncclConfig_t* config, CommInfo* info) {
 }
 
 void Register(Runtime& rt, ncclComm_t handle, uint64_t id, int size, int rank, CommKind kind,
-              const ncclConfig_t* config, const CommInfo* parent = nullptr, int color = 0, int key = 0) {
+              const ncclConfig_t* config, const CommInfo* parent = nullptr, int color = -1, int key = -1) {
   if (!handle) return;
   auto info = std::make_unique<CommInfo>();
   info->handle = handle;

@@ -11,6 +11,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/timing.h"
 #include "dump/dump_writer.h"
 #include "dump/signals.h"
 #include "intercept/real_nccl.h"
@@ -24,24 +25,15 @@ std::atomic<int> g_state{kUnstarted};
 std::atomic<Runtime*> g_runtime{nullptr};
 std::mutex g_start_mu;
 
-constexpr int kStackTimeoutMs = 300;
-// A rank that dumped this recently skips a peer request: one dump per rank per episode.
-constexpr uint64_t kPeerDumpQuietNs = 30ull * 1000000000ull;
-// While a request this recent exists, a stalling rank does not write another: with thousands
-// of ranks stalling at once, the file is written a few times, not thousands.
-constexpr double kRequestFreshS = 30;
 
 int32_t CurrentTid() { return static_cast<int32_t>(syscall(SYS_gettid)); }
 
 void WakeWatchdog(void* arg) { static_cast<Watchdog*>(arg)->Wake(); }
 
-std::vector<FrameOut> Symbolized(const std::vector<uintptr_t>& ips) {
-  std::vector<FrameOut> out;
+std::vector<trace::NativeFrame> Symbolized(const std::vector<uintptr_t>& ips) {
+  std::vector<trace::NativeFrame> out;
   out.reserve(ips.size());
-  for (uintptr_t ip : ips) {
-    stacks::NativeFrame f = stacks::Symbolize(ip);
-    out.push_back({f.ip, f.module, f.symbol, f.offset});
-  }
+  for (uintptr_t ip : ips) out.push_back(stacks::Symbolize(ip));
   return out;
 }
 
@@ -57,13 +49,6 @@ std::vector<uintptr_t> WithoutOwnHandler(const std::vector<uintptr_t>& ips) {
     if (ours) return std::vector<uintptr_t>(ips.begin() + static_cast<long>(i) + 1, ips.end());
   }
   return ips;
-}
-
-std::vector<PyFrameOut> PythonOut(const std::vector<stacks::PythonFrame>& frames) {
-  std::vector<PyFrameOut> out;
-  out.reserve(frames.size());
-  for (auto& f : frames) out.push_back({f.file, f.function, f.line, f.library});
-  return out;
 }
 
 }  // namespace
@@ -150,15 +135,15 @@ void Runtime::AtExit() {
   // Operations that finish while the process exits are normal (a script that ends without a
   // final synchronize): give them a moment before calling them "in flight at exit".
   std::vector<InflightView> pending;
-  for (int i = 0; i < 5; ++i) {
-    pending = watchdog_->Inflight(200);
+  for (int i = 0; i < timing::kExitSettleChecks; ++i) {
+    pending = watchdog_->Inflight(timing::Ms(timing::kExitInflightLockWait));
     pending.erase(std::remove_if(pending.begin(), pending.end(),
                                  [](const InflightView& v) { return v.op.state == trace::OpState::Completed; }),
                   pending.end());
     if (pending.empty()) break;
-    usleep(50 * 1000);
+    usleep(static_cast<useconds_t>(timing::Ms(timing::kExitSettleInterval)) * 1000);
   }
-  watchdog_->Stop(1000);
+  watchdog_->Stop(timing::Ms(timing::kWatchdogStopWait));
   if (!pending.empty()) {
     std::string detail = std::to_string(pending.size()) + " operation(s) still in flight at exit, oldest " +
                          trace::OpKindName(pending.front().op.kind) + " seq " +
@@ -193,7 +178,7 @@ CommInfo* Runtime::AdoptUnknown(const void* handle) {
 
 void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const std::optional<PeerRequest>& trigger,
                    const std::optional<InflightView>& stalled, bool light) {
-  if (!LockWithin(dump_mu_, 30000)) return;
+  if (!LockWithin(dump_mu_, timing::Ms(timing::kDumpLockWait))) return;
   std::lock_guard<std::mutex> lock(dump_mu_, std::adopt_lock);
   if (dumps_->LimitReached()) return;
   DumpInput in;
@@ -210,7 +195,7 @@ void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const st
   in.config = &config_;
   for (CommInfo* c : comms_.All()) in.comms.push_back(c);
   in.in_nccl = threads_.InsideNccl();
-  in.inflight = watchdog_->Inflight(1000);
+  in.inflight = watchdog_->Inflight(timing::Ms(timing::kInflightLockWait));
   in.stalled = stalled;
   in.recoveries = watchdog_->Recoveries();
   in.light = light;
@@ -231,19 +216,18 @@ void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const st
     for (int32_t id : sites) {
       stacks::Callsite cs;
       if (!stacks::GetCallsite(id, &cs, static_cast<int>(config_.gil_timeout_ms))) continue;
-      in.callsites.push_back({id, Symbolized(cs.ips), PythonOut(cs.python), cs.note});
+      in.callsites.push_back({id, {Symbolized(cs.ips), std::move(cs.python)}, cs.note});
     }
     if (config_.stacks) {
       std::string note;
-      for (auto& t : stacks::CaptureAllThreads(kStackTimeoutMs, config_.python, static_cast<int>(config_.gil_timeout_ms),
-                                               &note))
-        in.threads.push_back({t.tid, t.name, t.note, Symbolized(WithoutOwnHandler(t.ips)), PythonOut(t.python)});
+      for (auto& t : stacks::CaptureAllThreads(timing::Ms(timing::kThreadStackWait), config_.python,
+                                               static_cast<int>(config_.gil_timeout_ms), &note))
+        in.threads.push_back({t.tid, t.name, {Symbolized(WithoutOwnHandler(t.ips)), std::move(t.python)}, t.note});
     }
   }
   in.time_unix_ns = UnixNs();
   in.time_mono_ns = MonoNs();
-  std::string path = dumps_->Write(
-      DumpFileStem(in.global_rank, identity_.host, identity_.pid, in.dump_seq, reason), SerializeDump(in));
+  std::string path = dumps_->Write(DumpFileStem(in), SerializeDump(in));
   last_dump_mono_ns_.store(MonoNs());
   if (!path.empty())
     LogWarn("%s dump written: %s%s%s", trace::DumpReasonName(reason), path.c_str(), detail.empty() ? "" : " -- ",
@@ -252,7 +236,7 @@ void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const st
 
 void Runtime::AskPeersToDump(trace::DumpReason reason) {
   double age = dumps_->RequestAgeS();
-  if (age >= 0 && age < kRequestFreshS) return;
+  if (age >= 0 && age < timing::S(timing::kRequestFresh)) return;
   PeerRequest r;
   r.request = identity_.host + "-" + std::to_string(identity_.pid) + "-" + std::to_string(requests_made_.fetch_add(1));
   r.origin_rank = global_rank_.load();
@@ -299,7 +283,7 @@ void Runtime::OnAbort(CommInfo* comm) {
   }
   // Frameworks abort every communicator in a row: one dump for the lot.
   uint64_t now = MonoNs(), last = last_abort_dump_ns_.load();
-  if (last && now - last < SToNs(30)) return;
+  if (last && now - last < timing::Ns(timing::kAbortBurst)) return;
   last_abort_dump_ns_.store(now);
   Dump(trace::DumpReason::Abort,
        "ncclCommAbort called" + (comm ? " on comm " + CommIdHex(comm->id) : std::string()));
@@ -324,7 +308,7 @@ void Runtime::OnTick() {
     if (!served_requests_.insert(req->request).second) return;
   }
   uint64_t last = last_dump_mono_ns_.load();
-  if (last && now - last < kPeerDumpQuietNs) return;  // this rank dumped moments ago anyway
+  if (last && now - last < timing::Ns(timing::kEpisode)) return;  // this rank dumped moments ago anyway
   Dump(trace::DumpReason::PeerRequest,
        "rank " + std::to_string(req->origin_rank) + " on " + req->origin_host + " dumped (" + req->reason + ")", req);
 }

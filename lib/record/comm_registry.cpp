@@ -5,17 +5,6 @@
 
 namespace ncclwatch {
 
-const char* CommKindName(CommKind k) {
-  static const char* kNames[] = {"init_rank", "init_rank_config", "init_all", "init_scalable",
-                                 "split",     "shrink",           "unknown"};
-  return kNames[static_cast<int>(k)];
-}
-
-const char* CommStateName(CommState s) {
-  static const char* kNames[] = {"active", "destroyed", "finalized", "aborted"};
-  return kNames[static_cast<int>(s)];
-}
-
 CommRegistry::CommRegistry() : slots_(new Slot[kCapacity]) {}
 
 size_t CommRegistry::Hash(const void* p) {

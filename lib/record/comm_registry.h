@@ -10,13 +10,15 @@
 #include <string>
 #include <vector>
 
+#include "ncclwatch/trace_format.h"
+
 namespace ncclwatch {
 
-enum class CommKind : uint8_t { InitRank, InitRankConfig, InitAll, InitScalable, Split, Shrink, Unknown };
-const char* CommKindName(CommKind k);
-
-enum class CommState : uint8_t { Active, Destroyed, Finalized, Aborted };
-const char* CommStateName(CommState s);
+// The vocabularies live with the trace format, which writes their names.
+using trace::CommKind;
+using trace::CommKindName;
+using trace::CommState;
+using trace::CommStateName;
 
 struct PeerCounters {
   std::atomic<uint64_t> send_enqueued{0}, send_completed{0}, recv_enqueued{0}, recv_completed{0};
@@ -32,8 +34,8 @@ struct CommInfo {
   std::string name;
   CommKind kind = CommKind::Unknown;
   uint64_t parent_id = 0;
-  int color = 0;
-  int key = 0;
+  int color = -1;  // -1: not a split
+  int key = -1;
   int blocking = 1;
   uint64_t created_ns = 0;
   std::unique_ptr<PeerCounters[]> peers;  // `size` entries; null for huge communicators

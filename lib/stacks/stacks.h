@@ -33,6 +33,8 @@
 #include <string>
 #include <vector>
 
+#include "format/records.h"
+
 namespace ncclwatch {
 namespace stacks {
 
@@ -53,18 +55,12 @@ int32_t CaptureCallsite(int skip, int max_depth);
 
 // ---- dump time: normal thread context only, never a signal handler (they allocate, lock,
 // and may run Python code under the GIL) ----
-struct NativeFrame {
-  uintptr_t ip = 0;
-  std::string module;  // path of the object file (dladdr), empty when unknown
-  std::string symbol;  // demangled; empty when the symbol is not exported (dladdr sees only dynamic symbols)
-  uintptr_t offset = 0;  // ip - symbol start when `symbol` is set, else ip - module load base (for addr2line)
-};
-struct PythonFrame {
-  std::string file;
-  int line = 0;
-  std::string function;
-  bool library = false;  // site-packages/dist-packages, the standard library, torch, deepspeed, megatron
-};
+// The trace format's frame types (format/records.h): capture, dump and report share them.
+// NativeFrame: ip, module (path of the object file), symbol (demangled; empty when unknown),
+// offset (ip - symbol start when `symbol` is set, else ip - module load base, for addr2line).
+// PythonFrame: file, line, function, library (site-packages, the standard library, torch...).
+using NativeFrame = trace::NativeFrame;
+using PythonFrame = trace::PythonFrame;
 struct Callsite {
   std::vector<uintptr_t> ips;         // return addresses, innermost first
   std::vector<PythonFrame> python;    // innermost first; empty when captured without the GIL

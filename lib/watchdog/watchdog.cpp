@@ -12,6 +12,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/timing.h"
 
 namespace ncclwatch {
 namespace {
@@ -154,7 +155,7 @@ size_t Watchdog::PollOnce(uint64_t now_ns) {
     for (auto it = streams_.begin(); it != streams_.end();) {
       Advance(it->second, now_ns);
       // Forget idle streams, but keep the last completion time while work may follow soon.
-      if (it->second.items.empty() && ElapsedS(it->second.last_done_ns, now_ns) > 600)
+      if (it->second.items.empty() && ElapsedS(it->second.last_done_ns, now_ns) > timing::S(timing::kIdleStreamForget))
         it = streams_.erase(it);
       else
         ++it;
@@ -343,7 +344,7 @@ std::vector<InflightView> Watchdog::Inflight(int lock_timeout_ms, uint64_t now_n
 }
 
 std::vector<Recovery> Watchdog::Recoveries() {
-  if (!LockWithin(mu_, 500)) return {};
+  if (!LockWithin(mu_, timing::Ms(timing::kRecoveriesLockWait))) return {};
   std::lock_guard<std::mutex> lock(mu_, std::adopt_lock);
   return recoveries_;
 }

@@ -6,12 +6,12 @@
 #   CACHE_DIR  where generated sets are kept between runs (default /tmp/ncclwatch-scale);
 #              16,384 ranks take about 22 GB: delete the directory when done
 #   RANKS      sizes to run (default: 1024 4096 16384)
-# env: NCCLWATCH_BIN   directory holding ncclwatch and ncclwatch-gen (default build-analyzer/bin)
+# env: NCCLWATCH_BIN   directory holding ncclwatch and ncclwatch-gen (default build/bin)
 #      SCENARIO        generator scenario (default rank_missing)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-bin=${NCCLWATCH_BIN:-$here/../../build-analyzer/bin}
+bin=${NCCLWATCH_BIN:-$here/../../build/bin}
 cache=${1:-/tmp/ncclwatch-scale}
 shift || true
 sizes=("$@")

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Regenerates the golden dump sets under golden/ with ncclwatch-gen, and their expected
-# analyze output (expected.json; expected.txt for a few). Review `git diff` before committing:
-# the expected files are what the golden tests hold the analyzer to.
-# usage: tests/analyzer/make_golden.sh [BIN_DIR]   (default build-analyzer/bin)
+# Regenerates the golden dump sets under golden/ with ncclwatch-gen (through the trace format's
+# one writer), each with scenario-truth.json (what a correct analysis says, from how the
+# scenario was built), and their expected analyze output (expected.json; expected.txt for a
+# few). test_golden.cpp checks expected.json against the truth, not only against itself:
+# review `git diff` before committing.
+# usage: tests/analyzer/make_golden.sh [BIN_DIR]   (default build/bin)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-bin=${1:-$here/../../build-analyzer/bin}
+bin=${1:-$here/../../build/bin}
 golden=$here/golden
 
 # name | generator arguments | text rendering too?
@@ -38,9 +40,15 @@ for entry in "${sets[@]}"; do
     "$bin/ncclwatch" analyze "$dir" --no-color >"$dir/expected.txt" 2>/dev/null || true
   fi
 done
-# Sets captured from the real library (captured-by.txt): keep the dumps, refresh the output.
-for dir in "$golden"/*/; do
-  [ -f "$dir/captured-by.txt" ] || continue
-  "$bin/ncclwatch" analyze "$dir" --json >"$dir/expected.json" 2>/dev/null || true
-done
+# The set captured from the real library over the simulator (captured-by.txt says how): the
+# dumps are captured again, so they are what today's library writes; its scenario-truth.json is
+# written by hand from the injected fault and kept.
+cap=$golden/sim_gpu_not_reached
+lib=$(cd "$bin/../lib" && pwd)/libncclwatch.so
+find "$cap" -name 'rank*.json' -delete
+NCCLWATCH_DIR=$cap NCCLWATCH_TIMEOUT=3 NCCLWATCH_PEER_POLL_MS=200 \
+  NCCLWATCH_SIM_FAULT=kernel:rank=2,seq=6,ms=-1 LD_PRELOAD=$lib \
+  "$bin/simlaunch" -n 4 --timeout 8 -- "$bin/sim_workload" --iters 20 >/dev/null 2>&1 || true
+rm -f "$cap/dump-request.json"  # the job-wide request: not evidence
+"$bin/ncclwatch" analyze "$cap" --json >"$cap/expected.json" 2>/dev/null || true
 echo "golden sets written under $golden; review the expected files before committing"

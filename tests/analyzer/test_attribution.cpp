@@ -7,7 +7,6 @@
 
 using namespace ncclwatch;
 using namespace ncclwatch::testing;
-using json = nlohmann::ordered_json;
 using trace::Cause;
 namespace key = trace::key;
 
@@ -22,7 +21,7 @@ std::vector<int> Ranks(std::initializer_list<int> r) { return r; }
 
 TEST_CASE("a rank not inside NCCL is named as missing, with where it is", "[attribution]") {
   TempDir dir;
-  std::vector<json> dumps;
+  std::vector<Document> dumps;
   dumps.push_back(Dump(0, 3, {Comm(kWorld, 3, 0, 7, 7, 7)}));  // busy elsewhere
   for (int r = 1; r < 3; ++r)
     dumps.push_back(Dump(r, 3, {Comm(kWorld, 3, r, 8, 8, 7)}, {Op(kWorld, 8, "AllReduce", "gpu_reached", 30 + r)}));
@@ -42,8 +41,8 @@ TEST_CASE("a rank not inside NCCL is named as missing, with where it is", "[attr
 
 TEST_CASE("mismatch ties name the group without the lowest rank", "[attribution]") {
   TempDir dir;
-  json a = Dump(0, 2, {Comm(kWorld, 2, 0, 5, 5, 4)}, {Op(kWorld, 5, "AllReduce", "gpu_reached")});
-  json b = Dump(1, 2, {Comm(kWorld, 2, 1, 5, 5, 4)}, {Op(kWorld, 5, "Broadcast", "gpu_reached")});
+  Document a = Dump(0, 2, {Comm(kWorld, 2, 0, 5, 5, 4)}, {Op(kWorld, 5, "AllReduce", "gpu_reached")});
+  Document b = Dump(1, 2, {Comm(kWorld, 2, 1, 5, 5, 4)}, {Op(kWorld, 5, "Broadcast", "gpu_reached")});
   auto report = Analyze(dir, {a, b});
   REQUIRE(report.verdicts.size() == 1);
   const auto& v = report.verdicts[0];
@@ -57,13 +56,13 @@ TEST_CASE("mismatch ties name the group without the lowest rank", "[attribution]
 
 TEST_CASE("every independent mismatch is reported, not only the first", "[attribution]") {
   TempDir dir;
-  std::vector<json> dumps;
+  std::vector<Document> dumps;
   // Two sub-communicators of two ranks each; both disagree on the dtype at their seq 3.
   const std::string g0 = "00000000000000c0", g1 = "00000000000000c1";
   for (int r = 0; r < 4; ++r) {
     const std::string& g = r < 2 ? g0 : g1;
-    json op = Op(g, 3, "AllGather", "gpu_reached");
-    if (r % 2) op[key::kDtype] = "bfloat16";
+    trace::Op op = Op(g, 3, "AllGather", "gpu_reached");
+    if (r % 2) op.dtype = "bfloat16";
     dumps.push_back(Dump(r, 4, {Comm(g, 2, r % 2, 3, 3, 2)}, {op}));
   }
   auto report = Analyze(dir, dumps);
@@ -78,9 +77,9 @@ TEST_CASE("every independent mismatch is reported, not only the first", "[attrib
 
 TEST_CASE("an unmatched send names the peer that never posted its receive", "[attribution]") {
   TempDir dir;
-  json sender = Dump(0, 2, {Comm(kWorld, 2, 0, 2, 2, 2)}, {P2pOp(kWorld, "Send", 1, 1, "gpu_reached")});
-  sender[key::kSummary][key::kComms][0][key::kP2p] = json::array({{{key::kPeer, 1}, {key::kSendEnqueued, 1}}});
-  json idle = Dump(1, 2, {Comm(kWorld, 2, 1, 2, 2, 2)});
+  Document sender = Dump(0, 2, {Comm(kWorld, 2, 0, 2, 2, 2)}, {P2pOp(kWorld, "Send", 1, 1, "gpu_reached")});
+  sender.summary.comms[0].p2p = {{1, 1, 0, 0, 0}};  // peer 1: one send enqueued
+  Document idle = Dump(1, 2, {Comm(kWorld, 2, 1, 2, 2, 2)});
   auto report = Analyze(dir, {sender, idle});
   REQUIRE(report.verdicts.size() == 1);
   const auto& v = report.verdicts[0];
@@ -94,13 +93,12 @@ TEST_CASE("an unmatched send names the peer that never posted its receive", "[at
 
 TEST_CASE("sends queued before receives on both GPUs are a deadlock cycle", "[attribution]") {
   TempDir dir;
-  std::vector<json> dumps;
+  std::vector<Document> dumps;
   for (int r = 0; r < 2; ++r) {
     int peer = 1 - r;
-    json d = Dump(r, 2, {Comm(kWorld, 2, r, 0, 0, 0)},
+    Document d = Dump(r, 2, {Comm(kWorld, 2, r, 0, 0, 0)},
                   {P2pOp(kWorld, "Send", peer, 1, "gpu_reached"), P2pOp(kWorld, "Recv", peer, 1, "enqueued")});
-    d[key::kSummary][key::kComms][0][key::kP2p] =
-        json::array({{{key::kPeer, peer}, {key::kSendEnqueued, 1}, {key::kRecvEnqueued, 1}}});
+    d.summary.comms[0].p2p = {{peer, 1, 0, 1, 0}};  // one send and one recv enqueued
     dumps.push_back(d);
   }
   auto report = Analyze(dir, dumps);
@@ -116,10 +114,10 @@ TEST_CASE("a missing member whose global rank cannot be inferred is a comm rank"
   TempDir dir;
   // Sub-communicator of 2: global rank 5 is comm rank 0; comm rank 1 left no dump and there
   // is no second known member to infer a stride from.
-  std::vector<json> dumps;
+  std::vector<Document> dumps;
   for (int r = 0; r < 8; ++r) {
-    std::vector<json> comms = {Comm(kWorld, 8, r, 4, 4, 4)};
-    std::vector<json> ops;
+    std::vector<trace::CommSummary> comms = {Comm(kWorld, 8, r, 4, 4, 4)};
+    std::vector<trace::Op> ops;
     if (r == 5) {
       comms.push_back(Comm(kSub, 2, 0, 2, 2, 1));
       ops.push_back(Op(kSub, 2, "AllReduce", "gpu_reached"));
@@ -151,10 +149,10 @@ TEST_CASE("a GPU queued behind a blocked operation waits on it, not on itself", 
   TempDir dir;
   // Rank 1 is busy; rank 0 waits in the world all-reduce. Rank 0's next op on the sub-comm is
   // queued behind it on the same stream, so rank 2 waiting there is a consequence.
-  json r0 = Dump(0, 3, {Comm(kWorld, 3, 0, 5, 5, 4), Comm(kSub, 2, 0, 2, 1, 1)},
+  Document r0 = Dump(0, 3, {Comm(kWorld, 3, 0, 5, 5, 4), Comm(kSub, 2, 0, 2, 1, 1)},
                  {Op(kWorld, 5, "AllReduce", "gpu_reached"), Op(kSub, 2, "AllGather", "enqueued")});
-  json r1 = Dump(1, 3, {Comm(kWorld, 3, 1, 4, 4, 4)});
-  json r2 = Dump(2, 3, {Comm(kWorld, 3, 2, 5, 5, 4), Comm(kSub, 2, 1, 2, 2, 1)},
+  Document r1 = Dump(1, 3, {Comm(kWorld, 3, 1, 4, 4, 4)});
+  Document r2 = Dump(2, 3, {Comm(kWorld, 3, 2, 5, 5, 4), Comm(kSub, 2, 1, 2, 2, 1)},
                  {Op(kWorld, 5, "AllReduce", "gpu_reached"), Op(kSub, 2, "AllGather", "gpu_reached")});
   auto report = Analyze(dir, {r0, r1, r2});
   REQUIRE(report.verdicts.size() == 1);
@@ -168,10 +166,10 @@ TEST_CASE("a GPU queued behind a blocked operation waits on it, not on itself", 
 
 TEST_CASE("every member inside the collective blames the transport and shows NCCL settings", "[attribution]") {
   TempDir dir;
-  std::vector<json> dumps;
+  std::vector<Document> dumps;
   for (int r = 0; r < 2; ++r) {
-    json d = Dump(r, 2, {Comm(kWorld, 2, r, 9, 9, 8)}, {Op(kWorld, 9, "AllReduce", "gpu_reached")});
-    d[key::kProcess] = {{key::kEnv, {{"NCCL_IB_TIMEOUT", "22"}, {"RANK", std::to_string(r)}}}};
+    Document d = Dump(r, 2, {Comm(kWorld, 2, r, 9, 9, 8)}, {Op(kWorld, 9, "AllReduce", "gpu_reached")});
+    d.detail.process.env = {{"NCCL_IB_TIMEOUT", "22"}, {"RANK", std::to_string(r)}};
     dumps.push_back(d);
   }
   auto report = Analyze(dir, dumps);
@@ -186,7 +184,7 @@ TEST_CASE("a rank whose GPU never finished what its peers completed is the GPU c
   TempDir dir;
   // Ranks 0 and 2 completed seq 5 and wait in 6; rank 1 did its part of 5 (the others could
   // complete it) but its GPU never finished it, so its host never issued 6.
-  std::vector<json> dumps;
+  std::vector<Document> dumps;
   for (int r : {0, 2})
     dumps.push_back(Dump(r, 3, {Comm(kWorld, 3, r, 6, 6, 5)}, {Op(kWorld, 6, "AllReduce", "gpu_reached", 40)}));
   dumps.push_back(Dump(1, 3, {Comm(kWorld, 3, 1, 5, 5, 4)}, {Op(kWorld, 5, "AllReduce", "gpu_reached", 41)}));
@@ -204,10 +202,10 @@ TEST_CASE("a rank whose GPU never finished what its peers completed is the GPU c
 TEST_CASE("a root that finished its broadcast early does not hide the blocked broadcast", "[attribution]") {
   TempDir dir;
   // The root completed seq 4 (its data went out); the three receivers sit inside it.
-  std::vector<json> dumps = {Dump(0, 4, {Comm(kWorld, 4, 0, 4, 4, 4)})};
+  std::vector<Document> dumps = {Dump(0, 4, {Comm(kWorld, 4, 0, 4, 4, 4)})};
   for (int r = 1; r < 4; ++r) {
-    json op = Op(kWorld, 4, "Broadcast", "gpu_reached");
-    op[trace::key::kRoot] = 0;
+    trace::Op op = Op(kWorld, 4, "Broadcast", "gpu_reached");
+    op.root = 0;
     dumps.push_back(Dump(r, 4, {Comm(kWorld, 4, r, 4, 4, 3)}, {op}));
   }
   auto report = Analyze(dir, dumps);

@@ -3,7 +3,9 @@
 // ranks, consequences, problems), and expected.txt exactly where present.
 #include <filesystem>
 
+#include <algorithm>
 #include <set>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -72,6 +74,45 @@ TEST_CASE("golden dump sets give their expected verdicts", "[golden]") {
       for (size_t i = 0; i < expected[rk::kVerdicts].size(); ++i) {
         INFO("verdict " << i);
         CHECK(Essential(actual[rk::kVerdicts][i]).dump(1) == Essential(expected[rk::kVerdicts][i]).dump(1));
+      }
+    }
+  }
+}
+
+// The verdicts a report's root causes must be, from the set's scenario-truth.json: written by
+// ncclwatch-gen from how it built the scenario (or, for a captured set, from the injected
+// fault), never from an earlier analysis.
+void CheckAgainstTruth(const Json& report, const Json& truth) {
+  const Json& verdicts = report[rk::kVerdicts];
+  REQUIRE(verdicts.size() == truth["verdicts"].size());
+  for (const auto& t : truth["verdicts"]) {
+    INFO("expected " << t.dump());
+    bool found = false;
+    for (const auto& v : verdicts) {
+      std::vector<int> culprits = v[rk::kCulpritRanks].get<std::vector<int>>();
+      std::sort(culprits.begin(), culprits.end());
+      bool seq_ok = t["seqs"].empty();
+      for (const auto& seq : t["seqs"]) seq_ok = seq_ok || seq == v[rk::kSeq];
+      found = found || (v[rk::kCause] == t[rk::kCause] && culprits == t[rk::kCulpritRanks].get<std::vector<int>>() &&
+                        seq_ok);
+    }
+    CHECK(found);
+  }
+}
+
+TEST_CASE("golden verdicts agree with the scenario each set was made from", "[golden]") {
+  for (const char* name : kGoldenSets) {
+    DYNAMIC_SECTION(name) {
+      fs::path dir = fs::path(GOLDEN_DIR) / name;
+      REQUIRE(fs::exists(dir / "scenario-truth.json"));
+      Json truth = Json::parse(ReadFile((dir / "scenario-truth.json").string()));
+      {
+        INFO("expected.json");
+        CheckAgainstTruth(Json::parse(ReadFile((dir / "expected.json").string())), truth);
+      }
+      {
+        INFO("analysis now");
+        CheckAgainstTruth(AnalyzeDir(dir.string()), truth);
       }
     }
   }

@@ -19,12 +19,12 @@ namespace key = trace::key;
 namespace {
 
 // A dump with a big ring after its summary, as the writer lays it out.
-json DumpWithRing(size_t entries) {
-  json d = Dump(0, 2, {Comm("c0", 2, 0, 5, 5, 5)});
-  json ring = json::array();
-  for (size_t i = 0; i < entries; ++i) ring.push_back(Op("c0", static_cast<int64_t>(i + 1), "AllReduce", "completed"));
-  d[key::kRing] = {{key::kCapacity, entries}, {key::kRecorded, entries}, {key::kOverwritten, 0}, {key::kEntries, ring}};
-  d[key::kThreads] = json::array({{{key::kTid, 1000}, {key::kName, "main"}, {key::kFrames, json::array()}}});
+Document DumpWithRing(size_t entries) {
+  Document d = Dump(0, 2, {Comm("c0", 2, 0, 5, 5, 5)});
+  auto n = static_cast<int64_t>(entries);
+  d.detail.ring = {n, n, 0, {}};
+  for (int64_t i = 0; i < n; ++i) d.detail.ring.entries.push_back(Op("c0", i + 1, "AllReduce", "completed", -1));
+  d.detail.threads.push_back({1000, "main", {}, ""});
   return d;
 }
 
@@ -34,7 +34,7 @@ bool Contains(const std::string& s, const std::string& part) { return s.find(par
 
 TEST_CASE("summary pass stops after the summary and does not read the whole file", "[reader]") {
   TempDir dir;
-  std::string path = dir.Write("rank00000-h-1-0-stall.json", DumpWithRing(5000).dump());
+  std::string path = dir.Write("rank00000-h-1-0-stall.json", Text(DumpWithRing(5000)));
   analysis::Dump d;
   auto r = analysis::ReadDumpFile(path, ReadDepth::kSummary, &d);
   REQUIRE(r.usable);
@@ -55,7 +55,7 @@ TEST_CASE("summary pass stops after the summary and does not read the whole file
 }
 
 TEST_CASE("a version this reader does not know is refused with a message", "[reader]") {
-  json d = Dump(0, 1, {});
+  json d = AsJson(Dump(0, 1, {}));
   d[key::kVersion] = trace::kTraceVersion + 1;
   analysis::Dump out;
   auto r = analysis::ReadDumpBuffer(d.dump(), ReadDepth::kSummary, &out);
@@ -64,7 +64,9 @@ TEST_CASE("a version this reader does not know is refused with a message", "[rea
 }
 
 TEST_CASE("bad inputs give one line each", "[reader]") {
-  std::string good = Dump(0, 1, {}).dump();
+  Document small = Dump(0, 1, {});
+  small.detail.light = true;  // the summary is nearly all of it: half the text cuts inside it
+  std::string good = Text(small);
   struct Case {
     std::string input;
     std::string expect;
@@ -92,7 +94,7 @@ TEST_CASE("bad inputs give one line each", "[reader]") {
 }
 
 TEST_CASE("a dump cut after its summary is usable, with the detail problem said", "[reader]") {
-  std::string text = DumpWithRing(200).dump();
+  std::string text = Text(DumpWithRing(200));
   std::string cut = text.substr(0, text.size() * 3 / 4);
   analysis::Dump d;
   auto r = analysis::ReadDumpBuffer(cut, ReadDepth::kFull, &d);
@@ -129,24 +131,26 @@ TEST_CASE("missing optional keys read as absent", "[reader]") {
 TEST_CASE("the loader reports each bad file in one line and analyzes the rest", "[reader][dumpset]") {
   TempDir dir;
   const std::string c = "00000000000000aa";
-  std::vector<json> good;
+  std::vector<Document> good;
   for (int r = 0; r < 4; ++r) good.push_back(Dump(r, 4, {Comm(c, 4, r, 3, 3, 3)}, {}, "on_demand"));
-  for (const auto& d : good) dir.Write(DumpFileName(d), d.dump());
+  for (const auto& d : good) dir.Write(DumpFileName(d), Text(d));
   const std::string cut = "{\"format\":\"ncclwatch-trace\",\"ver";
   dir.Write("rank00007-h-1-0-stall.json", cut);
   dir.Write("rankx-foreign-1-0-stall.json", "{\"a\":1}");
-  json future = Dump(5, 4, {});
+  json future = AsJson(Dump(5, 4, {}));
   future[key::kVersion] = 99;
   dir.Write("rank00005-h-9-0-stall.json", future.dump());
   dir.Write("rank00006-h-1-0-stall.json", "");
   REQUIRE(::mkdir((dir.path() + "/rank00008-h-1-0-stall.json").c_str(), 0755) == 0);
   REQUIRE(::symlink("/nonexistent/nowhere", (dir.path() + "/rank00009-h-1-0-stall.json").c_str()) == 0);
+  // A FIFO named like a dump: refused at once, never waited on (no writer will ever come).
+  REQUIRE(::mkfifo((dir.path() + "/rank00010-h-1-0-stall.json").c_str(), 0644) == 0);
   dir.Write("dump-request.json", "{}");    // not a dump: ignored silently
   dir.Write("notes.txt", "hello");         // not a dump name: ignored silently
   // Two processes claiming rank 2 at the same time: the second is reported.
-  json twin = good[2];
-  twin[key::kSummary][key::kPid] = 4242;
-  dir.Write(DumpFileName(twin), twin.dump());
+  Document twin = good[2];
+  twin.summary.pid = 4242;
+  dir.Write(DumpFileName(twin), Text(twin));
 
   analysis::DumpSet set;
   std::string error;
@@ -154,13 +158,14 @@ TEST_CASE("the loader reports each bad file in one line and analyzes the rest", 
   CHECK(set.dumps().size() == 4);
   std::map<std::string, std::string> problems;
   for (const auto& p : set.problems()) problems[p.file] = p.problem;
-  CHECK(problems.size() == 7);
+  CHECK(problems.size() == 8);
   CHECK(Contains(problems["rank00007-h-1-0-stall.json"], "truncated JSON at byte " + std::to_string(cut.size()) + " (summary unreadable); skipped"));
   CHECK(Contains(problems["rankx-foreign-1-0-stall.json"], "not an ncclwatch dump"));
   CHECK(Contains(problems["rank00005-h-9-0-stall.json"], "unknown trace version 99"));
   CHECK(Contains(problems["rank00006-h-1-0-stall.json"], "empty file"));
   CHECK(Contains(problems["rank00008-h-1-0-stall.json"], "is a directory"));
   CHECK(Contains(problems["rank00009-h-1-0-stall.json"], "cannot open"));
+  CHECK(Contains(problems["rank00010-h-1-0-stall.json"], "not a regular file"));
   CHECK(Contains(problems[DumpFileName(twin)], "claims rank 2 at the same time as"));
   auto report = analysis::Attribute(set);
   CHECK(report.verdicts.front().cause == trace::Cause::NoHang);
@@ -170,14 +175,14 @@ TEST_CASE("several dumps of one rank: the latest is the evidence", "[dumpset]") 
   TempDir dir;
   const std::string c = "00000000000000bb";
   // Same process: greatest dump_seq wins. Rank 1 dumped before the hang, then in it.
-  json early = Dump(1, 2, {Comm(c, 2, 1, 3, 3, 3)}, {}, "on_demand");
-  json late = Dump(1, 2, {Comm(c, 2, 1, 4, 3, 3)}, {Op(c, 4, "AllReduce", "enqueued")}, "peer_request");
-  late[key::kSummary][key::kDumpSeq] = 1;
+  Document early = Dump(1, 2, {Comm(c, 2, 1, 3, 3, 3)}, {}, "on_demand");
+  Document late = Dump(1, 2, {Comm(c, 2, 1, 4, 3, 3)}, {Op(c, 4, "AllReduce", "enqueued")}, "peer_request");
+  late.summary.dump_seq = 1;
   // A restarted rank 0 (new pid, later wall clock) replaces the old process.
-  json old0 = Dump(0, 2, {Comm(c, 2, 0, 9, 9, 9)}, {}, "on_demand");
-  old0[key::kSummary][key::kTimeUnixNs] = 1600000000000000000LL;
-  old0[key::kSummary][key::kPid] = 7;
-  json new0 = Dump(0, 2, {Comm(c, 2, 0, 4, 4, 3)}, {Op(c, 4, "AllReduce", "gpu_reached")}, "stall");
+  Document old0 = Dump(0, 2, {Comm(c, 2, 0, 9, 9, 9)}, {}, "on_demand");
+  old0.summary.time_unix_ns = 1600000000000000000LL;
+  old0.summary.pid = 7;
+  Document new0 = Dump(0, 2, {Comm(c, 2, 0, 4, 4, 3)}, {Op(c, 4, "AllReduce", "gpu_reached")}, "stall");
   auto report = Analyze(dir, {early, late, old0, new0});
   REQUIRE(report.verdicts.size() == 1);
   CHECK(report.verdicts[0].cause == trace::Cause::GpuNotReached);

@@ -1,5 +1,8 @@
 #include "test_support.h"
 
+#include "format/file_name.h"
+#include "format/trace_writer.h"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,7 +17,6 @@ namespace ncclwatch {
 namespace testing {
 
 
-namespace key = trace::key;
 namespace fs = std::filesystem;
 
 TempDir::TempDir() {
@@ -45,58 +47,73 @@ std::string ReadFile(const std::string& path) {
   return s.str();
 }
 
-json Op(const std::string& comm, int64_t seq, const char* op, const char* state, double age_s) {
-  return {{key::kComm, comm},      {key::kSeq, seq},         {key::kP2pSeq, 0},
-          {key::kOp, op},          {key::kCount, 1024},      {key::kDtype, "float32"},
-          {key::kBytes, 4096},     {key::kRedop, "sum"},     {key::kRoot, -1},
-          {key::kPeer, -1},        {key::kStream, "0x10"},   {key::kState, state},
-          {key::kCallsite, -1},    {key::kAgeS, age_s},      {key::kDeadlineS, 600.0}};
-}
-
-json P2pOp(const std::string& comm, const char* op, int peer, int64_t p2p_seq, const char* state) {
-  json o = Op(comm, 0, op, state);
-  o[key::kPeer] = peer;
-  o[key::kP2pSeq] = p2p_seq;
-  o[key::kRedop] = nullptr;
+trace::Op Op(const std::string& comm, int64_t seq, const char* op, const char* state, double age_s) {
+  trace::Op o;
+  o.comm = comm;
+  o.seq = seq;
+  trace::OpKind kind;
+  if (trace::ParseOpKind(op, &kind)) o.SetKind(kind);
+  else o.op_name = op;
+  o.count = 1024;
+  o.dtype = "float32";
+  o.bytes = 4096;
+  o.redop = "sum";
+  o.stream = "0x10";
+  trace::OpState st;
+  if (trace::ParseOpState(state, &st)) o.state = trace::OpStateValue::Of(st);
+  o.age_s = age_s;
+  o.deadline_s = 600.0;
   return o;
 }
 
-json Comm(const std::string& id, int size, int rank, int64_t enqueued, int64_t reached, int64_t completed) {
-  return {{key::kId, id},
-          {key::kSize, size},
-          {key::kRank, rank},
-          {key::kLastEnqueued, enqueued},
-          {key::kLastGpuReached, reached},
-          {key::kLastCompleted, completed},
-          {key::kP2p, json::array()}};
+trace::Op P2pOp(const std::string& comm, const char* op, int peer, int64_t p2p_seq, const char* state) {
+  trace::Op o = Op(comm, 0, op, state);
+  o.peer = peer;
+  o.p2p_seq = p2p_seq;
+  o.redop.clear();
+  return o;
 }
 
-json Dump(int rank, int world_size, std::vector<json> comms, std::vector<json> in_flight, const char* reason) {
-  json summary = {{key::kRank, rank},
-                  {key::kWorldSize, world_size},
-                  {key::kHost, "h" + std::to_string(rank / 8)},
-                  {key::kPid, 1000 + rank},
-                  {key::kDumpSeq, 0},
-                  {key::kReason, reason},
-                  {key::kTimeUnixNs, 1700000000000000000LL + rank},
-                  {key::kTimeMonoNs, 5000000000000LL},
-                  {key::kInNccl, json::array()},
-                  {key::kComms, comms},
-                  {key::kInFlight, in_flight}};
-  return {{key::kFormat, trace::kFormatName}, {key::kVersion, trace::kTraceVersion}, {key::kSummary, summary}};
+trace::CommSummary Comm(const std::string& id, int size, int rank, int64_t enqueued, int64_t reached,
+                        int64_t completed) {
+  trace::CommSummary c;
+  c.id = id;
+  c.size = size;
+  c.rank = rank;
+  c.state = trace::CommStateName(trace::CommState::Active);
+  c.last_enqueued = enqueued;
+  c.last_gpu_reached = reached;
+  c.last_completed = completed;
+  return c;
 }
 
-std::string DumpFileName(const json& dump) {
-  const json& s = dump[key::kSummary];
-  char name[128];
-  std::snprintf(name, sizeof name, "rank%05d-%s-%lld-%lld-%s.json", s[key::kRank].get<int>(),
-                s[key::kHost].get<std::string>().c_str(), s[key::kPid].get<long long>(),
-                s[key::kDumpSeq].get<long long>(), s[key::kReason].get<std::string>().c_str());
-  return name;
+Document Dump(int rank, int world_size, std::vector<trace::CommSummary> comms, std::vector<trace::Op> in_flight,
+              const char* reason) {
+  Document d;
+  trace::Summary& s = d.summary;
+  s.rank = rank;
+  s.world_size = world_size;
+  s.host = "h" + std::to_string(rank / 8);
+  s.pid = 1000 + rank;
+  s.reason = reason;
+  s.time_unix_ns = 1700000000000000000LL + rank;
+  s.time_mono_ns = 5000000000000LL;
+  s.comms = std::move(comms);
+  s.in_flight = std::move(in_flight);
+  return d;
 }
 
-analysis::Report Analyze(const TempDir& dir, const std::vector<json>& dumps) {
-  for (const auto& d : dumps) dir.Write(DumpFileName(d), d.dump());
+std::string Text(const Document& dump) { return trace::WriteDocument(dump); }
+
+json AsJson(const Document& dump) { return json::parse(Text(dump)); }
+
+std::string DumpFileName(const Document& dump) {
+  const trace::Summary& s = dump.summary;
+  return trace::DumpFileName(s.rank, s.host, s.pid, s.dump_seq, s.reason);
+}
+
+analysis::Report Analyze(const TempDir& dir, const std::vector<Document>& dumps) {
+  for (const auto& d : dumps) dir.Write(DumpFileName(d), Text(d));
   analysis::DumpSet set;
   std::string error;
   if (!set.Load(dir.path(), {}, &error)) throw std::runtime_error(error);

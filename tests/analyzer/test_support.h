@@ -1,5 +1,5 @@
-// Helpers for the analyzer tests: temporary directories, small hand-made dumps built with the
-// schema's key constants, and running the command.
+// Helpers for the analyzer tests: temporary directories, small hand-made dumps built as the
+// trace format's typed records and written through its one writer, and running the command.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +10,7 @@
 
 #include "analysis/attribution.h"
 #include "analysis/dump_set.h"
+#include "format/records.h"
 #include "ncclwatch/trace_format.h"
 
 namespace ncclwatch {
@@ -17,6 +18,7 @@ namespace testing {
 
 // Keys stay in insertion order, as the writer lays them out (summary before the ring).
 using json = nlohmann::ordered_json;
+using trace::Document;
 
 // A fresh directory under $TMPDIR, removed with its content on destruction.
 class TempDir {
@@ -32,18 +34,20 @@ class TempDir {
 
 std::string ReadFile(const std::string& path);
 
-// Minimal operation / communicator / dump objects; tests add or remove keys as they need.
-json Op(const std::string& comm, int64_t seq, const char* op, const char* state,
-                  double age_s = 600);
-json P2pOp(const std::string& comm, const char* op, int peer, int64_t p2p_seq, const char* state);
-json Comm(const std::string& id, int size, int rank, int64_t enqueued, int64_t reached,
-                    int64_t completed);
-json Dump(int rank, int world_size, std::vector<json> comms,
-                    std::vector<json> in_flight = {}, const char* reason = "peer_request");
-std::string DumpFileName(const json& dump);
+// Minimal operation / communicator / dump records; tests change fields as they need.
+trace::Op Op(const std::string& comm, int64_t seq, const char* op, const char* state, double age_s = 600);
+trace::Op P2pOp(const std::string& comm, const char* op, int peer, int64_t p2p_seq, const char* state);
+trace::CommSummary Comm(const std::string& id, int size, int rank, int64_t enqueued, int64_t reached,
+                        int64_t completed);
+Document Dump(int rank, int world_size, std::vector<trace::CommSummary> comms, std::vector<trace::Op> in_flight = {},
+              const char* reason = "peer_request");
+// The dump as the writer writes it, as text and as a JSON object (for tests that break it).
+std::string Text(const Document& dump);
+json AsJson(const Document& dump);
+std::string DumpFileName(const Document& dump);
 
 // Writes the dumps into a TempDir, loads and attributes them.
-analysis::Report Analyze(const TempDir& dir, const std::vector<json>& dumps);
+analysis::Report Analyze(const TempDir& dir, const std::vector<Document>& dumps);
 
 struct CommandResult {
   int status = -1;

@@ -558,6 +558,82 @@ def max_dumps_bounded():
     limit_lines = [l for l in j.ncclwatch_lines() if "NCCLWATCH_MAX_DUMPS=1 reached" in l]
     check(len(limit_lines) <= 2, f"the limit is said once per process at most:\n{j.err}")
 
+def json_schema(value, path="", out=None, free=("process.env",)):
+    """{path: {json type}} over a document; arrays merge their elements ([]), objects whose keys
+    are data (the environment) merge theirs (*)."""
+    out = {} if out is None else out
+    t = ("null" if value is None else "bool" if isinstance(value, bool) else "int" if isinstance(value, int)
+         else "float" if isinstance(value, float) else "string" if isinstance(value, str)
+         else "array" if isinstance(value, list) else "object")
+    out.setdefault(path, set()).add(t)
+    if isinstance(value, dict):
+        for k, v in value.items():
+            json_schema(v, f"{path}.{'*' if path in free else k}".lstrip("."), out, free)
+    elif isinstance(value, list):
+        for v in value:
+            json_schema(v, path + "[]", out, free)
+    return out
+
+
+def schema_differences(a, b, optional=("gpu_ms",)):
+    """Paths whose non-null types differ, and keys one side has where the other side wrote the
+    same parent with content (a parent that is null or an empty array on one side was not
+    exercised there)."""
+    problems = []
+
+    def exercised(schema, path):
+        if path.endswith("[]"):
+            return False  # the other side's array was always empty: its elements were not written
+        parent = path.rsplit(".", 1)[0] if "." in path else ""
+        return "object" in schema.get(parent, set())
+
+    for path in sorted(set(a) | set(b)):
+        ta, tb = a.get(path, set()) - {"null"}, b.get(path, set()) - {"null"}
+        if path.rsplit(".", 1)[-1] in optional:
+            continue
+        if ta and tb and ta != tb:
+            problems.append(f"{path}: {sorted(ta)} vs {sorted(tb)}")
+        elif path not in b and ta and exercised(b, path):
+            problems.append(f"{path}: only in the library's dumps")
+        elif path not in a and tb and exercised(a, path):
+            problems.append(f"{path}: only in the generated dumps")
+    return problems
+
+
+@case
+def generated_dump_matches_library_dump():
+    # The same scenarios written by the library over the simulator and by ncclwatch-gen (the
+    # test generator) must have the same keys with the same JSON types: one format, one writer.
+    real = []
+    for args, env in ((["--iters", "20", "--slow-kernel-rank", "2", "--slow-kernel-at", "5", "--slow-kernel-ms", "-1"],
+                       {"NCCLWATCH_TIMEOUT": "3"}),
+                      (["--iters", "20", "--busy-rank", "0", "--busy-at", "5", "--busy-ms", "6000"],
+                       {"NCCLWATCH_TIMEOUT": "2"})):
+        j = job(4, args, env=env, timeout=14)
+        real += [d for ds in j.dumps().values() for d in ds]
+    reasons = {d["summary"]["reason"] for d in real}
+    check({"stall", "peer_request"} <= reasons, f"library dumps for a stall and a peer request: {reasons}")
+    generated = []
+    for scenario in ("gpu_not_reached", "rank_missing"):
+        out = tempfile.mkdtemp(prefix="ncclwatch-gen-")
+        r = subprocess.run([os.path.join(B, "bin", "ncclwatch-gen"), "--ranks", "4", "--ring", "64", "--scenario",
+                            scenario, "--out", out], capture_output=True, text=True)
+        check(r.returncode == 0, f"ncclwatch-gen {scenario}: {r.stderr}")
+        for path in glob.glob(os.path.join(out, "rank*.json")):
+            with open(path) as f:
+                generated.append(json.load(f))
+    lib_schema, gen_schema = {}, {}
+    for d in real:
+        d.pop("_path", None)
+        json_schema(d, out=lib_schema)
+    for d in generated:
+        json_schema(d, out=gen_schema)
+    diff = schema_differences(lib_schema, gen_schema)
+    check(not diff, "library and generated dumps differ:\n  " + "\n  ".join(diff))
+    compared = [p for p in lib_schema if p in gen_schema]
+    check(len(compared) > 100, f"most of the format compared ({len(compared)} paths)")
+    print(f"  {len(compared)} paths compared, {len(real)} library dumps, {len(generated)} generated")
+
 
 def main():
     global B

@@ -86,8 +86,8 @@ struct Sample {
     in.inflight = {v};
     in.stalled = v;
     in.in_nccl = {{99, "ncclAllGather", 0, 0}};
-    in.callsites = {{0, {{0x1000, "/lib/libx.so", "train_step", 16}}, {{"train.py", "step", 88, false}}, ""}};
-    in.threads = {{99, "python", "", {{0x2000, "/lib/liby.so", "wait", 4}}, {{"train.py", "main", 90, false}}}};
+    in.callsites = {{0, {{{0x1000, "/lib/libx.so", "train_step", 16}}, {{"train.py", 88, "step", false}}}, ""}};
+    in.threads = {{99, "python", {{{0x2000, "/lib/liby.so", "wait", 4}}, {{"train.py", 90, "main", false}}}, ""}};
     in.environment = {{"NCCL_DEBUG", "WARN"}};
     in.recoveries = {{comm.id, 40, trace::OpKind::AllReduce, 10, 14}};
   }
@@ -174,9 +174,15 @@ TEST_CASE("invalid UTF-8 in a value never breaks a dump") {
   CHECK_NOTHROW(json::parse(text));
 }
 
-TEST_CASE("dump file names") {
-  CHECK(DumpFileStem(3, "node-1.cluster", 77, 0, trace::DumpReason::Stall) == "rank00003-node_1.cluster-77-0-stall");
-  CHECK(DumpFileStem(-1, "h", 1, 2, trace::DumpReason::PeerRequest) == "rankx-h-1-2-peer_request");
+TEST_CASE("dump file names follow the format's rule") {
+  Sample s;
+  s.in.identity.host = "node-1.cluster";
+  s.in.identity.pid = 77;
+  CHECK(DumpFileStem(s.in) == "rank00003-node_1.cluster-77-0-stall");
+  s.in.global_rank = -1;
+  s.in.dump_seq = 2;
+  s.in.reason = trace::DumpReason::PeerRequest;
+  CHECK(DumpFileStem(s.in) == "rankx-node_1.cluster-77-2-peer_request");
 }
 
 TEST_CASE("dumps are never overwritten and never more than the bound") {

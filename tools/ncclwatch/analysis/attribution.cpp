@@ -908,7 +908,7 @@ class Attributor {
       int w = set_.IndexOfRank(d->v.waiting_ranks.front());
       const DumpDetail* det = w >= 0 ? set_.Detail(w) : nullptr;
       if (det)
-        for (const auto& [k, val] : det->env)
+        for (const auto& [k, val] : det->process.env)
           if (k.rfind("NCCL_", 0) == 0) d->v.nccl_env[k] = val;
     }
   }

@@ -1,62 +1,20 @@
-// Reading dump files: the summary alone (streaming, stops after `summary`, reads the file in
-// chunks) or the whole dump. Never throws on bad input: every problem becomes one line.
+// The analyzer reads dumps through the trace format's one reader (lib/format/dump_reader.h).
 #pragma once
 
-#include <cstdint>
-#include <string>
-#include <string_view>
-
-#include <nlohmann/json.hpp>
-
+#include "format/dump_reader.h"
 #include "model.h"
 
 namespace ncclwatch {
 namespace analysis {
 
-enum class ReadDepth {
-  kSummary,  // format, version, summary; stop parsing right after summary
-  kFull,     // every top-level key
-};
-
-// A partially or fully parsed dump document: the top-level keys that were read completely.
-struct DumpDocument {
-  nlohmann::json top = nlohmann::json::object();
-  bool not_an_object = false;  // the input does not start with a JSON object
-  bool stopped_early = false;  // kSummary: parsing stopped after summary on purpose
-  bool syntax_error = false;
-  bool truncated = false;      // the syntax error is the end of the input
-  uint64_t error_byte = 0;
-  std::string error_text;      // short description of the syntax error
-  uint64_t bytes_read = 0;     // bytes taken from the file (or buffer)
-  uint64_t input_size = 0;     // size of the file (or buffer)
-  std::string io_error;        // the file could not be opened or read
-};
-
-// Result of reading one dump. `usable` means the summary was read and understood; `problem`
-// (one line, no file name) says what went wrong: why the dump is unusable, or, for a usable
-// dump, what part could not be read.
-struct ReadResult {
-  bool usable = false;
-  std::string problem;
-  uint64_t bytes_read = 0;
-  uint64_t file_size = 0;
-};
-
-// Low level: parse into a document, keeping the completed top-level keys.
-DumpDocument ParseDocumentFromFile(const std::string& path, ReadDepth depth);
-DumpDocument ParseDocumentFromBuffer(std::string_view bytes, ReadDepth depth);
-
-// Checks format/version and converts. With kFull, also fills dump->detail (possibly partial,
-// with dump->detail_problem set).
-ReadResult InterpretDocument(const DumpDocument& doc, ReadDepth depth, Dump* dump);
-
-ReadResult ReadDumpFile(const std::string& path, ReadDepth depth, Dump* dump);
-ReadResult ReadDumpBuffer(std::string_view bytes, ReadDepth depth, Dump* dump);
-
-// Conversions from JSON, tolerant of missing or mistyped keys (they read as absent).
-OpRecord OpFromJson(const nlohmann::json& j);
-DumpSummary SummaryFromJson(const nlohmann::json& j);
-DumpDetail DetailFromJson(const nlohmann::json& top);
+using trace::DumpDocument;
+using trace::InterpretDocument;
+using trace::ParseDocumentFromBuffer;
+using trace::ParseDocumentFromFile;
+using trace::ReadDepth;
+using trace::ReadDumpBuffer;
+using trace::ReadDumpFile;
+using trace::ReadResult;
 
 }  // namespace analysis
 }  // namespace ncclwatch

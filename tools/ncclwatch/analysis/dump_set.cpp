@@ -10,22 +10,12 @@
 #include <tuple>
 
 #include "dump_reader.h"
+#include "format/file_name.h"
 
 namespace ncclwatch {
 namespace analysis {
 
 namespace {
-
-bool HasPrefix(const std::string& s, const char* p) { return s.rfind(p, 0) == 0; }
-bool HasSuffix(const std::string& s, const char* x) {
-  size_t n = std::strlen(x);
-  return s.size() >= n && s.compare(s.size() - n, n, x) == 0;
-}
-
-bool IsDumpFileName(const std::string& name) {
-  return HasPrefix(name, trace::kDumpFilePrefix) && HasSuffix(name, trace::kDumpFileSuffix) &&
-         name != trace::kDumpRequestFile;
-}
 
 bool ListDumpFiles(const std::string& dir, std::vector<std::string>* names, std::string* error) {
   DIR* d = ::opendir(dir.c_str());
@@ -35,7 +25,7 @@ bool ListDumpFiles(const std::string& dir, std::vector<std::string>* names, std:
   }
   while (struct dirent* e = ::readdir(d)) {
     std::string name = e->d_name;
-    if (IsDumpFileName(name)) names->push_back(std::move(name));
+    if (trace::IsDumpFileName(name)) names->push_back(std::move(name));
   }
   ::closedir(d);
   std::sort(names->begin(), names->end());
@@ -55,16 +45,6 @@ int InferRank(const DumpSummary& s) {
 }
 
 }  // namespace
-
-int RankFromFileName(const std::string& name) {
-  if (!HasPrefix(name, trace::kDumpFilePrefix)) return -1;
-  size_t i = std::strlen(trace::kDumpFilePrefix);
-  int rank = 0;
-  size_t digits = 0;
-  for (; i < name.size() && name[i] >= '0' && name[i] <= '9' && digits < 9; ++i, ++digits)
-    rank = rank * 10 + (name[i] - '0');
-  return digits > 0 && i < name.size() && name[i] == '-' ? rank : -1;
-}
 
 bool DumpSet::Load(const std::string& dir, const LoadOptions& options, std::string* error) {
   dir_ = dir;

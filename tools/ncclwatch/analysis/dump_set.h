@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "format/file_name.h"
 #include "model.h"
 
 namespace ncclwatch {
@@ -75,8 +76,7 @@ class DumpSet {
   size_t details_read_ = 0;
 };
 
-// The global rank a dump file name claims (rank<R>-...), or -1.
-int RankFromFileName(const std::string& name);
+using trace::RankFromFileName;  // format/file_name.h
 
 }  // namespace analysis
 }  // namespace ncclwatch

@@ -49,7 +49,9 @@ std::string FormatNativeFrame(const NativeFrame& f) {
     std::snprintf(off, sizeof off, "+0x%llx", static_cast<unsigned long long>(f.offset));
     s = f.symbol + off;
   } else {
-    s = f.ip.empty() ? "?" : f.ip;
+    char ip[24];
+    std::snprintf(ip, sizeof ip, "0x%llx", static_cast<unsigned long long>(f.ip));
+    s = f.ip ? ip : "?";
   }
   if (!f.module.empty()) {
     size_t slash = f.module.rfind('/');

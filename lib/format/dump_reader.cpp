@@ -1,10 +1,11 @@
-#include "dump_reader.h"
+#include "format/dump_reader.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <algorithm>
 #include <cstring>
@@ -13,10 +14,9 @@
 #include <vector>
 
 namespace ncclwatch {
-namespace analysis {
+namespace trace {
 
 using nlohmann::json;
-namespace key = trace::key;
 
 namespace {
 
@@ -315,20 +315,28 @@ void ForEachObject(const json& obj, const char* k, Fn&& fn) {
 
 OpStateValue ParseState(const std::string& s) {
   OpStateValue v;
-  for (size_t i = 0; i < static_cast<size_t>(trace::OpState::Count); ++i) {
-    if (s == trace::kOpStateNames[i]) {
-      v.known = true;
-      v.value = static_cast<trace::OpState>(i);
-    }
-  }
+  v.known = ParseOpState(s.c_str(), &v.value);
+  if (!v.known) v.value = OpState::Count;
   return v;
+}
+
+// "0x1f" (as written) or a plain number; 0 when neither.
+uint64_t ParseIp(const json& obj, const char* k) {
+  const json* v = Find(obj, k);
+  if (v && v->is_number_unsigned()) return v->get<uint64_t>();
+  if (!v || !v->is_string()) return 0;
+  const std::string& s = v->get_ref<const std::string&>();
+  if (s.size() < 3 || s[0] != '0' || (s[1] != 'x' && s[1] != 'X')) return 0;
+  uint64_t ip = 0;
+  auto r = std::from_chars(s.data() + 2, s.data() + s.size(), ip, 16);
+  return r.ec == std::errc() && r.ptr == s.data() + s.size() ? ip : 0;
 }
 
 Stack StackFromJson(const json& j) {
   Stack s;
   ForEachObject(j, key::kFrames, [&](const json& f) {
-    s.native.push_back({GetString(f, key::kIp), GetString(f, key::kModule),
-                        GetString(f, key::kSymbol), GetInt(f, key::kOffset, 0)});
+    s.native.push_back({ParseIp(f, key::kIp), GetString(f, key::kModule), GetString(f, key::kSymbol),
+                        static_cast<uint64_t>(GetInt(f, key::kOffset, 0))});
   });
   ForEachObject(j, key::kPython, [&](const json& f) {
     s.python.push_back({GetString(f, key::kFile), GetInt(f, key::kLine, 0),
@@ -354,20 +362,19 @@ std::string ErrorLine(const DumpDocument& doc, const char* consequence) {
 
 DumpDocument ParseDocumentFromFile(const std::string& path, ReadDepth depth) {
   DumpDocument doc;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO named like a dump must not wait for a writer.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
     doc.io_error = std::string("cannot open: ") + std::strerror(errno);
     return doc;
   }
   struct stat st {};
-  if (::fstat(fd, &st) == 0) {
-    if (S_ISDIR(st.st_mode)) {
-      ::close(fd);
-      doc.io_error = "is a directory";
-      return doc;
-    }
-    doc.input_size = static_cast<uint64_t>(st.st_size);
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    doc.io_error = S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file";
+    return doc;
   }
+  doc.input_size = static_cast<uint64_t>(st.st_size);
   // The summary pass reads a few KB of each of thousands of files: kernel readahead (128 KB
   // and more) would multiply the disk traffic of a cold cache.
   if (depth == ReadDepth::kSummary) (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
@@ -389,13 +396,13 @@ DumpDocument ParseDocumentFromBuffer(std::string_view bytes, ReadDepth depth) {
   return doc;
 }
 
-OpRecord OpFromJson(const json& j) {
-  OpRecord op;
+Op OpFromJson(const json& j) {
+  Op op;
   op.comm = GetString(j, key::kComm);
   op.seq = GetSeq(j, key::kSeq);
   op.p2p_seq = GetSeq(j, key::kP2pSeq);
   op.op_name = GetString(j, key::kOp);
-  op.op_known = trace::ParseOpKind(op.op_name.c_str(), &op.op);
+  op.op_known = ParseOpKind(op.op_name.c_str(), &op.op);
   if (op.op_known) op.op_name.clear();  // the kind says it; don't keep the string twice
   op.count = GetInt(j, key::kCount, -1);
   op.dtype = GetString(j, key::kDtype);
@@ -418,8 +425,8 @@ OpRecord OpFromJson(const json& j) {
   return op;
 }
 
-DumpSummary SummaryFromJson(const json& j) {
-  DumpSummary s;
+Summary SummaryFromJson(const json& j) {
+  Summary s;
   s.rank = GetRank(j, key::kRank, kUnknownRank);
   s.local_rank = GetInt32(j, key::kLocalRank, kUnknownRank);
   s.world_size = GetRank(j, key::kWorldSize, -1);
@@ -429,7 +436,7 @@ DumpSummary SummaryFromJson(const json& j) {
   s.reason = GetString(j, key::kReason);
   s.detail = GetString(j, key::kDetail);
   if (const json* t = Find(j, key::kTrigger); t && t->is_object())
-    s.trigger = DumpTrigger{GetString(*t, key::kRequest), GetInt32(*t, key::kOriginRank, kUnknownRank),
+    s.trigger = Trigger{GetString(*t, key::kRequest), GetInt32(*t, key::kOriginRank, kUnknownRank),
                             GetString(*t, key::kOriginHost), GetString(*t, key::kReason)};
   s.time_unix_ns = GetInt(j, key::kTimeUnixNs, 0);
   s.time_mono_ns = GetInt(j, key::kTimeMonoNs, 0);
@@ -464,29 +471,49 @@ DumpSummary SummaryFromJson(const json& j) {
   return s;
 }
 
-DumpDetail DetailFromJson(const json& top) {
-  DumpDetail d;
-  if (const json* p = Find(top, key::kProcess)) {
-    d.exe = GetString(*p, key::kExe);
+namespace {
+
+KeyValues KeyValuesFromJson(const json* obj) {
+  KeyValues kvs;
+  if (obj && obj->is_object())
+    for (auto it = obj->begin(); it != obj->end(); ++it)
+      if (it.value().is_string()) kvs.emplace_back(it.key(), it.value().get<std::string>());
+  return kvs;
+}
+
+}  // namespace
+
+Detail DetailFromJson(const json& top) {
+  Detail d;
+  const json* p = Find(top, key::kProcess);
+  // A dump without the full detail (a recovery) is light: it has recoveries only.
+  d.light = !p && !Find(top, key::kRing) && !Find(top, key::kCommunicators);
+  if (p) {
+    d.process.exe = GetString(*p, key::kExe);
     if (const json* cl = Find(*p, key::kCmdline); cl && cl->is_array())
       for (const auto& a : *cl)
-        if (a.is_string()) d.cmdline.push_back(a.get<std::string>());
-    if (const json* env = Find(*p, key::kEnv); env && env->is_object())
-      for (auto it = env->begin(); it != env->end(); ++it)
-        if (it.value().is_string()) d.env[it.key()] = it.value().get<std::string>();
+        if (a.is_string()) d.process.cmdline.push_back(a.get<std::string>());
+    d.process.cwd = GetString(*p, key::kCwd);
+    d.process.env = KeyValuesFromJson(Find(*p, key::kEnv));
+    d.process.cuda_driver_version = GetInt(*p, key::kCudaDriverVersion, 0);
+    d.process.ncclwatch_version = GetString(*p, key::kNcclwatchVersion);
+    d.process.config = KeyValuesFromJson(Find(*p, key::kConfig));
   }
   ForEachObject(top, key::kCommunicators, [&](const json& c) {
-    CommunicatorInfo ci;
+    Communicator ci;
     ci.id = GetString(c, key::kId);
     ci.size = GetInt32(c, key::kSize, 0);
     ci.rank = GetInt32(c, key::kRank, kUnknownRank);
-    ci.device = GetInt(c, key::kDevice, -1);
     ci.name = GetString(c, key::kName);
+    ci.state = GetString(c, key::kState);
+    ci.device = GetInt(c, key::kDevice, -1);
     ci.kind = GetString(c, key::kKind);
     ci.parent = GetString(c, key::kParent);
-    ci.color = GetInt(c, key::kColor, 0);
-    ci.key = GetInt(c, key::kKey, 0);
-    ci.state = GetString(c, key::kState);
+    ci.color = GetInt(c, key::kColor, -1);
+    ci.key = GetInt(c, key::kKey, -1);
+    ci.blocking = GetBool(c, key::kBlocking, true);
+    ci.created_mono_ns = GetInt(c, key::kCreatedMonoNs, 0);
+    ci.ended_mono_ns = GetInt(c, key::kEndedMonoNs, 0);
     d.communicators.push_back(std::move(ci));
   });
   if (const json* r = Find(top, key::kRing)) {
@@ -496,7 +523,7 @@ DumpDetail DetailFromJson(const json& top) {
     ForEachObject(*r, key::kEntries, [&](const json& o) { d.ring.entries.push_back(OpFromJson(o)); });
   }
   ForEachObject(top, key::kCallsites, [&](const json& c) {
-    d.callsites.push_back({GetInt(c, key::kId, -1), StackFromJson(c)});
+    d.callsites.push_back({GetInt(c, key::kId, -1), StackFromJson(c), GetString(c, key::kNote)});
   });
   ForEachObject(top, key::kThreads, [&](const json& t) {
     d.threads.push_back({GetInt(t, key::kTid, 0), GetString(t, key::kName), StackFromJson(t),
@@ -510,7 +537,7 @@ DumpDetail DetailFromJson(const json& top) {
   return d;
 }
 
-ReadResult InterpretDocument(const DumpDocument& doc, ReadDepth depth, Dump* dump) {
+ReadResult InterpretDocument(const DumpDocument& doc, ReadDepth depth, LoadedDump* dump) {
   ReadResult r;
   r.bytes_read = doc.bytes_read;
   r.file_size = doc.input_size;
@@ -530,7 +557,7 @@ ReadResult InterpretDocument(const DumpDocument& doc, ReadDepth depth, Dump* dum
   const json* format = Find(top, key::kFormat);
   const json* version = Find(top, key::kVersion);
   const json* summary = Find(top, key::kSummary);
-  if (format && (!format->is_string() || format->get<std::string>() != trace::kFormatName)) {
+  if (format && (!format->is_string() || format->get<std::string>() != kFormatName)) {
     r.problem = "not an ncclwatch dump (format is " + format->dump() + ")";
     return r;
   }
@@ -539,9 +566,9 @@ ReadResult InterpretDocument(const DumpDocument& doc, ReadDepth depth, Dump* dum
       r.problem = "unreadable trace version " + version->dump();
       return r;
     }
-    if (version->get<int64_t>() != trace::kTraceVersion) {
+    if (version->get<int64_t>() != kTraceVersion) {
       r.problem = "unknown trace version " + version->dump() + " (this ncclwatch reads version " +
-                  std::to_string(trace::kTraceVersion) + ")";
+                  std::to_string(kTraceVersion) + ")";
       return r;
     }
   }
@@ -564,7 +591,7 @@ ReadResult InterpretDocument(const DumpDocument& doc, ReadDepth depth, Dump* dum
   dump->summary = SummaryFromJson(*summary);
   r.usable = true;
   if (depth == ReadDepth::kFull) {
-    dump->detail = std::make_shared<DumpDetail>(DetailFromJson(top));
+    dump->detail = std::make_shared<Detail>(DetailFromJson(top));
     if (doc.syntax_error) {
       dump->detail_problem = ErrorLine(doc, "details unreadable; summary used");
       r.problem = dump->detail_problem;
@@ -573,15 +600,15 @@ ReadResult InterpretDocument(const DumpDocument& doc, ReadDepth depth, Dump* dum
   return r;
 }
 
-ReadResult ReadDumpFile(const std::string& path, ReadDepth depth, Dump* dump) {
+ReadResult ReadDumpFile(const std::string& path, ReadDepth depth, LoadedDump* dump) {
   DumpDocument doc = ParseDocumentFromFile(path, depth);
   return InterpretDocument(doc, depth, dump);
 }
 
-ReadResult ReadDumpBuffer(std::string_view bytes, ReadDepth depth, Dump* dump) {
+ReadResult ReadDumpBuffer(std::string_view bytes, ReadDepth depth, LoadedDump* dump) {
   DumpDocument doc = ParseDocumentFromBuffer(bytes, depth);
   return InterpretDocument(doc, depth, dump);
 }
 
-}  // namespace analysis
+}  // namespace trace
 }  // namespace ncclwatch

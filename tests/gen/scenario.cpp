@@ -1,5 +1,6 @@
 #include "scenario.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace ncclwatch {
@@ -159,8 +160,17 @@ std::vector<std::string> ScenarioNames() {
 }
 
 bool BuildScenario(const std::string& name, const Topology& t, int culprit, bool fatal,
-                   std::vector<RankPlan>* plans, std::string* error) {
+                   std::vector<RankPlan>* plans, std::vector<ExpectedVerdict>* truth, std::string* error) {
   plans->assign(t.ranks, RankPlan{});
+  truth->clear();
+  // The world's next operation, and the culprit's TP group's when the scenario blocks it too.
+  const std::vector<CommKind> world = {CommKind::kWorld};
+  const std::vector<CommKind> world_or_tp =
+      t.HasSubComms() ? std::vector<CommKind>{CommKind::kWorld, CommKind::kTp} : world;
+  auto expect = [&](Cause c, std::vector<int> culprits, std::vector<CommKind> comms, bool p2p = false) {
+    std::sort(culprits.begin(), culprits.end());
+    truth->push_back({c, culprits, comms, p2p});
+  };
   auto need = [&](bool ok, const char* what) {
     if (!ok) *error = "scenario " + name + " needs " + what;
     return ok;
@@ -172,11 +182,14 @@ bool BuildScenario(const std::string& name, const Topology& t, int culprit, bool
 
   if (name == trace::CauseName(Cause::NoHang)) {
     for (auto& p : *plans) p.stack = StackKind::kIdle;
+    expect(Cause::NoHang, {}, {});
   } else if (name == trace::CauseName(Cause::RankMissing)) {
     WaitBehind(t, {culprit}, plans);
     (*plans)[culprit].stack = StackKind::kCheckpoint;
+    expect(Cause::RankMissing, {culprit}, world_or_tp);
   } else if (name == trace::CauseName(Cause::RankDead)) {
     WaitBehind(t, {culprit}, plans);
+    expect(Cause::RankDead, {culprit}, world_or_tp);
     RankPlan& p = (*plans)[culprit];
     p.write = fatal;
     p.fatal = fatal;
@@ -185,8 +198,10 @@ bool BuildScenario(const std::string& name, const Topology& t, int culprit, bool
     all_waiting_in_world(Stage::kGpuReached);
     (*plans)[culprit].extras[0].stage = Stage::kEnqueued;
     (*plans)[culprit].stack = StackKind::kItemSync;
+    expect(Cause::GpuNotReached, {culprit}, world);
   } else if (name == trace::CauseName(Cause::StuckInCollective)) {
     all_waiting_in_world(Stage::kGpuReached);
+    expect(Cause::StuckInCollective, {}, world);
   } else if (name == trace::CauseName(Cause::Mismatch)) {
     // ZeRO-3 generation: the culprit issues one more parameter all-gather than the others.
     for (auto& p : *plans) {
@@ -196,6 +211,7 @@ bool BuildScenario(const std::string& name, const Topology& t, int culprit, bool
     Operation gather = Collective(CommKind::kWorld, OpKind::AllGather, 1 << 20, kBfloat16, -1, kCsZeroGather);
     (*plans)[culprit].extras = {At(gather, Stage::kGpuReached), At(LossAllReduce(), Stage::kEnqueued)};
     (*plans)[culprit].stack = StackKind::kGenerateGather;
+    expect(Cause::Mismatch, {culprit}, world);
   } else if (name == trace::CauseName(Cause::P2pUnmatched)) {
     // Two pipeline neighbours both send first, with blocking sends: neither posts its receive.
     if (!need(t.ranks >= 2, "2 ranks")) return false;
@@ -207,6 +223,7 @@ bool BuildScenario(const std::string& name, const Topology& t, int culprit, bool
       (*plans)[me].extras = {At(send, Stage::kGpuReached)};
       (*plans)[me].stack = StackKind::kPipelineSend;
     }
+    expect(Cause::P2pUnmatched, {a, b}, world, /*p2p=*/true);
   } else if (name == trace::CauseName(Cause::CrossCommDeadlock)) {
     // a enters the world all-reduce first, b its TP all-gather first; both then block.
     if (!need(t.HasSubComms(), "--tp > 1 dividing --ranks")) return false;
@@ -221,6 +238,7 @@ bool BuildScenario(const std::string& name, const Topology& t, int culprit, bool
       else
         p.extras = {At(TpAllGather(), Stage::kCompleted), At(LossAllReduce(), Stage::kGpuReached)};
     }
+    expect(Cause::CrossCommDeadlock, {a, b}, world_or_tp);
   } else if (name == "mixed") {
     // Two independent roots in two TP groups; the world all-reduce waits on both.
     if (!need(t.HasSubComms() && t.ranks / t.tp >= 2, "--tp > 1 and at least 2 TP groups")) return false;
@@ -235,6 +253,8 @@ bool BuildScenario(const std::string& name, const Topology& t, int culprit, bool
     (*plans)[m].extras = {At(wrong, Stage::kGpuReached)};
     (*plans)[g].extras = {At(TpAllGather(), Stage::kEnqueued)};
     (*plans)[g].stack = StackKind::kItemSync;
+    expect(Cause::Mismatch, {m}, {CommKind::kTp});
+    expect(Cause::GpuNotReached, {g}, {CommKind::kTp});
   } else {
     *error = "unknown scenario " + name;
     return false;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "dump_renderer.h"
+#include "format/json_writer.h"
 #include "scenario.h"
 
 namespace ncclwatch {
@@ -126,6 +127,36 @@ bool WriteSmallFile(const std::string& path, const std::string& text) {
   return static_cast<bool>(f);
 }
 
+// What a correct analysis says (scenario.h), for tests that check verdicts against the scenario
+// rather than against earlier output. Not a dump: readers skip it by its name.
+constexpr const char* kTruthFile = "scenario-truth.json";
+
+std::string TruthJson(const std::string& scenario, const Topology& topo, int ring, uint64_t seed,
+                      const std::vector<int>& callsites, const std::vector<ExpectedVerdict>& truth) {
+  DumpRenderer renderer(topo, ring, seed, callsites, true);
+  std::string out;
+  trace::JsonWriter w(&out);
+  w.BeginObject();
+  w.Field("scenario", scenario);
+  w.Field("ranks", topo.ranks);
+  w.Key("verdicts").BeginArray();
+  for (const auto& v : truth) {
+    w.BeginObject();
+    w.Field(trace::report_key::kCause, trace::CauseName(v.cause));
+    w.Key(trace::report_key::kCulpritRanks).BeginArray();
+    for (int r : v.culprits) w.Int(r);
+    w.EndArray();
+    // Sequence numbers the verdict may name: the next operation after the common history.
+    w.Key("seqs").BeginArray();
+    for (CommKind k : v.comms) w.Int(v.p2p ? 1 : renderer.base_seq(k) + 1);
+    w.EndArray();
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  return out + "\n";
+}
+
 int Main(int argc, char** argv) {
   Args a;
   if (!Parse(argc, argv, &a)) return 2;
@@ -140,8 +171,9 @@ int Main(int argc, char** argv) {
                 : a.scenario == trace::CauseName(trace::Cause::RankMissing) ? 0
                                                                             : (a.ranks * 5 / 8) % a.ranks;
   std::vector<RankPlan> plans;
+  std::vector<ExpectedVerdict> truth;
   std::string error;
-  if (!BuildScenario(a.scenario, topo, culprit, a.fatal, &plans, &error)) {
+  if (!BuildScenario(a.scenario, topo, culprit, a.fatal, &plans, &truth, &error)) {
     std::fprintf(stderr, "ncclwatch-gen: %s\n", error.c_str());
     return 2;
   }
@@ -197,6 +229,8 @@ int Main(int argc, char** argv) {
   worker();
   for (auto& t : pool) t.join();
   if (failed) return 1;
+  if (!WriteSmallFile(a.out + "/" + kTruthFile, TruthJson(a.scenario, topo, a.ring, a.seed, callsites, truth)))
+    return 1;
 
   if (a.bad_files) {
     std::string fmt = std::string("{\"") + trace::key::kFormat + "\":\"" + trace::kFormatName + "\",\"" +

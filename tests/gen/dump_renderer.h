@@ -1,12 +1,13 @@
-// Renders synthetic dumps in exactly the documented format (docs/trace-format.md), fast: the
-// heavy ring of the common history is rendered once per renderer, and each rank's file only
-// patches the fields that differ (communicator ids, thread ids) into it.
+// Renders synthetic dumps through the trace format's one writer (lib/format/trace_writer.h), as
+// typed records: the common history's ring is built once per renderer, and each rank's dump
+// only changes the records that differ (communicator ids, thread ids).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "format/records.h"
 #include "scenario.h"
 
 namespace ncclwatch {
@@ -18,21 +19,9 @@ struct DumpOptions {
   int origin_rank = -1;  // the rank whose stall made the others dump (peer_request); -1 none
 };
 
-// One operation as it will be written (ring entry or in_flight element).
-struct OpText {
-  std::string comm;
-  int64_t seq = 0, p2p_seq = 0;
-  Operation op;
-  int comm_size = 1;
-  int64_t tid = 0;
-  int64_t enqueue_ns = 0, gpu_reached_ns = 0, completed_ns = 0;
-  trace::OpState state = trace::OpState::Completed;
-  double age_s = -1, deadline_s = -1;  // in_flight only
-};
-
 class DumpRenderer {
  public:
-  // `callsites`: the call sites the job uses (Operation::callsite values); like the writer, the
+  // `callsites`: the call sites the job uses (Operation::callsite values); like the library, the
   // dump lists only those, numbered densely. `lean`: main thread and ncclwatch thread only.
   DumpRenderer(const Topology& topo, int ring_capacity, uint64_t seed, const std::vector<int>& callsites,
                bool lean);
@@ -44,17 +33,15 @@ class DumpRenderer {
   size_t last_summary_end() const { return last_summary_end_; }
 
   int64_t history_ops() const { return history_ops_; }
+  // Sequence number the common history reached on a communicator kind (the next op is +1).
+  int64_t base_seq(CommKind k) const { return base_seq_[static_cast<int>(k)]; }
+
+  // The whole document of one rank's dump, as records (the ring's entries included).
+  trace::Document Render(int rank, const RankPlan& plan, const DumpOptions& options);
 
  private:
-  struct Timing;
-  void BuildTemplate();
-  void PatchTemplate(int rank);
-  // Everything up to the ring entries; *extras gets the plan's operations as written.
-  std::string RenderHead(int rank, const RankPlan& plan, const DumpOptions& options, const Timing& t,
-                         size_t* summary_end, std::vector<OpText>* extras, trace::DumpReason* reason);
-  // The ring's last entries (the extras) and everything after the ring.
-  std::string RenderTail(int rank, const RankPlan& plan, const std::vector<OpText>& extras,
-                         bool after_template);
+  void BuildHistory();
+  void PatchHistory(int rank);
 
   Topology topo_;
   int capacity_;
@@ -63,12 +50,11 @@ class DumpRenderer {
   int64_t history_ops_ = 0;
   std::vector<int64_t> base_seq_;  // per CommKind: seq reached by the common history
 
-  // The last `capacity_` history operations as JSON text, entries separated by ','.
-  std::string ring_template_;
-  std::vector<size_t> entry_start_;  // offset of each template entry
-  std::vector<size_t> tp_id_at_, dp_id_at_, tid_at_;
+  // The last `capacity_` history operations, oldest first, and their communicator kinds.
+  std::vector<trace::Op> history_;
+  std::vector<CommKind> history_comm_;
   int patched_rank_ = -1;
-  std::string callsites_json_;
+  std::vector<trace::Callsite> callsites_;
   std::vector<int> callsite_index_;  // Operation::callsite -> index in the dump's callsites
   bool lean_ = false;
   size_t last_summary_end_ = 0;

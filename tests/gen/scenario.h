@@ -71,11 +71,21 @@ struct RankPlan {
 // The per-step collectives of the common history.
 std::vector<Operation> StepOperations(const Topology& topo);
 
+// What a correct analysis of the scenario says, known from how it was built: a root verdict's
+// cause, its culprit ranks (sorted) and the operation it is about, as the communicators whose
+// next operation after the common history it may name (p2p: the first send, p2p_seq 1).
+struct ExpectedVerdict {
+  trace::Cause cause = trace::Cause::NoHang;
+  std::vector<int> culprits;
+  std::vector<CommKind> comms;
+  bool p2p = false;
+};
+
 // Builds the plans of every rank for a scenario: the cause names of trace_format.h, plus
 // "mixed" (two independent root causes blocking the world communicator). False with *error
 // when the scenario needs a topology it does not have.
 bool BuildScenario(const std::string& name, const Topology& topo, int culprit, bool fatal,
-                   std::vector<RankPlan>* plans, std::string* error);
+                   std::vector<RankPlan>* plans, std::vector<ExpectedVerdict>* truth, std::string* error);
 
 std::vector<std::string> ScenarioNames();
 

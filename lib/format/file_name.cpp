@@ -1,0 +1,46 @@
+#include "format/file_name.h"
+
+#include <cctype>
+#include <cstdio>
+#include <cstring>
+
+namespace ncclwatch {
+namespace trace {
+
+std::string DumpFileStem(int rank, const std::string& host, int64_t pid, int64_t dump_seq,
+                         const std::string& reason) {
+  std::string name = kDumpFilePrefix;
+  char r[16];
+  if (rank >= 0) std::snprintf(r, sizeof r, "%05d", rank);
+  else std::snprintf(r, sizeof r, "x");
+  name += r;
+  name += '-';
+  for (char c : host) name += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_') ? c : '_';
+  name += '-' + std::to_string(pid) + '-' + std::to_string(dump_seq) + '-';
+  for (char c : reason) name += std::isalnum(static_cast<unsigned char>(c)) || c == '_' ? c : '_';
+  return name;
+}
+
+std::string DumpFileName(int rank, const std::string& host, int64_t pid, int64_t dump_seq,
+                         const std::string& reason) {
+  return DumpFileStem(rank, host, pid, dump_seq, reason) + kDumpFileSuffix;
+}
+
+bool IsDumpFileName(const std::string& name) {
+  size_t p = std::strlen(kDumpFilePrefix), s = std::strlen(kDumpFileSuffix);
+  return name.size() > p + s && name.compare(0, p, kDumpFilePrefix) == 0 &&
+         name.compare(name.size() - s, s, kDumpFileSuffix) == 0 && name != kDumpRequestFile;
+}
+
+int RankFromFileName(const std::string& name) {
+  size_t i = std::strlen(kDumpFilePrefix);
+  if (name.compare(0, i, kDumpFilePrefix) != 0) return -1;
+  int rank = 0;
+  size_t digits = 0;
+  for (; i < name.size() && name[i] >= '0' && name[i] <= '9' && digits < 9; ++i, ++digits)
+    rank = rank * 10 + (name[i] - '0');
+  return digits > 0 && i < name.size() && name[i] == '-' ? rank : -1;
+}
+
+}  // namespace trace
+}  // namespace ncclwatch

@@ -1,0 +1,28 @@
+// The file-naming rule of dumps, in one place for the writer and the readers:
+//   rank<R>-<host>-<pid>-<dump_seq>-<reason>.json
+// R zero-padded to 5 digits, "x" when unknown; the host with anything but [A-Za-z0-9._]
+// replaced by '_'. Names sort by rank. Readers select files by the prefix and suffix.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace ncclwatch {
+namespace trace {
+
+constexpr const char* kDumpFilePrefix = "rank";
+constexpr const char* kDumpFileSuffix = ".json";
+// The job-wide dump request marker in the dump directory (docs/trace-format.md).
+constexpr const char* kDumpRequestFile = "dump-request.json";
+
+// "rank00003-host-1234-0-stall" (no suffix: the writer adds it to its temporary name too).
+std::string DumpFileStem(int rank, const std::string& host, int64_t pid, int64_t dump_seq, const std::string& reason);
+// The stem plus kDumpFileSuffix.
+std::string DumpFileName(int rank, const std::string& host, int64_t pid, int64_t dump_seq, const std::string& reason);
+// Whether a directory entry is a dump by its name.
+bool IsDumpFileName(const std::string& name);
+// The global rank a dump file name claims, or -1.
+int RankFromFileName(const std::string& name);
+
+}  // namespace trace
+}  // namespace ncclwatch

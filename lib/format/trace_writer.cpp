@@ -1,0 +1,243 @@
+#include "format/trace_writer.h"
+
+#include <algorithm>
+
+namespace ncclwatch {
+namespace trace {
+
+namespace k = key;
+
+void WriteOp(JsonWriter& w, const Op& o) {
+  w.BeginObject();
+  w.Field(k::kComm, o.comm);
+  w.Field(k::kSeq, o.seq);
+  w.Field(k::kP2pSeq, o.p2p_seq);
+  w.Field(k::kOp, o.OpName());
+  w.Field(k::kCount, o.count);
+  w.Field(k::kDtype, o.dtype);
+  w.Field(k::kBytes, o.bytes);
+  w.Key(k::kRedop);
+  if (o.redop.empty()) w.Null();
+  else w.String(o.redop);
+  w.Field(k::kRoot, o.root);
+  w.Field(k::kPeer, o.peer);
+  w.Field(k::kStream, o.stream);
+  w.Field(k::kGroup, o.group);
+  w.Field(k::kTid, o.tid);
+  w.Field(k::kEnqueueNs, o.enqueue_ns);
+  w.Field(k::kGpuReachedNs, o.gpu_reached_ns);
+  w.Field(k::kCompletedNs, o.completed_ns);
+  w.Field(k::kState, o.state.known ? OpStateName(o.state.value) : "unknown");
+  w.Field(k::kResult, o.result);
+  w.Field(k::kCallsite, o.callsite);
+  if (o.gpu_ms >= 0) w.Field(k::kGpuMs, o.gpu_ms);
+  if (o.age_s >= 0) w.Field(k::kAgeS, o.age_s);
+  if (o.deadline_s >= 0) w.Field(k::kDeadlineS, o.deadline_s);
+  w.EndObject();
+}
+
+void WriteStack(JsonWriter& w, const Stack& s) {
+  w.Key(k::kFrames).BeginArray();
+  for (const auto& f : s.native) {
+    w.BeginObject();
+    w.Key(k::kIp).Hex(f.ip);
+    w.Field(k::kModule, f.module);
+    w.Field(k::kSymbol, f.symbol);
+    w.Field(k::kOffset, f.offset);
+    w.EndObject();
+  }
+  w.EndArray();
+  w.Key(k::kPython).BeginArray();
+  for (const auto& f : s.python) {
+    w.BeginObject();
+    w.Field(k::kFile, f.file);
+    w.Field(k::kLine, f.line);
+    w.Field(k::kFunction, f.function);
+    w.Field(k::kLibrary, f.library);
+    w.EndObject();
+  }
+  w.EndArray();
+}
+
+void WriteSummary(JsonWriter& w, const Summary& s) {
+  w.BeginObject();
+  w.Field(k::kRank, s.rank);
+  w.Field(k::kLocalRank, s.local_rank);
+  w.Field(k::kWorldSize, s.world_size);
+  w.Field(k::kHost, s.host);
+  w.Field(k::kPid, s.pid);
+  w.Field(k::kDumpSeq, s.dump_seq);
+  w.Field(k::kReason, s.reason);
+  w.Field(k::kDetail, s.detail);
+  w.Key(k::kTrigger);
+  if (s.trigger) {
+    w.BeginObject();
+    w.Field(k::kRequest, s.trigger->request);
+    w.Field(k::kOriginRank, s.trigger->origin_rank);
+    w.Field(k::kOriginHost, s.trigger->origin_host);
+    w.Field(k::kReason, s.trigger->reason);
+    w.EndObject();
+  } else {
+    w.Null();
+  }
+  w.Field(k::kTimeUnixNs, s.time_unix_ns);
+  w.Field(k::kTimeMonoNs, s.time_mono_ns);
+  w.Field(k::kStartMonoNs, s.start_mono_ns);
+  w.Field(k::kNcclVersion, s.nccl_version);
+  w.Key(k::kInNccl).BeginArray();
+  for (const auto& t : s.in_nccl) {
+    w.BeginObject();
+    w.Field(k::kTid, t.tid);
+    w.Field(k::kFunction, t.function);
+    w.Field(k::kSinceS, t.since_s);
+    w.EndObject();
+  }
+  w.EndArray();
+  w.Key(k::kComms).BeginArray();
+  for (const auto& c : s.comms) {
+    w.BeginObject();
+    w.Field(k::kId, c.id);
+    w.Field(k::kSize, c.size);
+    w.Field(k::kRank, c.rank);
+    w.Field(k::kName, c.name);
+    w.Field(k::kState, c.state);
+    w.Field(k::kLastEnqueued, c.last_enqueued);
+    w.Field(k::kLastGpuReached, c.last_gpu_reached);
+    w.Field(k::kLastCompleted, c.last_completed);
+    w.Key(k::kP2p).BeginArray();
+    for (const auto& p : c.p2p) {
+      w.BeginObject();
+      w.Field(k::kPeer, p.peer);
+      w.Field(k::kSendEnqueued, p.send_enqueued);
+      w.Field(k::kSendCompleted, p.send_completed);
+      w.Field(k::kRecvEnqueued, p.recv_enqueued);
+      w.Field(k::kRecvCompleted, p.recv_completed);
+      w.EndObject();
+    }
+    w.EndArray();
+    w.EndObject();
+  }
+  w.EndArray();
+  w.Key(k::kInFlight).BeginArray();
+  for (const auto& o : s.in_flight) WriteOp(w, o);
+  w.EndArray();
+  w.Key(k::kStalled);
+  if (s.stalled) WriteOp(w, *s.stalled);
+  else w.Null();
+  w.Field(k::kRingOverwritten, s.ring_overwritten);
+  w.EndObject();
+}
+
+namespace {
+
+void WriteKeyValues(JsonWriter& w, const KeyValues& kvs) {
+  w.BeginObject();
+  for (const auto& kv : kvs) w.Field(kv.first, kv.second);
+  w.EndObject();
+}
+
+void WriteProcess(JsonWriter& w, const Process& p) {
+  w.BeginObject();
+  w.Field(k::kExe, p.exe);
+  w.Key(k::kCmdline).BeginArray();
+  for (const auto& a : p.cmdline) w.String(a);
+  w.EndArray();
+  w.Field(k::kCwd, p.cwd);
+  w.Key(k::kEnv);
+  WriteKeyValues(w, p.env);
+  w.Field(k::kCudaDriverVersion, p.cuda_driver_version);
+  w.Field(k::kNcclwatchVersion, p.ncclwatch_version);
+  w.Key(k::kConfig);
+  WriteKeyValues(w, p.config);
+  w.EndObject();
+}
+
+void WriteCommunicator(JsonWriter& w, const Communicator& c) {
+  w.BeginObject();
+  w.Field(k::kId, c.id);
+  w.Field(k::kSize, c.size);
+  w.Field(k::kRank, c.rank);
+  w.Field(k::kName, c.name);
+  w.Field(k::kState, c.state);
+  w.Field(k::kDevice, c.device);
+  w.Field(k::kKind, c.kind);
+  w.Key(k::kParent);
+  if (c.parent.empty()) w.Null();
+  else w.String(c.parent);
+  w.Field(k::kColor, c.color);
+  w.Field(k::kKey, c.key);
+  w.Field(k::kBlocking, c.blocking);
+  w.Field(k::kCreatedMonoNs, c.created_mono_ns);
+  w.Field(k::kEndedMonoNs, c.ended_mono_ns);
+  w.EndObject();
+}
+
+void WriteThreadLike(JsonWriter& w, const char* id_key, int64_t id, const std::string* name, const Stack& stack,
+                     const std::string& note) {
+  w.BeginObject();
+  w.Field(id_key, id);
+  if (name) w.Field(k::kName, *name);
+  WriteStack(w, stack);
+  w.Field(k::kNote, note);
+  w.EndObject();
+}
+
+}  // namespace
+
+std::string WriteDocument(const Document& doc, const OpSource& ring_entries) {
+  std::string out;
+  const Detail& d = doc.detail;
+  // About 360 bytes a ring entry; the capacity as written is only a hint (bounded).
+  int64_t entries = ring_entries ? std::clamp<int64_t>(d.ring.capacity, 0, 1 << 16)
+                                 : static_cast<int64_t>(d.ring.entries.size());
+  out.reserve(d.light ? 4096 : 16384 + 360 * static_cast<size_t>(entries));
+  JsonWriter w(&out);
+  w.BeginObject();
+  w.Field(k::kFormat, kFormatName);
+  w.Field(k::kVersion, kTraceVersion);
+  w.Key(k::kSummary);
+  WriteSummary(w, doc.summary);
+  if (!d.light) {
+    w.Key(k::kProcess);
+    WriteProcess(w, d.process);
+    w.Key(k::kCommunicators).BeginArray();
+    for (const auto& c : d.communicators) WriteCommunicator(w, c);
+    w.EndArray();
+    w.Key(k::kRing).BeginObject();
+    w.Field(k::kCapacity, d.ring.capacity);
+    w.Field(k::kRecorded, d.ring.recorded);
+    w.Field(k::kOverwritten, d.ring.overwritten);
+    w.Key(k::kEntries).BeginArray();
+    if (ring_entries) {
+      Op op;
+      while (ring_entries(&op)) WriteOp(w, op);
+    } else {
+      for (const auto& op : d.ring.entries) WriteOp(w, op);
+    }
+    w.EndArray();
+    w.EndObject();
+    w.Key(k::kCallsites).BeginArray();
+    for (const auto& c : d.callsites) WriteThreadLike(w, k::kId, c.id, nullptr, c.stack, c.note);
+    w.EndArray();
+    w.Key(k::kThreads).BeginArray();
+    for (const auto& t : d.threads) WriteThreadLike(w, k::kTid, t.tid, &t.name, t.stack, t.note);
+    w.EndArray();
+  }
+  w.Key(k::kRecoveries).BeginArray();
+  for (const auto& r : d.recoveries) {
+    w.BeginObject();
+    w.Field(k::kComm, r.comm);
+    w.Field(k::kSeq, r.seq);
+    w.Field(k::kOp, r.op);
+    w.Field(k::kStalledAfterS, r.stalled_after_s);
+    w.Field(k::kRecoveredAfterS, r.recovered_after_s);
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  out += '\n';
+  return out;
+}
+
+}  // namespace trace
+}  // namespace ncclwatch

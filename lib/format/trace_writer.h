@@ -1,0 +1,29 @@
+// The one writer of the trace format (docs/trace-format.md): the library's dumps, the test
+// generator and the test builders all write through it. Streaming: the text is produced in
+// document order, summary first, so the summary stays readable alone (readers stop after it).
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "format/json_writer.h"
+#include "format/records.h"
+
+namespace ncclwatch {
+namespace trace {
+
+// Produces ring entries one at a time (oldest first) into *op; false when there are no more.
+// Lets a writer of a big ring convert one entry at a time instead of holding them all.
+using OpSource = std::function<bool(Op* op)>;
+
+// The whole dump as text (one line, newline-terminated). With `ring_entries`, the ring's
+// entries come from it and doc.detail.ring.entries is not read.
+std::string WriteDocument(const Document& doc, const OpSource& ring_entries = nullptr);
+
+// Pieces, for writers of other documents that embed them (tests, the request file).
+void WriteOp(JsonWriter& w, const Op& op);
+void WriteSummary(JsonWriter& w, const Summary& s);
+void WriteStack(JsonWriter& w, const Stack& s);
+
+}  // namespace trace
+}  // namespace ncclwatch
