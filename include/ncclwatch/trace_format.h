@@ -119,7 +119,8 @@ NCCLWATCH_DEFINE_VOCABULARY(OpState, kOpStateNames, OpStateName, ParseOpState, N
   X(OnDemand, "on_demand")            /* the dump signal (default SIGUSR2) */             \
   X(ExitInFlight, "exit_in_flight")   /* process exit with operations still in flight */  \
   X(PeerRequest, "peer_request")      /* another rank of the job dumped for a hang */     \
-  X(Recovery, "recovery")             /* a stalled operation completed after all */
+  X(Recovery, "recovery")             /* a stalled operation completed after all */      \
+  X(Exit, "exit")                     /* normal process exit, nothing in flight */
 
 NCCLWATCH_DEFINE_VOCABULARY(DumpReason, kDumpReasonNames, DumpReasonName, ParseDumpReason,
                             NCCLWATCH_FOR_EACH_DUMP_REASON)
@@ -150,8 +151,9 @@ NCCLWATCH_DEFINE_VOCABULARY(Cause, kCauseNames, CauseName, ParseCause, NCCLWATCH
 NCCLWATCH_DEFINE_VOCABULARY(CommKind, kCommKindNames, CommKindName, ParseCommKind, NCCLWATCH_FOR_EACH_COMM_KIND)
 
 // Where a communicator is in its life (summary.comms[].state, communicators[].state).
-#define NCCLWATCH_FOR_EACH_COMM_STATE(X) \
-  X(Active, "active")                    \
+#define NCCLWATCH_FOR_EACH_COMM_STATE(X)                                              \
+  X(Initializing, "initializing") /* ncclCommInitRank* entered, not returned (setup) */ \
+  X(Active, "active")                                                                 \
   X(Destroyed, "destroyed")              \
   X(Finalized, "finalized")              \
   X(Aborted, "aborted")
@@ -245,6 +247,11 @@ constexpr const char* kComms = "comms";
 constexpr const char* kInFlight = "in_flight";
 constexpr const char* kStalled = "stalled";
 constexpr const char* kRingOverwritten = "ring_overwritten";
+constexpr const char* kProcessUid = "process_uid";
+constexpr const char* kJobInstance = "job_instance";
+constexpr const char* kStartUnixNs = "start_unix_ns";
+constexpr const char* kExitStatus = "exit_status";
+constexpr const char* kFailed = "failed";
 // communicator (summary.comms[] and communicators[])
 constexpr const char* kId = "id";
 constexpr const char* kSize = "size";

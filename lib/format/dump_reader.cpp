@@ -468,6 +468,11 @@ Summary SummaryFromJson(const json& j) {
   ForEachObject(j, key::kInFlight, [&](const json& o) { s.in_flight.push_back(OpFromJson(o)); });
   if (const json* st = Find(j, key::kStalled); st && st->is_object()) s.stalled = OpFromJson(*st);
   s.ring_overwritten = GetInt(j, key::kRingOverwritten, 0);
+  s.process_uid = GetString(j, key::kProcessUid);
+  s.job_instance = GetString(j, key::kJobInstance);
+  s.start_unix_ns = GetInt(j, key::kStartUnixNs, 0);
+  s.exit_status = GetInt(j, key::kExitStatus, -1);
+  if (const json* f = Find(j, key::kFailed); f && f->is_object()) s.failed = OpFromJson(*f);
   return s;
 }
 

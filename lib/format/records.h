@@ -151,6 +151,14 @@ struct Summary {
   std::vector<Op> in_flight;
   std::optional<Op> stalled;
   int64_t ring_overwritten = 0;
+  // Identity of this process in the job: unique even where host and pid are not (containers
+  // with their own PID namespaces); empty in dumps that predate it.
+  std::string process_uid;
+  // The launcher's id of this attempt of the job (restarts and requeues differ), "" unknown.
+  std::string job_instance;
+  int64_t start_unix_ns = 0;  // wall clock when ncclwatch started in this process
+  int64_t exit_status = -1;   // reason exit: the status passed to exit(); -1 unknown
+  std::optional<Op> failed;   // reason nccl_error: the call that returned the error
 
   const CommSummary* Comm(const std::string& id) const {
     for (const auto& c : comms)
@@ -160,7 +168,7 @@ struct Summary {
   auto Tie() const {
     return std::tie(rank, local_rank, world_size, host, pid, dump_seq, reason, detail, trigger, time_unix_ns,
                     time_mono_ns, start_mono_ns, nccl_version, in_nccl, comms, in_flight, stalled,
-                    ring_overwritten);
+                    ring_overwritten, process_uid, job_instance, start_unix_ns, exit_status, failed);
   }
   NCCLWATCH_RECORD_EQUALITY(Summary)
 };

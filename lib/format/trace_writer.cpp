@@ -125,6 +125,13 @@ void WriteSummary(JsonWriter& w, const Summary& s) {
   if (s.stalled) WriteOp(w, *s.stalled);
   else w.Null();
   w.Field(k::kRingOverwritten, s.ring_overwritten);
+  w.Field(k::kProcessUid, s.process_uid);
+  w.Field(k::kJobInstance, s.job_instance);
+  w.Field(k::kStartUnixNs, s.start_unix_ns);
+  w.Field(k::kExitStatus, s.exit_status);
+  w.Key(k::kFailed);
+  if (s.failed) WriteOp(w, *s.failed);
+  else w.Null();
   w.EndObject();
 }
 

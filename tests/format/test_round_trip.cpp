@@ -134,6 +134,11 @@ Document RandomDocument(Random& r) {
   s.in_flight = r.List<Op>(3, [&] { return RandomOp(r, true); });
   if (r.Coin()) s.stalled = RandomOp(r, true);
   s.ring_overwritten = r.Any();
+  s.process_uid = r.Text();
+  s.job_instance = r.Text();
+  s.start_unix_ns = r.Any();
+  s.exit_status = r.Any();
+  if (r.Coin()) s.failed = RandomOp(r, false);
 
   Detail& t = d.detail;
   t.light = r.Below(5) == 0;

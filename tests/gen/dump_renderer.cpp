@@ -422,7 +422,12 @@ trace::Document DumpRenderer::Render(int rank, const RankPlan& plan, const DumpO
   s.time_mono_ns = mono_now_ns;
   s.time_unix_ns = kUnixBaseNs + host_skew_ms * 1000000LL + (mono_now_ns - kMonoBaseNs);
   s.start_mono_ns = kMonoBaseNs - 5000000000LL;
+  s.start_unix_ns = kUnixBaseNs + host_skew_ms * 1000000LL - 5000000000LL;
   s.nccl_version = kNcclVersion;
+  char uid[24];
+  std::snprintf(uid, sizeof uid, "%016llx", static_cast<unsigned long long>(Mix(seed_ * 1000003 + rank)));
+  s.process_uid = uid;
+  s.job_instance = "torchelastic:gen-" + std::to_string(seed_) + ":0";
   for (auto k : topo_.Kinds()) {
     const auto& c = counters[KindIndex(k)];
     trace::CommSummary cs;
