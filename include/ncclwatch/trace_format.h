@@ -128,6 +128,9 @@ NCCLWATCH_DEFINE_VOCABULARY(DumpReason, kDumpReasonNames, DumpReasonName, ParseD
 // Analyzer verdict causes (`ncclwatch analyze`, docs/trace-format.md "Analysis output").
 #define NCCLWATCH_FOR_EACH_CAUSE(X)            \
   X(RankMissing, "rank_missing")               \
+  X(RankExited, "rank_exited")                 \
+  X(NcclError, "nccl_error")                   \
+  X(InitHang, "init_hang")                     \
   X(GpuNotReached, "gpu_not_reached")          \
   X(StuckInCollective, "stuck_in_collective")  \
   X(Mismatch, "mismatch")                      \
@@ -374,6 +377,12 @@ constexpr const char* kRank = "rank";
 constexpr const char* kReason = "reason";
 constexpr const char* kProblems = "problems";
 constexpr const char* kProblem = "problem";
+constexpr const char* kAttempts = "attempts";
+constexpr const char* kAttempt = "attempt";
+constexpr const char* kStartUnixNs = "start_unix_ns";
+constexpr const char* kJobInstance = "job_instance";
+constexpr const char* kFiles = "files";
+constexpr const char* kNotes = "notes";
 }  // namespace report_key
 
 }  // namespace trace

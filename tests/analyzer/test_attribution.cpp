@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "analysis/render_report.h"
 #include "test_support.h"
 
 using namespace ncclwatch;
@@ -66,6 +67,7 @@ TEST_CASE("every independent mismatch is reported, not only the first", "[attrib
     dumps.push_back(Dump(r, 4, {Comm(g, 2, r % 2, 3, 3, 2)}, {op}));
   }
   auto report = Analyze(dir, dumps);
+  INFO(analysis::ReportToJson(report).dump());
   REQUIRE(report.verdicts.size() == 2);
   std::set<std::string> comms;
   for (const auto& v : report.verdicts) {
@@ -131,7 +133,7 @@ TEST_CASE("a missing member whose global rank cannot be inferred is a comm rank"
   CHECK(v.comm == kSub);
   CHECK(v.culprit_ranks.empty());
   CHECK(v.culprit_comm_ranks == Ranks({1}));
-  CHECK(v.advice.find("comm rank 1 (global rank unknown)") != std::string::npos);
+  CHECK(analysis::AdviceText(v, report).find("comm rank 1 (global rank unknown)") != std::string::npos);
   CHECK(report.ranks_without_dump == Ranks({3}));
 }
 

@@ -367,6 +367,10 @@ trace::Document DumpRenderer::Render(int rank, const RankPlan& plan, const DumpO
     x.gpu_reached_ns = reached ? x.enqueue_ns + 1000000 : 0;
     x.completed_ns = done ? x.enqueue_ns + 20000000 : 0;
     x.state = trace::OpStateValue::Of(done ? OpState::Completed : reached ? OpState::GpuReached : OpState::Enqueued);
+    if (plan.nccl_error && j + 1 == extras.size()) {  // the call that returned the error
+      x.state = trace::OpStateValue::Of(OpState::Error);
+      x.result = 2;  // ncclSystemError
+    }
     if (trace::IsPointToPoint(e.op.op)) {
       auto& p = c.p2p[e.op.peer];
       int dir = e.op.op == OpKind::Send ? 0 : 2;
@@ -392,19 +396,25 @@ trace::Document DumpRenderer::Render(int rank, const RankPlan& plan, const DumpO
   using R = trace::DumpReason;
   R reason = options.earlier ? R::OnDemand
              : plan.fatal    ? R::FatalSignal
+             : plan.exited   ? R::Exit
+             : plan.nccl_error ? R::NcclError
              : plan.first_to_stall ? R::Stall
              : origin >= 0         ? R::PeerRequest
                                    : R::OnDemand;
   s.reason = trace::DumpReasonName(reason);
   for (const auto& x : extra_ops) {
-    if (x.state.Is(OpState::Completed)) continue;
+    if (x.state.Is(OpState::Completed) || x.state.Is(OpState::Error)) continue;
     trace::Op in_flight = x;
     in_flight.age_s = static_cast<double>(mono_now_ns - x.enqueue_ns) / 1e9;
     in_flight.deadline_s = kDeadlineS;
     s.in_flight.push_back(std::move(in_flight));
   }
   const trace::Op* oldest = s.in_flight.empty() ? nullptr : &s.in_flight.front();
-  if (reason == R::Stall && oldest) {
+  if (reason == R::Stall && plan.in_setup) {
+    s.detail = "ncclCommInitRank blocked for " + std::to_string(static_cast<int>(kDeadlineS)) + ".0 s on comm " +
+               topo_.CommId(CommKind::kWorld, rank) + " (rank " + std::to_string(rank) + " of " +
+               std::to_string(topo_.ranks) + ")";
+  } else if (reason == R::Stall && oldest) {
     char b[160];
     std::snprintf(b, sizeof b, "%s seq %lld on comm %s passed its %.1f s deadline", oldest->OpName(),
                   static_cast<long long>(oldest->seq), oldest->comm.c_str(), kDeadlineS);
@@ -412,6 +422,13 @@ trace::Document DumpRenderer::Render(int rank, const RankPlan& plan, const DumpO
     s.stalled = *oldest;
   } else if (reason == R::FatalSignal) {
     s.detail = "signal SIGSEGV (Segmentation fault)";
+  } else if (reason == R::Exit) {
+    s.detail = "exit status 0";
+    s.exit_status = 0;
+  } else if (reason == R::NcclError && !extra_ops.empty()) {
+    const trace::Op& f = extra_ops.back();
+    s.failed = f;
+    s.detail = std::string("nccl") + f.OpName() + " returned 2 (unhandled system error) on comm " + f.comm;
   } else if (reason == R::PeerRequest) {
     s.detail = "rank " + std::to_string(origin) + " on " + HostOf(origin) + " dumped (stall)";
     s.trigger = trace::Trigger{HostOf(origin) + "-" + std::to_string(kPidBase + origin) + "-0", origin,
@@ -428,21 +445,25 @@ trace::Document DumpRenderer::Render(int rank, const RankPlan& plan, const DumpO
   std::snprintf(uid, sizeof uid, "%016llx", static_cast<unsigned long long>(Mix(seed_ * 1000003 + rank)));
   s.process_uid = uid;
   s.job_instance = "torchelastic:gen-" + std::to_string(seed_) + ":0";
-  for (auto k : topo_.Kinds()) {
+  // In setup only the world exists, still being created: nothing issued yet.
+  const std::vector<CommKind> kinds = plan.in_setup ? std::vector<CommKind>{CommKind::kWorld} : topo_.Kinds();
+  const trace::CommState state = plan.in_setup ? trace::CommState::Initializing : trace::CommState::Active;
+  if (plan.in_setup) s.in_nccl.push_back({pid, "ncclCommInitRank", kDeadlineS + static_cast<double>(rank % 7) / 10});
+  for (auto k : kinds) {
     const auto& c = counters[KindIndex(k)];
     trace::CommSummary cs;
     cs.id = topo_.CommId(k, rank);
     cs.size = topo_.CommSize(k);
     cs.rank = topo_.CommRank(k, rank);
     cs.name = topo_.CommName(k, rank);
-    cs.state = trace::CommStateName(trace::CommState::Active);
-    cs.last_enqueued = c.enqueued;
-    cs.last_gpu_reached = c.reached;
-    cs.last_completed = c.completed;
+    cs.state = trace::CommStateName(state);
+    cs.last_enqueued = plan.in_setup ? 0 : c.enqueued;
+    cs.last_gpu_reached = plan.in_setup ? 0 : c.reached;
+    cs.last_completed = plan.in_setup ? 0 : c.completed;
     for (const auto& [peer, n] : c.p2p) cs.p2p.push_back({peer, n[0], n[1], n[2], n[3]});
     s.comms.push_back(std::move(cs));
   }
-  int64_t recorded = history_ops_ + static_cast<int64_t>(extra_ops.size());
+  int64_t recorded = plan.in_setup ? 0 : history_ops_ + static_cast<int64_t>(extra_ops.size());
   int64_t kept = std::min<int64_t>(recorded, capacity_);
   s.ring_overwritten = recorded - kept;
 
@@ -466,13 +487,13 @@ trace::Document DumpRenderer::Render(int rank, const RankPlan& plan, const DumpO
   d.process.cuda_driver_version = 12040;
   d.process.ncclwatch_version = kNcclwatchVersion;
   d.process.config = ConfigOf(capacity_);
-  for (auto k : topo_.Kinds()) {
+  for (auto k : kinds) {
     trace::Communicator c;
     c.id = topo_.CommId(k, rank);
     c.size = topo_.CommSize(k);
     c.rank = topo_.CommRank(k, rank);
     c.name = topo_.CommName(k, rank);
-    c.state = trace::CommStateName(trace::CommState::Active);
+    c.state = trace::CommStateName(state);
     c.device = rank % kRanksPerHost;
     bool split = k != CommKind::kWorld;
     c.kind = trace::CommKindName(split ? trace::CommKind::Split : trace::CommKind::InitRankConfig);
@@ -489,7 +510,7 @@ trace::Document DumpRenderer::Render(int rank, const RankPlan& plan, const DumpO
   // The ring keeps the last `capacity_` operations: the end of the history, then the extras.
   PatchHistory(rank);
   size_t from_extras = std::min(extra_ops.size(), static_cast<size_t>(capacity_));
-  size_t from_history = std::min(history_.size(), static_cast<size_t>(capacity_) - from_extras);
+  size_t from_history = plan.in_setup ? 0 : std::min(history_.size(), static_cast<size_t>(capacity_) - from_extras);
   d.ring.entries.assign(history_.end() - static_cast<long>(from_history), history_.end());
   d.ring.entries.insert(d.ring.entries.end(), extra_ops.end() - static_cast<long>(from_extras), extra_ops.end());
   d.callsites = callsites_;

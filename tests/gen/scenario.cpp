@@ -81,7 +81,8 @@ void WaitBehind(const Topology& t, const std::vector<int>& culprits, std::vector
 
 void MarkFirstWaiter(std::vector<RankPlan>* plans) {
   for (auto& p : *plans)
-    if (p.write && !p.fatal && !p.extras.empty() && p.extras.back().stage != Stage::kCompleted) {
+    if (p.write && !p.fatal && !p.exited && !p.nccl_error &&
+        (p.in_setup || (!p.extras.empty() && p.extras.back().stage != Stage::kCompleted))) {
       p.first_to_stall = true;
       return;
     }
@@ -194,6 +195,24 @@ bool BuildScenario(const std::string& name, const Topology& t, int culprit, bool
     p.write = fatal;
     p.fatal = fatal;
     p.stack = StackKind::kCrash;
+  } else if (name == trace::CauseName(Cause::RankExited)) {
+    // Uneven inputs: the culprit ran out of batches and left the loop; the others wait.
+    WaitBehind(t, {culprit}, plans);
+    (*plans)[culprit].exited = true;
+    (*plans)[culprit].stack = StackKind::kIdle;
+    expect(Cause::RankExited, {culprit}, world_or_tp);
+  } else if (name == trace::CauseName(Cause::NcclError)) {
+    // The culprit's next call returned an error; its peers wait inside theirs.
+    WaitBehind(t, {culprit}, plans);
+    RankPlan& p = (*plans)[culprit];
+    p.extras = {At(t.HasSubComms() ? TpAllGather() : LossAllReduce(), Stage::kEnqueued)};
+    p.nccl_error = true;
+    expect(Cause::NcclError, {culprit}, world_or_tp);
+  } else if (name == trace::CauseName(Cause::InitHang)) {
+    // Setup: the culprit never calls ncclCommInitRank; the others wait inside it.
+    for (auto& p : *plans) p.in_setup = true;
+    (*plans)[culprit].write = false;
+    expect(Cause::InitHang, {culprit}, {});
   } else if (name == trace::CauseName(Cause::GpuNotReached)) {
     all_waiting_in_world(Stage::kGpuReached);
     (*plans)[culprit].extras[0].stage = Stage::kEnqueued;

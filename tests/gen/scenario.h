@@ -63,6 +63,9 @@ struct ExtraOp {
 struct RankPlan {
   bool write = true;   // false: the rank leaves no dump (killed)
   bool fatal = false;  // writes a fatal_signal dump
+  bool exited = false;      // left normally after the history: writes its exit record
+  bool nccl_error = false;  // its last extra operation returned ncclSystemError: nccl_error dump
+  bool in_setup = false;    // inside ncclCommInitRank of the world: no history, comm initializing
   bool first_to_stall = false;
   StackKind stack = StackKind::kWaitingSync;
   std::vector<ExtraOp> extras;  // after the common history, in issue order

@@ -1,6 +1,7 @@
 #include "attribution.h"
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <set>
 #include <tuple>
@@ -22,9 +23,19 @@ constexpr size_t kMaxMemberSlots = size_t{1} << 23;
 // An operation younger than this that its peers completed may just be finishing.
 constexpr double kStuckAloneAfterS = 1.0;
 
+// Below this, the framework did not abort because of a hang: an ncclCommAbort with only younger
+// operations in flight is a shutdown (frameworks tear down with abort), not a timeout.
+constexpr double kFrameworkTimeoutMinS = 1.0;
+// Evidence this much older than the newest dump of the attempt may describe an earlier state.
+constexpr double kStaleEvidenceS = 60.0;
+// ncclResult_t ncclRemoteError: a rank that got it only learned that another one failed.
+constexpr int64_t kNcclRemoteError = 6;
+
 // Why a member keeps a blocked operation from completing.
 enum class BlockKind {
   kDead,         // no usable dump, or its latest dump is a crash dump
+  kError,        // an NCCL call of its returned an error
+  kExited,       // it exited normally (its exit record)
   kHostMissing,  // its host never issued the operation
   kGpuLag,       // issued, but its GPU has not reached it
 };
@@ -33,9 +44,46 @@ enum class BlockKind {
 enum class Terminal {
   kNone,      // it waits on another blocked operation (see Blocker::target)
   kDead,      // rank_dead
+  kError,     // nccl_error
+  kExited,    // rank_exited
   kBusy,      // host elsewhere and not blocked on any NCCL operation: rank_missing
   kGpuStuck,  // GPU busy with earlier non-NCCL work: gpu_not_reached
 };
+
+// The attribution rules, in one place. A blocker's terminal gives the cause (collective,
+// point-to-point); each cause has a rank among causes of equal impact and says whether it needs
+// the job to show a hang: a snapshot or a SIGTERM of a healthy job finds ranks at different
+// sequence numbers, which alone is not a hang, while a crash, an error or an exit that others
+// wait for is one at any age.
+struct TerminalRule {
+  Terminal terminal;
+  Cause collective, p2p;
+};
+constexpr TerminalRule kTerminalRules[] = {
+    {Terminal::kDead, Cause::RankDead, Cause::RankDead},
+    {Terminal::kError, Cause::NcclError, Cause::NcclError},
+    {Terminal::kExited, Cause::RankExited, Cause::RankExited},
+    {Terminal::kBusy, Cause::RankMissing, Cause::P2pUnmatched},
+    {Terminal::kGpuStuck, Cause::GpuNotReached, Cause::GpuNotReached},
+};
+struct CauseRule {
+  Cause cause;
+  int priority;         // lower first, among verdicts blocking as many ranks
+  bool needs_hang;      // reported only when the job shows a hang (see JobShowsHang)
+};
+constexpr CauseRule kCauseRules[] = {
+    {Cause::RankDead, 0, false},          {Cause::NcclError, 1, false},
+    {Cause::RankExited, 2, false},        {Cause::Mismatch, 3, false},
+    {Cause::InitHang, 4, true},           {Cause::CrossCommDeadlock, 5, true},
+    {Cause::P2pUnmatched, 6, true},       {Cause::RankMissing, 7, true},
+    {Cause::GpuNotReached, 8, true},      {Cause::StuckInCollective, 9, true},
+    {Cause::NoHang, 10, false},
+};
+const CauseRule& RuleOf(Cause c) {
+  for (const auto& r : kCauseRules)
+    if (r.cause == c) return r;
+  return kCauseRules[std::size(kCauseRules) - 1];
+}
 
 struct Blocker {
   int comm_rank = -1;
@@ -50,6 +98,7 @@ struct Blocker {
 // One blocked operation: a collective (comm, seq) or one Send/Recv transfer.
 struct Unit {
   bool p2p = false;
+  bool init = false;  // a communicator's creation (ncclCommInitRank*) that has not returned
   int comm = -1;
   int64_t seq = 0;
   int src = -1, dst = -1;  // p2p: communicator ranks
@@ -84,18 +133,7 @@ struct Signature {
   }
 };
 
-int CausePriority(Cause c) {
-  switch (c) {
-    case Cause::RankDead: return 0;
-    case Cause::Mismatch: return 1;
-    case Cause::CrossCommDeadlock: return 2;
-    case Cause::P2pUnmatched: return 3;
-    case Cause::RankMissing: return 4;
-    case Cause::GpuNotReached: return 5;
-    case Cause::StuckInCollective: return 6;
-    default: return 7;
-  }
-}
+int CausePriority(Cause c) { return RuleOf(c).priority; }
 
 bool StateUnknownToGpu(const OpRecord& op) {
   return !op.state.known || op.state.Is(OpState::Unmonitored) || op.state.Is(OpState::Captured);
@@ -112,7 +150,10 @@ class Attributor {
 
   Report Run() {
     IndexCommunicators();
-    for (size_t c = 0; c < comms_.size(); ++c) BuildCollectiveUnit(static_cast<int>(c));
+    for (size_t c = 0; c < comms_.size(); ++c) {
+      BuildInitUnit(static_cast<int>(c));
+      BuildCollectiveUnit(static_cast<int>(c));
+    }
     BuildP2pUnits();
     for (size_t u = 0; u < units_.size(); ++u) ResolveBlockers(static_cast<int>(u));
     FindCycles();
@@ -125,6 +166,9 @@ class Attributor {
       if (set_.IndexOfRank(r) < 0) report.ranks_without_dump.push_back(r);
     report.verdicts = std::move(verdicts_);
     if (report.verdicts.empty()) report.verdicts.push_back(NoHangVerdict(report));
+    report.attempts = set_.attempts();
+    report.attempt = set_.chosen_attempt();
+    AddStaleEvidenceNotes(&report);
     for (const auto& h : set_.history()) report.earlier_dumps.push_back({h.summary.rank, h.file_name, h.summary.reason});
     std::sort(report.earlier_dumps.begin(), report.earlier_dumps.end(),
               [](const auto& a, const auto& b) { return std::tie(a.rank, a.file) < std::tie(b.rank, b.file); });
@@ -221,8 +265,28 @@ class Attributor {
     return c.global[comm_rank] >= 0 ? set_.IndexOfRank(c.global[comm_rank]) : -1;
   }
 
-  bool IsDead(int dump) const {
-    return dump < 0 || dumps_[dump].summary.reason == trace::DumpReasonName(trace::DumpReason::FatalSignal);
+  bool Is(int dump, trace::DumpReason r) const { return dumps_[dump].summary.reason == trace::DumpReasonName(r); }
+  bool IsDead(int dump) const { return dump < 0 || Is(dump, trace::DumpReason::FatalSignal); }
+  bool IsExited(int dump) const {
+    return dump >= 0 && (Is(dump, trace::DumpReason::Exit) || Is(dump, trace::DumpReason::ExitInFlight));
+  }
+  bool IsErrored(int dump) const {
+    return dump >= 0 && (Is(dump, trace::DumpReason::NcclError) || Is(dump, trace::DumpReason::AsyncError) ||
+                         dumps_[dump].summary.failed.has_value());
+  }
+  // Its error only says that another rank failed (ncclRemoteError).
+  bool IsRemoteError(int dump) const {
+    const DumpSummary& s = dumps_[dump].summary;
+    if (s.failed) return s.failed->result == kNcclRemoteError;
+    return s.detail.find("error " + std::to_string(kNcclRemoteError) + " (") != std::string::npos;
+  }
+  // The kind of a member that did not complete the operation, from its dump alone; kGpuLag
+  // when its dump says nothing against it (the caller decides from its sequence state).
+  BlockKind KindFromDump(int dump) const {
+    if (IsDead(dump)) return BlockKind::kDead;
+    if (IsErrored(dump)) return BlockKind::kError;
+    if (IsExited(dump)) return BlockKind::kExited;
+    return BlockKind::kGpuLag;
   }
 
   int FindInFlight(int dump, const std::string& comm, int64_t seq) const {
@@ -277,6 +341,33 @@ class Attributor {
     return -1;
   }
 
+  // A communicator some members are still creating: the ones inside ncclCommInitRank* wait
+  // for the members that never joined (no state for it).
+  void BuildInitUnit(int ci) {
+    const CommIndex& c = comms_[ci];
+    const std::string initializing = trace::CommStateName(trace::CommState::Initializing);
+    Unit u;
+    u.init = true;
+    u.comm = ci;
+    for (int r = 0; r < c.size; ++r) {
+      int d = DumpOfMember(c, r);
+      const CommSummary* cs = StateOf(d, ci);
+      if (cs && cs->state == initializing) {
+        u.waiting.push_back(r);
+        for (const auto& t : dumps_[d].summary.in_nccl) u.waited_s = std::max(u.waited_s, t.since_s);
+      } else if (!cs) {
+        Blocker b;
+        b.comm_rank = r;
+        b.global = c.global[r];
+        b.dump = d;
+        b.kind = BlockKind::kHostMissing;
+        u.blockers.push_back(b);
+      }
+    }
+    if (u.waiting.empty()) return;
+    units_.push_back(std::move(u));
+  }
+
   void BuildCollectiveUnit(int ci) {
     CommIndex& c = comms_[ci];
     int64_t s = BlockedSeq(ci);
@@ -293,8 +384,9 @@ class Attributor {
       b.comm_rank = r;
       b.global = c.global[r];
       b.dump = d;
-      if (IsDead(d)) {
-        b.kind = BlockKind::kDead;
+      if (cs && cs->last_completed >= s) continue;  // a member that completed it (see BlockedSeq)
+      if (KindFromDump(d) != BlockKind::kGpuLag) {
+        b.kind = KindFromDump(d);
         u.blockers.push_back(b);
         continue;
       }
@@ -303,7 +395,6 @@ class Attributor {
         u.blockers.push_back(b);
         continue;
       }
-      if (cs->last_completed >= s) continue;  // a member that completed it (see BlockedSeq)
       int oi = FindInFlight(d, c.id, s);
       const OpRecord* op = oi >= 0 ? &dumps_[d].summary.in_flight[oi] : nullptr;
       if (op) {
@@ -413,8 +504,8 @@ class Attributor {
     b.comm_rank = comm_rank;
     b.global = c.global[comm_rank];
     b.dump = DumpOfMember(c, comm_rank);
-    if (IsDead(b.dump)) {
-      b.kind = BlockKind::kDead;
+    if (KindFromDump(b.dump) != BlockKind::kGpuLag) {
+      b.kind = KindFromDump(b.dump);
       u->blockers.push_back(b);
       return;
     }
@@ -478,10 +569,12 @@ class Attributor {
   // Follow each blocker one step: to the blocked operation it waits on, or to a terminal.
   void ResolveBlockers(int ui) {
     Unit& u = units_[ui];
-    if (u.mismatch) return;  // the calls disagree: what the others do is moot
+    if (u.mismatch || u.init) return;  // the calls disagree / nobody joined: nothing to follow
     for (Blocker& b : u.blockers) {
-      if (b.kind == BlockKind::kDead) {
-        b.terminal = Terminal::kDead;
+      if (b.kind == BlockKind::kDead || b.kind == BlockKind::kError || b.kind == BlockKind::kExited) {
+        b.terminal = b.kind == BlockKind::kDead ? Terminal::kDead
+                     : b.kind == BlockKind::kError ? Terminal::kError
+                                                    : Terminal::kExited;
         continue;
       }
       const auto& ops = dumps_[b.dump].summary.in_flight;
@@ -600,6 +693,12 @@ class Attributor {
     for (size_t ui = 0; ui < units_.size(); ++ui) {
       Unit& u = units_[ui];
       int i = static_cast<int>(ui);
+      if (u.init) {
+        std::vector<const Blocker*> bs;
+        for (const auto& b : u.blockers) bs.push_back(&b);
+        drafts.push_back(TerminalDraft(i, Cause::InitHang, bs));
+        continue;
+      }
       if (u.mismatch) {
         drafts.push_back(MismatchDraft(i));
         continue;
@@ -608,19 +707,29 @@ class Attributor {
         drafts.push_back(TerminalDraft(i, Cause::StuckInCollective, {}));
         continue;
       }
-      for (Terminal t : {Terminal::kDead, Terminal::kBusy, Terminal::kGpuStuck}) {
+      for (const TerminalRule& rule : kTerminalRules) {
         std::vector<const Blocker*> bs;
         for (const auto& b : u.blockers)
-          if (b.terminal == t) bs.push_back(&b);
-        if (bs.empty()) continue;
-        Cause cause = t == Terminal::kDead ? Cause::RankDead
-                      : t == Terminal::kGpuStuck ? Cause::GpuNotReached
-                      : u.p2p ? Cause::P2pUnmatched : Cause::RankMissing;
-        drafts.push_back(TerminalDraft(i, cause, bs));
+          if (b.terminal == rule.terminal) bs.push_back(&b);
+        // Ranks that only heard of another's failure (ncclRemoteError) are not its cause.
+        if (rule.terminal == Terminal::kError) {
+          auto remote = [&](const Blocker* b) { return IsRemoteError(b->dump); };
+          if (!std::all_of(bs.begin(), bs.end(), remote)) bs.erase(std::remove_if(bs.begin(), bs.end(), remote), bs.end());
+        }
+        if (!bs.empty()) drafts.push_back(TerminalDraft(i, u.p2p ? rule.p2p : rule.collective, bs));
       }
       if (cyclic_[ui] && !cycle_done[ui]) drafts.push_back(CycleDraft(i, &cycle_done));
     }
     AddCrashedRanksNobodyWaitsFor(&drafts);
+    // Without a sign of a hang, ranks at different sequence numbers are a job stopped (or
+    // snapshotted) while healthy: the dumps were taken at slightly different moments.
+    if (!JobShowsHang()) {
+      size_t before = drafts.size();
+      drafts.erase(std::remove_if(drafts.begin(), drafts.end(),
+                                  [](const Draft& d) { return RuleOf(d.v.cause).needs_hang; }),
+                   drafts.end());
+      stopped_while_healthy_ = drafts.size() < before || stopped_while_healthy_;
+    }
     std::vector<Draft> merged = Merge(std::move(drafts));
     for (auto& d : merged) AddConsequences(&d);
 
@@ -634,9 +743,46 @@ class Attributor {
     for (auto& d : merged) {
       FillCulpritLists(&d);
       AddEvidence(&d);
-      d.v.advice = Advice(d);
+      AddAdviceFacts(&d);
       verdicts_.push_back(std::move(d.v));
     }
+  }
+
+  // Whether anything in the dumps shows a hang rather than a job stopped while healthy: an
+  // operation past its deadline (a stall, or a request from one), the framework's abort with
+  // an operation waiting longer than a shutdown takes, an NCCL error, a crash.
+  bool JobShowsHang() const {
+    using R = trace::DumpReason;
+    const std::string stall = trace::DumpReasonName(R::Stall);
+    for (size_t i = 0; i < dumps_.size(); ++i) {
+      int d = static_cast<int>(i);
+      const DumpSummary& s = dumps_[i].summary;
+      // An error of a call that created nothing (a failed ncclCommInitRank) hangs nobody.
+      if (Is(d, R::Stall) || Is(d, R::FatalSignal) || Is(d, R::AsyncError) || s.failed) return true;
+      if (s.trigger && s.trigger->reason == stall) return true;
+      for (const auto& op : s.in_flight) {
+        if (op.deadline_s > 0 && op.age_s >= op.deadline_s) return true;
+        if (Is(d, R::Abort) && op.age_s >= kFrameworkTimeoutMinS) return true;
+      }
+    }
+    return false;
+  }
+
+  void AddStaleEvidenceNotes(Report* report) const {
+    int64_t newest = 0;
+    for (const auto& d : dumps_) newest = std::max(newest, d.summary.time_unix_ns);
+    for (const auto& d : dumps_) {
+      double behind = static_cast<double>(newest - d.summary.time_unix_ns) / 1e9;
+      if (d.summary.time_unix_ns > 0 && behind > kStaleEvidenceS)
+        report->notes.push_back("rank " + std::to_string(d.summary.rank) + "'s evidence (" + d.file_name + ", " +
+                                d.summary.reason + ") is " + FormatSeconds(behind) +
+                                " older than the newest dump: it may describe an earlier state");
+    }
+    if (report->attempts.size() > 1)
+      report->notes.push_back(std::to_string(report->attempts.size()) + " attempts of the job in this directory; " +
+                              "analyzing attempt " + std::to_string(report->attempt) +
+                              (report->attempt == static_cast<int>(report->attempts.size()) ? " (the latest)" : "") +
+                              "; --attempt N picks another");
   }
 
   std::vector<int> Globals(const Unit& u, const std::vector<int>& comm_ranks) const {
@@ -665,6 +811,10 @@ class Attributor {
       v.op = u.op->OpName();
       v.bytes = u.op->bytes;
     }
+    if (u.init)  // the creation call the members are inside
+      for (int r : u.waiting)
+        for (const auto& t : dumps_[DumpOfMember(c, r)].summary.in_nccl)
+          if (v.op.empty()) v.op = t.function;
     v.waiting_ranks = Globals(u, u.waiting);
     v.waited_s = u.waited_s;
     return v;
@@ -939,8 +1089,8 @@ class Attributor {
     }
     // Call site: its operation in the blocked unit, else its last on that communicator, else
     // its last at all (all from the ring when not in flight).
-    const OpRecord* op = nullptr;
-    if (u) {
+    const OpRecord* op = s.failed ? &*s.failed : nullptr;
+    if (u && !op) {
       const std::string& comm = comms_[u->comm].id;
       int oi = u->p2p ? -1 : FindInFlight(dump, comm, u->seq);
       if (oi >= 0) op = &s.in_flight[oi];
@@ -979,7 +1129,12 @@ class Attributor {
     const DumpSummary& s = dumps_[dump].summary;
     if (IsDead(dump)) return "crashed: " + (s.detail.empty() ? std::string("fatal signal") : s.detail);
     std::string where;
-    if (s.in_nccl.empty()) {
+    if (IsErrored(dump)) {
+      where = "NCCL error: " + (s.detail.empty() ? std::string("an NCCL call failed") : s.detail);
+    } else if (IsExited(dump)) {
+      where = "exited" + (s.exit_status >= 0 ? " with status " + std::to_string(s.exit_status) : std::string()) +
+              (Is(dump, trace::DumpReason::ExitInFlight) ? " with operations in flight" : "");
+    } else if (s.in_nccl.empty()) {
       where = "not inside NCCL";
     } else {
       const InNcclThread& t = s.in_nccl.front();
@@ -1003,86 +1158,34 @@ class Attributor {
                                                 : "; its GPU has not reached #" + std::to_string(u->seq) + age;
       }
     }
+    if (!dumps_[dump].then.empty()) {
+      where += "; then";
+      for (const auto& r : dumps_[dump].then) where += " " + r;
+    }
     return where;
   }
 
   // ------------------------------------------------------------------------------------------
-  // Advice: one line per verdict.
+  // Facts the advice sentence needs (the sentence itself is the renderer's).
 
-  std::string Advice(const Draft& d) const {
-    const Verdict& v = d.v;
-    std::vector<int> all = v.culprit_ranks;
-    std::string who = all.empty() && !v.culprit_comm_ranks.empty()
-                          ? FormatRanks(v.culprit_comm_ranks, "comm rank") + " (global rank unknown)"
-                          : FormatRanks(all);
-    if (!v.culprit_ranks.empty() && !v.culprit_comm_ranks.empty())
-      who += " and " + FormatRanks(v.culprit_comm_ranks, "comm rank") + " (global rank unknown)";
-    switch (v.cause) {
-      case Cause::RankMissing: {
-        bool in_nccl = false;
-        for (const auto& c : d.culprits)
-          if (c.dump >= 0 && !dumps_[c.dump].summary.in_nccl.empty()) in_nccl = true;
-        return who + " never called " + OpLabel(v.op, v.seq) +
-               (in_nccl ? "; it is stuck inside an NCCL call (see its stack)"
-                        : "; it is not inside NCCL: its stack shows what it does instead (checkpoint "
-                          "save, evaluation, logging on one rank?)") +
-               ". Make every rank issue the same collectives, or move one-rank work off the "
-               "collective path.";
-      }
-      case Cause::GpuNotReached:
-        return "The GPU of " + who + " never reached " + OpLabel(v.op, v.seq) +
-               ": earlier work on its stream is stuck or very slow (a hung kernel, a copy, a "
-               "spin-wait). Look at what it launched before this call (its call-site stack; "
-               "nsys or compute-sanitizer on that rank).";
-      case Cause::StuckInCollective:
-        return "Every member's GPU is inside " + OpLabel(v.op, v.seq) +
-               " and none completes: no rank is to blame. Suspect the transport (network link, "
-               "NIC, IB, NVLink/NVLS); rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET and "
-               "check the NCCL settings below and the fabric's error counters.";
-      case Cause::Mismatch: {
-        std::string s = who + (v.tie ? " (tie: naming the group without the lowest rank)" : "") +
-                        " called a different collective at " + OpLabel(v.op, v.seq) + ".";
-        if (v.call_count_divergence)
-          s += " call-count divergence: one side issued one call more than the other (e.g. "
-               "ZeRO-3 parameter gathers with data-dependent lengths); make every rank issue the "
-               "same number of collectives.";
-        else
-          s += " Check rank-dependent branches that change op, count, dtype, root or reduction.";
-        return s;
-      }
-      case Cause::P2pUnmatched:
-        if (!v.cycle.empty())
-          return "Send/Recv deadlock between " + who +
-                 ": each waits for a call the other makes only later. Post matching sends and "
-                 "receives inside one ncclGroupStart/End (batch_isend_irecv), or order them by "
-                 "rank parity.";
-        return who + " never posted the call matching " + OpLabel(v.op, v.seq) +
-               " (counts of sends and receives between the peers differ). Check the pipeline "
-               "schedule on both sides.";
-      case Cause::CrossCommDeadlock:
-        return "Ranks enter communicators in different orders (" + who +
-                "): each waits in one communicator for a rank that waits in another. Issue "
-                "collectives on all communicators in the same order on every rank.";
-      case Cause::RankDead: {
-        bool crashed = false;
-        for (const auto& c : d.culprits)
-          if (c.dump >= 0) crashed = true;
-        return who + (crashed ? " crashed (fatal signal): its stack at the crash is below; "
-                              : " left no dump: it was likely killed (OOM killer, node failure); ") +
-               "check its log and dmesg on its host.";
-      }
-      default:
-        return "";
+  void AddAdviceFacts(Draft* d) const {
+    for (const auto& c : d->culprits) {
+      if (c.dump < 0) continue;
+      const DumpSummary& s = dumps_[c.dump].summary;
+      d->v.culprit_in_nccl = d->v.culprit_in_nccl || !s.in_nccl.empty();
+      d->v.culprit_crashed = true;
+      if (!d->v.culprit_detail.empty()) continue;
+      if (IsErrored(c.dump)) d->v.culprit_detail = s.detail;
+      else if (IsExited(c.dump)) d->v.culprit_detail = Where(nullptr, c.dump);
     }
   }
 
   Verdict NoHangVerdict(const Report& r) const {
     Verdict v;
     v.cause = Cause::NoHang;
-    v.advice = "No operation is stuck: every communicator's members completed the same sequence "
-               "numbers.";
-    if (!r.ranks_without_dump.empty())
-      v.advice += " " + FormatRanks(r.ranks_without_dump) + " left no usable dump.";
+    v.stopped_while_healthy = stopped_while_healthy_;
+    for (const auto& d : dumps_)
+      for (const auto& op : d.summary.in_flight) v.oldest_in_flight_s = std::max(v.oldest_in_flight_s, op.age_s);
     return v;
   }
 
@@ -1097,6 +1200,7 @@ class Attributor {
   std::vector<bool> cyclic_;
   std::vector<std::vector<int>> reverse_;
   std::vector<Verdict> verdicts_;
+  bool stopped_while_healthy_ = false;
 };
 
 }  // namespace

@@ -3,6 +3,9 @@
 #include <dirent.h>
 
 #include <algorithm>
+#include <climits>
+#include <map>
+#include <set>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -109,7 +112,7 @@ bool DumpSet::Load(const std::string& dir, const LoadOptions& options, std::stri
     }
     usable.push_back(std::move(s.dump));
   }
-  Select(std::move(usable));
+  Select(std::move(usable), options.attempt);
   return true;
 }
 
@@ -120,31 +123,168 @@ void DumpSet::LoadFromDumps(std::vector<Dump> dumps) {
     if (d.summary.rank >= 0) usable.push_back(std::move(d));
   }
   files_seen_ = usable.size();
-  Select(std::move(usable));
+  Select(std::move(usable), 0);
 }
 
-void DumpSet::Select(std::vector<Dump> usable) {
-  // Latest dump of each process: greatest dump_seq for the same host and pid.
+namespace {
+
+bool IsReason(const Dump& d, trace::DumpReason r) { return d.summary.reason == trace::DumpReasonName(r); }
+
+// Dumps that follow a teardown's start in the same process: the crash of the framework's
+// abort(), the launcher's SIGTERM, the exit after an NCCL error.
+bool FollowsTeardown(const Dump& d) {
+  using R = trace::DumpReason;
+  return IsReason(d, R::FatalSignal) || IsReason(d, R::Signal) || IsReason(d, R::ExitInFlight) ||
+         IsReason(d, R::Exit);
+}
+
+// Dumps that record the state when a hang's teardown began.
+bool StartsTeardown(const Dump& d) {
+  using R = trace::DumpReason;
+  return IsReason(d, R::Abort) || IsReason(d, R::Stall) || IsReason(d, R::NcclError) ||
+         IsReason(d, R::AsyncError) || IsReason(d, R::PeerRequest);
+}
+
+class UnionFind {
+ public:
+  explicit UnionFind(size_t n) : parent_(n) {
+    for (size_t i = 0; i < n; ++i) parent_[i] = i;
+  }
+  size_t Find(size_t x) {
+    while (parent_[x] != x) x = parent_[x] = parent_[parent_[x]];
+    return x;
+  }
+  void Join(size_t a, size_t b) { parent_[Find(a)] = Find(b); }
+
+ private:
+  std::vector<size_t> parent_;
+};
+
+int64_t StartOf(const Dump& d) { return d.summary.start_unix_ns > 0 ? d.summary.start_unix_ns : d.summary.time_unix_ns; }
+
+}  // namespace
+
+std::vector<Dump> DumpSet::SplitAttempts(std::vector<Dump> usable, int wanted) {
+  UnionFind uf(usable.size());
+  std::unordered_map<std::string, size_t> first_with;  // key -> first dump index
+  auto link = [&](const std::string& key, size_t i) {
+    auto [it, inserted] = first_with.emplace(key, i);
+    if (!inserted) uf.Join(i, it->second);
+  };
+  for (size_t i = 0; i < usable.size(); ++i) {
+    const DumpSummary& s = usable[i].summary;
+    link("p:" + usable[i].ProcessKey(), i);
+    if (!s.job_instance.empty()) link("j:" + s.job_instance, i);
+    for (const auto& c : s.comms) link("c:" + c.id, i);
+  }
+  std::map<size_t, std::vector<size_t>> groups;
+  for (size_t i = 0; i < usable.size(); ++i) groups[uf.Find(i)].push_back(i);
+  // A group with nothing to link it (no communicator, no job instance: a rank that never got
+  // past setup) joins the latest linked group that started before it.
+  struct Group {
+    std::vector<size_t> members;
+    int64_t start = INT64_MAX;
+    bool linked = false;
+  };
+  std::vector<Group> linked, loose;
+  for (auto& [root, members] : groups) {
+    Group g;
+    g.members = members;
+    for (size_t i : members) {
+      g.start = std::min(g.start, StartOf(usable[i]));
+      g.linked = g.linked || !usable[i].summary.comms.empty() || !usable[i].summary.job_instance.empty();
+    }
+    (g.linked ? linked : loose).push_back(std::move(g));
+  }
+  // Only a rank seen twice tells attempts apart (a restart reuses rank numbers): groups with
+  // disjoint ranks (sub-communicators with no common one) are one attempt. In start order,
+  // each group joins the latest attempt it shares no rank with.
+  std::sort(linked.begin(), linked.end(), [](const Group& a, const Group& b) { return a.start < b.start; });
+  std::vector<Group> merged;
+  std::vector<std::set<int>> merged_ranks;
+  for (auto& g : linked) {
+    std::set<int> ranks;
+    for (size_t i : g.members) ranks.insert(usable[i].summary.rank);
+    int home = -1;
+    for (int a = static_cast<int>(merged.size()) - 1; a >= 0 && home < 0; --a) {
+      bool disjoint = std::none_of(ranks.begin(), ranks.end(), [&](int r) { return merged_ranks[a].count(r) > 0; });
+      if (disjoint) home = a;
+    }
+    if (home < 0) {
+      merged.push_back(std::move(g));
+      merged_ranks.push_back(std::move(ranks));
+      continue;
+    }
+    merged[home].members.insert(merged[home].members.end(), g.members.begin(), g.members.end());
+    merged[home].start = std::min(merged[home].start, g.start);
+    merged_ranks[home].insert(ranks.begin(), ranks.end());
+  }
+  linked = std::move(merged);
+  for (auto& g : loose) {
+    Group* home = nullptr;
+    for (auto& l : linked)
+      if (l.start <= g.start) home = &l;
+    if (home) home->members.insert(home->members.end(), g.members.begin(), g.members.end());
+    else linked.push_back(std::move(g));
+  }
+  std::sort(linked.begin(), linked.end(), [](const Group& a, const Group& b) { return a.start < b.start; });
+
+  attempts_.clear();
+  for (size_t a = 0; a < linked.size(); ++a) {
+    Attempt at;
+    at.index = static_cast<int>(a + 1);
+    at.start_unix_ns = linked[a].start;
+    std::set<int> ranks;
+    for (size_t i : linked[a].members) {
+      usable[i].attempt = at.index;
+      ranks.insert(usable[i].summary.rank);
+      if (at.job_instance.empty()) at.job_instance = usable[i].summary.job_instance;
+    }
+    at.ranks.assign(ranks.begin(), ranks.end());
+    at.files = linked[a].members.size();
+    attempts_.push_back(std::move(at));
+  }
+  chosen_attempt_ = attempts_.empty() ? 0 : static_cast<int>(attempts_.size());
+  if (wanted > 0 && wanted <= static_cast<int>(attempts_.size())) chosen_attempt_ = wanted;
+  else if (wanted != 0)
+    problems_.push_back({"--attempt", std::to_string(wanted) + " is not an attempt here: there are " +
+                                 std::to_string(attempts_.size()) + " attempts; the latest is used"});
+  std::vector<Dump> chosen;
+  for (auto& d : usable)
+    if (d.attempt == chosen_attempt_) chosen.push_back(std::move(d));
+  return chosen;
+}
+
+void DumpSet::Select(std::vector<Dump> usable, int attempt) {
+  usable = SplitAttempts(std::move(usable), attempt);
+  // Each process's dumps in order: the evidence is its latest, except that dumps following a
+  // teardown's start (a crash after the framework's abort) give way to that start.
   std::sort(usable.begin(), usable.end(), [](const Dump& a, const Dump& b) {
-    return std::tie(a.summary.host, a.summary.pid, b.summary.dump_seq, a.file_name) <
-           std::tie(b.summary.host, b.summary.pid, a.summary.dump_seq, b.file_name);
+    return std::make_tuple(a.ProcessKey(), a.summary.dump_seq, a.file_name) <
+           std::make_tuple(b.ProcessKey(), b.summary.dump_seq, b.file_name);
   });
   std::vector<Dump> latest_per_process;
-  for (auto& d : usable) {
-    if (!latest_per_process.empty()) {
-      const Dump& prev = latest_per_process.back();
-      bool same_process = prev.summary.host == d.summary.host && prev.summary.pid == d.summary.pid;
-      if (same_process && prev.summary.dump_seq == d.summary.dump_seq) {
-        problems_.push_back({d.file_name, "same host, pid and dump_seq as " + prev.file_name +
-                                              "; skipped"});
-        continue;
+  for (size_t begin = 0; begin < usable.size();) {
+    size_t end = begin + 1;
+    while (end < usable.size() && usable[end].ProcessKey() == usable[begin].ProcessKey()) ++end;
+    std::vector<bool> duplicate(end - begin, false);
+    for (size_t i = begin + 1; i < end; ++i)
+      if (usable[i].summary.dump_seq == usable[i - 1].summary.dump_seq) {
+        duplicate[i - begin] = true;
+        problems_.push_back({usable[i].file_name, "same process and dump_seq as " + usable[i - 1].file_name +
+                                                      "; skipped"});
       }
-      if (same_process) {
-        history_.push_back(std::move(d));
-        continue;
-      }
-    }
-    latest_per_process.push_back(std::move(d));
+    size_t evidence = end - 1;
+    while (evidence > begin && duplicate[evidence - begin]) --evidence;
+    while (evidence > begin && FollowsTeardown(usable[evidence])) --evidence;
+    if (!StartsTeardown(usable[evidence])) evidence = end - 1;
+    std::vector<std::string> then;
+    for (size_t i = evidence + 1; i < end; ++i) then.push_back(usable[i].summary.reason);
+    for (size_t i = begin; i < end; ++i)
+      if (i != evidence && !duplicate[i - begin]) history_.push_back(std::move(usable[i]));
+    usable[evidence].then = std::move(then);
+    latest_per_process.push_back(std::move(usable[evidence]));
+    begin = end;
   }
   // Latest process for each rank (a restarted rank has a new pid): greatest wall-clock time.
   // Only dumps claiming the same rank are compared by wall clock, never events of two hosts.

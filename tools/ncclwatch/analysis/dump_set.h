@@ -24,8 +24,21 @@ struct Problem {
 
 struct LoadOptions {
   unsigned threads = 0;  // 0: std::thread::hardware_concurrency()
+  // Which attempt of the job to analyze (DumpSet::attempts, from 1 in start order); 0: the latest.
+  int attempt = 0;
   // Called from the loading threads' coordinator as files complete (done, total).
   std::function<void(size_t, size_t)> progress;
+};
+
+// One attempt of a job in a reused directory (a torchrun restart, a Slurm requeue, a rerun
+// into the default directory): dumps linked by a communicator id (random per attempt, equal on
+// every member), a job instance or a process.
+struct Attempt {
+  int index = 0;               // from 1, in start order
+  int64_t start_unix_ns = 0;   // earliest process start (wall clock)
+  std::string job_instance;    // the launcher's id when the dumps carry one
+  std::vector<int> ranks;      // global ranks with dumps
+  size_t files = 0;
 };
 
 class DumpSet {
@@ -59,8 +72,13 @@ class DumpSet {
 
   void AddProblem(std::string file, std::string problem);
 
+  // Attempts found in the directory; the analysis uses chosen_attempt() only.
+  const std::vector<Attempt>& attempts() const { return attempts_; }
+  int chosen_attempt() const { return chosen_attempt_; }
+
  private:
-  void Select(std::vector<Dump> usable);
+  void Select(std::vector<Dump> usable, int attempt);
+  std::vector<Dump> SplitAttempts(std::vector<Dump> usable, int wanted);
   void ComputeWorldSize();
 
   std::string dir_;
@@ -70,6 +88,8 @@ class DumpSet {
   std::unordered_map<int, size_t> by_rank_;
   std::map<int, std::string> unreadable_ranks_;
   int world_size_ = 0;
+  std::vector<Attempt> attempts_;
+  int chosen_attempt_ = 0;
   size_t files_seen_ = 0;
   uint64_t bytes_read_ = 0;
   uint64_t detail_bytes_read_ = 0;

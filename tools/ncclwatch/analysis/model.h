@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "format/records.h"
 
@@ -33,6 +34,17 @@ using DumpDetail = trace::Detail;
 struct Dump : trace::LoadedDump {
   std::string path;
   std::string file_name;
+  // Reasons of the same process's later dumps that followed this one as part of a teardown
+  // (a SIGABRT after the framework's ncclCommAbort, an exit after an NCCL error): this dump,
+  // the state when the teardown began, is the evidence.
+  std::vector<std::string> then;
+  int attempt = 0;  // the attempt of the job it belongs to (DumpSet::attempts)
+
+  // Unique in the job: process_uid, else host and pid (older dumps).
+  std::string ProcessKey() const {
+    return summary.process_uid.empty() ? "h:" + summary.host + ":" + std::to_string(summary.pid)
+                                       : "u:" + summary.process_uid;
+  }
 };
 
 }  // namespace analysis

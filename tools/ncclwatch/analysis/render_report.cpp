@@ -54,8 +54,22 @@ std::string Headline(const Verdict& v) {
     case Cause::CrossCommDeadlock: return "cross-communicator deadlock between " + who;
     case Cause::RankDead:
       return who + " is dead" + (v.comm.empty() ? " (nobody waits for it yet)" : "; others wait in " + Where(v));
+    case Cause::NcclError: return "an NCCL call of " + who + " failed; others wait in " + Where(v);
+    case Cause::RankExited: return who + " exited while others wait in " + Where(v);
+    case Cause::InitHang:
+      return who.empty() ? "every member is inside " + Where(v) + " and none returns"
+                         : who + " never joined: the others wait in " + Where(v);
     default: return "no hang";
   }
+}
+
+std::string Who(const Verdict& v) {
+  std::string who = v.culprit_ranks.empty() && !v.culprit_comm_ranks.empty()
+                        ? FormatRanks(v.culprit_comm_ranks, "comm rank") + " (global rank unknown)"
+                        : FormatRanks(v.culprit_ranks);
+  if (!v.culprit_ranks.empty() && !v.culprit_comm_ranks.empty())
+    who += " and " + FormatRanks(v.culprit_comm_ranks, "comm rank") + " (global rank unknown)";
+  return who;
 }
 
 void RenderStack(std::ostream& out, const Style& st, const Stack& s, bool verbose, const char* indent) {
@@ -96,7 +110,8 @@ void RenderEvidence(std::ostream& out, const Style& st, const CulpritEvidence& e
   if (!e.stack_note.empty()) out << "     " << st.Dim(e.stack_note) << "\n";
 }
 
-void RenderVerdict(std::ostream& out, const Style& st, const Verdict& v, size_t number, bool verbose) {
+void RenderVerdict(std::ostream& out, const Style& st, const Report& report, const Verdict& v, size_t number,
+                   bool verbose) {
   out << st.Bold(std::to_string(number) + ". ") << st.Red(trace::CauseName(v.cause)) << "  "
       << st.Bold(Headline(v)) << "\n";
   if (!v.waiting_ranks.empty()) {
@@ -129,7 +144,7 @@ void RenderVerdict(std::ostream& out, const Style& st, const Verdict& v, size_t 
   } else if (v.cause == Cause::StuckInCollective) {
     out << "   NCCL settings: none set (NCCL defaults)\n";
   }
-  out << "   " << st.Cyan("advice:") << " " << v.advice << "\n";
+  out << "   " << st.Cyan("advice:") << " " << AdviceText(v, report) << "\n";
   if (!v.consequences.empty()) {
     out << "   also blocked because of this:\n";
     for (const auto& q : v.consequences) {
@@ -147,6 +162,10 @@ void RenderHistory(std::ostream& out, const Style& st, const Report& report, boo
   out << "\n" << st.Dim("earlier dumps (history; the latest dump of each rank is the evidence):") << "\n";
   for (const auto& e : report.earlier_dumps)
     out << "   rank " << e.rank << ": " << e.file << " (" << e.reason << ")\n";
+}
+
+void RenderNotes(std::ostream& out, const Style& st, const Report& report) {
+  for (const auto& n : report.notes) out << st.Dim("note: " + n) << "\n";
 }
 
 json StackLines(const Stack& s) {
@@ -171,17 +190,105 @@ std::string RenderReportText(const Report& report, const ReportTextOptions& opti
         << " with files (listed on stderr)";
   out << "\n\n";
   if (!report.Hang()) {
-    out << st.Green("no hang") << ": " << report.verdicts.front().advice << "\n";
+    out << st.Green("no hang") << ": " << AdviceText(report.verdicts.front(), report) << "\n";
+    RenderNotes(out, st, report);
     RenderHistory(out, st, report, options.verbose);
     return out.str();
   }
   size_t n = 0;
   for (const auto& v : report.verdicts) {
     if (n) out << "\n";
-    RenderVerdict(out, st, v, ++n, options.verbose);
+    RenderVerdict(out, st, report, v, ++n, options.verbose);
   }
+  if (!report.notes.empty()) out << "\n";
+  RenderNotes(out, st, report);
   RenderHistory(out, st, report, options.verbose);
   return out.str();
+}
+
+std::string AdviceText(const Verdict& v, const Report& report) {
+  std::string who = Who(v);
+  switch (v.cause) {
+    case Cause::RankMissing:
+      return who + " never called " + OpLabel(v.op, v.seq) +
+             (v.culprit_in_nccl ? "; it is stuck inside an NCCL call (see its stack)"
+                                : "; it is not inside NCCL: its stack shows what it does instead (checkpoint "
+                                  "save, evaluation, logging on one rank?)") +
+             ". Make every rank issue the same collectives, or move one-rank work off the "
+             "collective path.";
+    case Cause::GpuNotReached:
+      return "The GPU of " + who + " never reached " + OpLabel(v.op, v.seq) +
+             ": earlier work on its stream is stuck or very slow (a hung kernel, a copy, a "
+             "spin-wait). Look at what it launched before this call (its call-site stack; "
+             "nsys or compute-sanitizer on that rank).";
+    case Cause::StuckInCollective:
+      return "Every member's GPU is inside " + OpLabel(v.op, v.seq) +
+             " and none completes: no rank is to blame. Suspect the transport (network link, "
+             "NIC, IB, NVLink/NVLS); rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET and "
+             "check the NCCL settings below and the fabric's error counters.";
+    case Cause::Mismatch: {
+      std::string s = who + (v.tie ? " (tie: naming the group without the lowest rank)" : "") +
+                      " called a different collective at " + OpLabel(v.op, v.seq) + ".";
+      if (v.call_count_divergence)
+        s += " call-count divergence: one side issued one call more than the other (e.g. "
+             "ZeRO-3 parameter gathers with data-dependent lengths); make every rank issue the "
+             "same number of collectives.";
+      else
+        s += " Check rank-dependent branches that change op, count, dtype, root or reduction.";
+      return s;
+    }
+    case Cause::P2pUnmatched:
+      if (!v.cycle.empty())
+        return "Send/Recv deadlock between " + who +
+               ": each waits for a call the other makes only later. Post matching sends and "
+               "receives inside one ncclGroupStart/End (batch_isend_irecv), or order them by "
+               "rank parity.";
+      return who + " never posted the call matching " + OpLabel(v.op, v.seq) +
+             " (counts of sends and receives between the peers differ). Check the pipeline "
+             "schedule on both sides.";
+    case Cause::CrossCommDeadlock:
+      return "Ranks enter communicators in different orders (" + who +
+             "): each waits in one communicator for a rank that waits in another. Issue "
+             "collectives on all communicators in the same order on every rank.";
+    case Cause::RankDead:
+      return who + (v.culprit_crashed ? " crashed (fatal signal): its stack at the crash is below; "
+                                      : " left no dump: it was likely killed (OOM killer, node failure); ") +
+             "check its log and dmesg on its host.";
+    case Cause::NcclError:
+      return "An NCCL call of " + who + " failed (" + v.culprit_detail +
+             "); the others wait for it in " + OpLabel(v.op, v.seq) +
+             ". Rerun with NCCL_DEBUG=WARN (or INFO) for NCCL's own reason; the failing call's "
+             "call site is below.";
+    case Cause::RankExited:
+      return who + " " + v.culprit_detail + " before " + OpLabel(v.op, v.seq) +
+             ", which the others wait in: uneven inputs (a rank with fewer batches leaves the loop "
+             "first: use drop_last, equal shards or DDP's join()), an early return, or a pipeline "
+             "stage that finished. Make every rank issue the same collectives before it exits.";
+    case Cause::InitHang:
+      if (who.empty())
+        return "Every member is inside " + v.op + " and none returns: the bootstrap cannot "
+               "connect (MASTER_ADDR/port, firewall, NCCL_SOCKET_IFNAME); rerun with "
+               "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,BOOTSTRAP.";
+      return who + " never called " + v.op + " for this communicator: it did not start, "
+             "crashed before it, or took another path (a wrong MASTER_ADDR, a failed launch, a "
+             "rank-dependent branch before process-group creation). Check that rank's log.";
+    case Cause::NoHang: {
+      std::string s;
+      if (v.stopped_while_healthy)
+        s = "The job was stopped or snapshotted while healthy: ranks were at different sequence "
+            "numbers only because their dumps were taken at slightly different moments";
+      else
+        s = "No operation is stuck: every communicator's members completed the same sequence numbers";
+      if (v.stopped_while_healthy && v.oldest_in_flight_s >= 0)
+        s += " (the oldest operation in flight was " + FormatSeconds(v.oldest_in_flight_s) +
+             " old, none past its deadline)";
+      s += ".";
+      if (!report.ranks_without_dump.empty()) s += " " + FormatRanks(report.ranks_without_dump) + " left no usable dump.";
+      return s;
+    }
+    default:
+      return "";
+  }
 }
 
 json ReportToJson(const Report& report) {
@@ -234,7 +341,7 @@ json ReportToJson(const Report& report) {
       j[rk::kCallCountDivergence] = v.call_count_divergence;
     }
     if (v.cause == Cause::StuckInCollective) j[rk::kNcclEnv] = v.nccl_env;
-    j[rk::kAdvice] = v.advice;
+    j[rk::kAdvice] = AdviceText(v, report);
     json consequences = json::array();
     for (const auto& q : v.consequences)
       consequences.push_back({{rk::kComm, q.comm}, {rk::kCommName, q.comm_name},
@@ -248,12 +355,19 @@ json ReportToJson(const Report& report) {
     earlier.push_back({{rk::kRank, e.rank}, {rk::kFile, e.file}, {rk::kReason, e.reason}});
   json problems = json::array();
   for (const auto& p : report.problems) problems.push_back({{rk::kFile, p.file}, {rk::kProblem, p.problem}});
+  json attempts = json::array();
+  for (const auto& a : report.attempts)
+    attempts.push_back({{rk::kAttempt, a.index}, {rk::kStartUnixNs, a.start_unix_ns},
+                        {rk::kJobInstance, a.job_instance}, {rk::kRanks, a.ranks.size()}, {rk::kFiles, a.files}});
   return {{rk::kVerdicts, std::move(verdicts)},
           {rk::kRanksSeen, report.ranks_seen},
           {rk::kWorldSize, report.world_size},
           {rk::kRanksWithoutDump, report.ranks_without_dump},
           {rk::kEarlierDumps, std::move(earlier)},
-          {rk::kProblems, std::move(problems)}};
+          {rk::kProblems, std::move(problems)},
+          {rk::kAttempts, std::move(attempts)},
+          {rk::kAttempt, report.attempt},
+          {rk::kNotes, report.notes}};
 }
 
 }  // namespace analysis

@@ -17,6 +17,9 @@ struct ReportTextOptions {
 };
 
 std::string RenderReportText(const Report& report, const ReportTextOptions& options);
+// The one-line advice of a verdict: every sentence of the report is written here, from the
+// verdict's data (attribution decides, the renderer words it).
+std::string AdviceText(const Verdict& v, const Report& report);
 nlohmann::json ReportToJson(const Report& report);
 
 }  // namespace analysis

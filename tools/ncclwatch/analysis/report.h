@@ -70,8 +70,13 @@ struct Verdict {
   bool tie = false;                       // mismatch: groups of equal size
   bool call_count_divergence = false;
   std::map<std::string, std::string> nccl_env;  // stuck_in_collective: NCCL_* settings
-  std::string advice;
   std::vector<Consequence> consequences;
+  // What the advice sentence (written by the renderer, render_report.h) needs to know.
+  bool culprit_in_nccl = false;         // rank_missing: a culprit's host is inside an NCCL call
+  bool culprit_crashed = false;         // rank_dead: a culprit left a crash dump (not nothing)
+  std::string culprit_detail;           // nccl_error: the failing call and error; rank_exited: status
+  bool stopped_while_healthy = false;   // no_hang: ranks were at different seqs, nothing past due
+  double oldest_in_flight_s = -1;       // no_hang: the oldest operation in flight when dumped
 };
 
 struct Report {
@@ -87,6 +92,9 @@ struct Report {
   };
   std::vector<EarlierDump> earlier_dumps;
   std::vector<Problem> problems;
+  std::vector<Attempt> attempts;  // of the job in this directory (DumpSet::attempts)
+  int attempt = 0;                // the one analyzed
+  std::vector<std::string> notes;  // about the evidence: stale dumps, several attempts
   bool Hang() const {
     for (const auto& v : verdicts)
       if (v.cause != trace::Cause::NoHang) return true;

@@ -74,7 +74,8 @@ std::string CommLabel(const std::string& id, const std::string& name) {
 }
 
 std::string OpLabel(const std::string& op, int64_t seq) {
-  return (op.empty() ? std::string("?") : op) + " #" + std::to_string(seq);
+  std::string name = op.empty() ? std::string("?") : op;
+  return seq > 0 ? name + " #" + std::to_string(seq) : name;  // 0: a call with no sequence (creation)
 }
 
 }  // namespace analysis
