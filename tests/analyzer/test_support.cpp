@@ -115,11 +115,12 @@ std::string DumpFileName(const Document& dump) {
   return trace::DumpFileName(s.rank, s.host, s.pid, s.dump_seq, s.reason);
 }
 
-analysis::Report Analyze(const TempDir& dir, const std::vector<Document>& dumps) {
+analysis::Report Analyze(const TempDir& dir, const std::vector<Document>& dumps,
+                         const analysis::LoadOptions& options) {
   for (const auto& d : dumps) dir.Write(DumpFileName(d), Text(d));
   analysis::DumpSet set;
   std::string error;
-  if (!set.Load(dir.path(), {}, &error)) throw std::runtime_error(error);
+  if (!set.Load(dir.path(), options, &error)) throw std::runtime_error(error);
   return analysis::Attribute(set);
 }
 

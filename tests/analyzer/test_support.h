@@ -47,7 +47,8 @@ json AsJson(const Document& dump);
 std::string DumpFileName(const Document& dump);
 
 // Writes the dumps into a TempDir, loads and attributes them.
-analysis::Report Analyze(const TempDir& dir, const std::vector<Document>& dumps);
+analysis::Report Analyze(const TempDir& dir, const std::vector<Document>& dumps,
+                         const analysis::LoadOptions& options = {});
 
 struct CommandResult {
   int status = -1;

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -24,13 +25,15 @@ constexpr size_t kProgressMinFiles = 1000;
 
 void Help(std::FILE* out) {
   std::fprintf(out,
-               "usage: ncclwatch analyze DIR [--json] [--no-color] [--verbose]\n\n"
+               "usage: ncclwatch analyze DIR [--json] [--no-color] [--verbose] [--attempt N]\n\n"
                "Reads every rank's dump in DIR (rank*.json) and names the rank, the collective\n"
                "and the code behind a hang: the most likely root cause first, communicators\n"
                "blocked only because of it as its consequences.\n\n"
                "  --json       print the report as JSON (schema: docs/analysis.md)\n"
                "  --no-color   no colour even on a terminal (NO_COLOR=1 does the same)\n"
-               "  --verbose    full stacks; statistics (files, bytes read, time, peak RSS) on stderr\n\n"
+               "  --verbose    full stacks; statistics (files, bytes read, time, peak RSS) on stderr\n"
+               "  --attempt N  a directory reused by restarts holds several attempts of the job:\n"
+               "               analyze attempt N (from 1, oldest first) instead of the latest\n\n"
                "Unreadable files are reported on stderr, one line each, and skipped.\n"
                "exit status: 0 nothing hangs, 1 a hang was attributed, 2 no readable dump or\n"
                "bad usage.\n");
@@ -47,8 +50,16 @@ long PeakRssKiB() {
 int Run(int argc, char** argv) {
   const char* dir = nullptr;
   bool json_out = false, no_color = false, verbose = false;
+  int attempt = 0;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--json") == 0) json_out = true;
+    if (std::strcmp(argv[i], "--attempt") == 0) {
+      char* end = nullptr;
+      long n = i + 1 < argc ? std::strtol(argv[i + 1], &end, 10) : 0;
+      if (i + 1 >= argc || !end || *end || n < 1 || n > 1000000)
+        return UsageError("analyze", "--attempt needs a number from 1 (the oldest attempt)");
+      attempt = static_cast<int>(n);
+      ++i;
+    } else if (std::strcmp(argv[i], "--json") == 0) json_out = true;
     else if (std::strcmp(argv[i], "--no-color") == 0) no_color = true;
     else if (std::strcmp(argv[i], "--verbose") == 0 || std::strcmp(argv[i], "-v") == 0) verbose = true;
     else if (argv[i][0] == '-' && argv[i][1] != '\0') return UsageError("analyze", (std::string("unknown option ") + argv[i]).c_str());
@@ -59,6 +70,7 @@ int Run(int argc, char** argv) {
 
   auto start = std::chrono::steady_clock::now();
   LoadOptions load;
+  load.attempt = attempt;
   bool progress = ::isatty(STDERR_FILENO);
   if (progress)
     load.progress = [](size_t done, size_t total) {

@@ -1,0 +1,266 @@
+// The endings real jobs have (issue: verdicts that stay right when jobs end messily), on small
+// hand-made dump sets: the framework's abort first, an NCCL error, a rank that exits, a healthy
+// job stopped or snapshotted, a setup hang, stale evidence, reused directories, shared pids.
+#include <catch2/catch.hpp>
+
+#include "analysis/render_report.h"
+#include "test_support.h"
+
+using namespace ncclwatch;
+using namespace ncclwatch::testing;
+using trace::Cause;
+using R = trace::DumpReason;
+
+namespace {
+
+const std::string kWorld = "00000000000000a1";
+const std::string kOther = "00000000000000a2";
+
+const char* Name(R r) { return trace::DumpReasonName(r); }
+std::vector<int> Ranks(std::initializer_list<int> r) { return r; }
+
+// A later dump of the same process (dump_seq + 1).
+Document Then(Document d, R reason) {
+  d.summary.dump_seq += 1;
+  d.summary.reason = Name(reason);
+  d.summary.trigger.reset();
+  d.summary.time_unix_ns += 1000000000;
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("the framework aborts first: the abort is the evidence, not the SIGABRT after it", "[endings]") {
+  // PyTorch's watchdog (4 s timeout, ncclwatch's deadline 600 s) aborts the waiting ranks'
+  // communicators, then abort(): an abort dump, then a fatal_signal dump. Rank 0 is busy in a
+  // checkpoint and answers the job-wide request the abort wrote.
+  TempDir dir;
+  Document busy = Dump(0, 4, {Comm(kWorld, 4, 0, 7, 7, 7)}, {}, Name(R::PeerRequest));
+  busy.summary.trigger->reason = Name(R::Abort);
+  std::vector<Document> dumps = {busy, Then(busy, R::Signal)};
+  for (int r = 1; r < 4; ++r) {
+    Document abort = Dump(r, 4, {Comm(kWorld, 4, r, 8, 8, 7)}, {Op(kWorld, 8, "AllGather", "gpu_reached", 4.2)},
+                          Name(R::Abort));
+    dumps.push_back(abort);
+    dumps.push_back(Then(abort, R::FatalSignal));
+  }
+  auto report = Analyze(dir, dumps);
+  INFO(analysis::ReportToJson(report).dump());
+  REQUIRE(report.verdicts.size() == 1);
+  const auto& v = report.verdicts[0];
+  CHECK(v.cause == Cause::RankMissing);
+  CHECK(v.culprit_ranks == Ranks({0}));
+  CHECK(v.seq == 8);
+  CHECK(v.waiting_ranks == Ranks({1, 2, 3}));
+}
+
+TEST_CASE("a crash with no abort before it is still rank_dead", "[endings]") {
+  TempDir dir;
+  std::vector<Document> dumps = {Dump(0, 2, {Comm(kWorld, 2, 0, 5, 5, 4)}, {}, Name(R::FatalSignal)),
+                                 Dump(1, 2, {Comm(kWorld, 2, 1, 6, 6, 5)}, {Op(kWorld, 6, "AllReduce", "gpu_reached")},
+                                      Name(R::Stall))};
+  auto report = Analyze(dir, dumps);
+  REQUIRE(report.verdicts.size() == 1);
+  CHECK(report.verdicts[0].cause == Cause::RankDead);
+  CHECK(report.verdicts[0].culprit_ranks == Ranks({0}));
+}
+
+TEST_CASE("an NCCL error names the call that failed, not ranks that only heard of it", "[endings]") {
+  TempDir dir;
+  // Rank 2's ncclAllReduce #12 returned ncclSystemError; it printed it and exited (status 3).
+  // Rank 3 got ncclRemoteError asynchronously; ranks 0 and 1 wait inside #12.
+  trace::Op failed = Op(kWorld, 12, "AllReduce", "error", -1);
+  failed.result = 2;
+  failed.callsite = 0;
+  Document err = Dump(2, 4, {Comm(kWorld, 4, 2, 12, 11, 11)}, {}, Name(R::NcclError));
+  err.summary.failed = failed;
+  err.summary.detail = "ncclAllReduce returned 2 (unhandled system error) on comm " + kWorld;
+  err.detail.callsites.push_back({0, {{}, {{"train.py", 88, "train_step", false}}}, ""});
+  Document exit = Then(err, R::Exit);
+  exit.summary.exit_status = 3;
+  Document remote = Dump(3, 4, {Comm(kWorld, 4, 3, 12, 12, 11)}, {}, Name(R::AsyncError));
+  remote.summary.detail = "ncclCommGetAsyncError reported asynchronous error 6 (remote process exited or there was a network error)";
+  std::vector<Document> dumps = {err, exit, remote};
+  for (int r = 0; r < 2; ++r)
+    dumps.push_back(Dump(r, 4, {Comm(kWorld, 4, r, 12, 12, 11)}, {Op(kWorld, 12, "AllReduce", "gpu_reached", 700)},
+                         Name(R::Stall)));
+  auto report = Analyze(dir, dumps);
+  INFO(analysis::ReportToJson(report).dump());
+  REQUIRE(!report.verdicts.empty());
+  const auto& v = report.verdicts[0];
+  CHECK(v.cause == Cause::NcclError);
+  CHECK(v.culprit_ranks == Ranks({2}));
+  CHECK(v.seq == 12);
+  REQUIRE(v.evidence.size() == 1);
+  CHECK(v.evidence[0].where.find("returned 2 (unhandled system error)") != std::string::npos);
+  CHECK(v.evidence[0].where.find("then exit") != std::string::npos);
+  CHECK(v.evidence[0].callsite_op.find("AllReduce #12") != std::string::npos);
+  REQUIRE_FALSE(v.evidence[0].callsite.python.empty());
+  CHECK(v.evidence[0].callsite.python[0].function == "train_step");
+  CHECK(analysis::AdviceText(v, report).find("unhandled system error") != std::string::npos);
+}
+
+TEST_CASE("a rank that left normally is named as exited after its last call", "[endings]") {
+  TempDir dir;
+  Document left = Dump(1, 3, {Comm(kWorld, 3, 1, 20, 20, 20)}, {}, Name(R::Exit));
+  left.summary.exit_status = 0;
+  std::vector<Document> dumps = {left};
+  for (int r : {0, 2})
+    dumps.push_back(Dump(r, 3, {Comm(kWorld, 3, r, 21, 21, 20)}, {Op(kWorld, 21, "AllReduce", "gpu_reached", 650)},
+                         Name(R::Stall)));
+  auto report = Analyze(dir, dumps);
+  REQUIRE(report.verdicts.size() == 1);
+  const auto& v = report.verdicts[0];
+  CHECK(v.cause == Cause::RankExited);
+  CHECK(v.culprit_ranks == Ranks({1}));
+  CHECK(v.seq == 21);
+  REQUIRE(v.evidence.size() == 1);
+  CHECK(v.evidence[0].where.find("exited with status 0") != std::string::npos);
+  CHECK(v.evidence[0].where.find("last call on this communicator #20") != std::string::npos);
+}
+
+TEST_CASE("a healthy job stopped by SIGTERM is not a hang", "[endings]") {
+  TempDir dir;
+  // Every rank dumped on SIGTERM a few ms apart: they are at different sequence numbers, with
+  // young operations in flight.
+  std::vector<Document> dumps;
+  for (int r = 0; r < 4; ++r) {
+    int64_t seq = 100 + (r % 2);
+    dumps.push_back(Dump(r, 4, {Comm(kWorld, 4, r, seq, seq, seq - 1)},
+                         {Op(kWorld, seq, "AllReduce", r == 3 ? "enqueued" : "gpu_reached", 0.002)}, Name(R::Signal)));
+  }
+  auto report = Analyze(dir, dumps);
+  INFO(analysis::ReportToJson(report).dump());
+  CHECK_FALSE(report.Hang());
+  REQUIRE(report.verdicts.size() == 1);
+  CHECK(report.verdicts[0].cause == Cause::NoHang);
+  CHECK(report.verdicts[0].stopped_while_healthy);
+  CHECK(analysis::AdviceText(report.verdicts[0], report).find("stopped or snapshotted while healthy") !=
+        std::string::npos);
+
+  // The same moment seen through on-demand snapshots (ncclwatch dump) reads the same.
+  TempDir snap;
+  for (auto& d : dumps) d.summary.reason = Name(R::OnDemand);
+  CHECK_FALSE(Analyze(snap, dumps).Hang());
+}
+
+TEST_CASE("an abort at shutdown with young operations is not a hang, a timeout's abort is", "[endings]") {
+  for (double age : {0.001, 30.0}) {
+    TempDir dir;
+    std::vector<Document> dumps;
+    for (int r = 0; r < 3; ++r) {
+      bool behind = r == 2;  // rank 2 has not issued #9 yet
+      dumps.push_back(Dump(r, 3, {Comm(kWorld, 3, r, behind ? 8 : 9, behind ? 8 : 9, 8)},
+                           behind ? std::vector<trace::Op>{} : std::vector<trace::Op>{Op(kWorld, 9, "AllReduce", "gpu_reached", age)},
+                           Name(R::Abort)));
+    }
+    auto report = Analyze(dir, dumps);
+    INFO("age " << age << ": " << analysis::ReportToJson(report).dump());
+    if (age < 1) {
+      CHECK_FALSE(report.Hang());
+    } else {
+      REQUIRE(report.Hang());
+      CHECK(report.verdicts[0].cause == Cause::RankMissing);
+      CHECK(report.verdicts[0].culprit_ranks == Ranks({2}));
+    }
+  }
+}
+
+TEST_CASE("a failed communicator creation is not a hang", "[endings]") {
+  TempDir dir;
+  Document failed = Dump(0, 2, {}, {}, Name(R::NcclError));
+  failed.summary.detail = "ncclCommInitRank returned 5 (invalid usage)";
+  auto report = Analyze(dir, {failed, Dump(1, 2, {Comm(kWorld, 2, 1, 3, 3, 3)}, {}, Name(R::Exit))});
+  CHECK_FALSE(report.Hang());
+}
+
+TEST_CASE("a setup hang names the ranks that never joined the communicator", "[endings]") {
+  TempDir dir;
+  std::vector<Document> dumps;
+  for (int r : {0, 1, 3}) {
+    trace::CommSummary c = Comm(kWorld, 4, r, 0, 0, 0);
+    c.state = trace::CommStateName(trace::CommState::Initializing);
+    Document d = Dump(r, 4, {c}, {}, Name(r == 0 ? R::Stall : R::PeerRequest));
+    d.summary.in_nccl.push_back({1000 + r, "ncclCommInitRank", 61.0 + r});
+    dumps.push_back(d);
+  }
+  auto report = Analyze(dir, dumps);
+  INFO(analysis::ReportToJson(report).dump());
+  REQUIRE(report.verdicts.size() == 1);
+  const auto& v = report.verdicts[0];
+  CHECK(v.cause == Cause::InitHang);
+  CHECK(v.comm == kWorld);
+  CHECK(v.culprit_ranks == Ranks({2}));
+  CHECK(v.waiting_ranks == Ranks({0, 1, 3}));
+  CHECK(v.op == "ncclCommInitRank");
+  CHECK(v.waited_s == Approx(64));
+}
+
+TEST_CASE("evidence much older than the rest is said", "[endings]") {
+  TempDir dir;
+  std::vector<Document> dumps;
+  for (int r = 0; r < 3; ++r)
+    dumps.push_back(Dump(r, 3, {Comm(kWorld, 3, r, 9, 9, 8)}, {Op(kWorld, 9, "AllReduce", "gpu_reached", 700)},
+                         Name(R::Stall)));
+  dumps[1].summary.time_unix_ns -= int64_t{3600} * 1000000000;
+  auto report = Analyze(dir, dumps);
+  REQUIRE(report.notes.size() == 1);
+  CHECK(report.notes[0].find("rank 1's evidence") != std::string::npos);
+  CHECK(report.notes[0].find("older than the newest dump") != std::string::npos);
+}
+
+TEST_CASE("a reused directory: the latest attempt is analyzed, another on request", "[endings]") {
+  TempDir dir;
+  std::vector<Document> dumps;
+  // Attempt 1 (an hour ago): rank 3 never entered #5 on communicator A.
+  for (int r = 0; r < 4; ++r) {
+    Document d = r == 3 ? Dump(r, 4, {Comm(kWorld, 4, r, 4, 4, 4)}, {}, Name(R::PeerRequest))
+                        : Dump(r, 4, {Comm(kWorld, 4, r, 5, 5, 4)}, {Op(kWorld, 5, "AllReduce", "gpu_reached", 700)},
+                               Name(R::Stall));
+    d.summary.start_unix_ns = d.summary.time_unix_ns - int64_t{3600} * 1000000000;
+    d.summary.time_unix_ns = d.summary.start_unix_ns + 1000;
+    d.summary.pid = 500 + r;
+    dumps.push_back(d);
+  }
+  // Attempt 2 (now, same ranks, new communicator): healthy, stopped at the end.
+  for (int r = 0; r < 4; ++r) {
+    Document d = Dump(r, 4, {Comm(kOther, 4, r, 50, 50, 50)}, {}, Name(R::Exit));
+    d.summary.start_unix_ns = d.summary.time_unix_ns - 60000000000;
+    dumps.push_back(d);
+  }
+  auto latest = Analyze(dir, dumps);
+  INFO(analysis::ReportToJson(latest).dump());
+  CHECK_FALSE(latest.Hang());
+  CHECK(latest.attempts.size() == 2);
+  CHECK(latest.attempt == 2);
+  REQUIRE_FALSE(latest.notes.empty());
+  CHECK(latest.notes.back().find("2 attempts") != std::string::npos);
+
+  TempDir again;
+  analysis::LoadOptions first;
+  first.attempt = 1;
+  auto old = Analyze(again, dumps, first);
+  REQUIRE(old.Hang());
+  CHECK(old.verdicts[0].cause == Cause::RankMissing);
+  CHECK(old.verdicts[0].culprit_ranks == Ranks({3}));
+}
+
+TEST_CASE("ranks sharing host and pid (separate PID namespaces) are told apart", "[endings]") {
+  TempDir dir;
+  std::vector<Document> dumps;
+  for (int r = 0; r < 4; ++r) {
+    Document d = r == 2 ? Dump(r, 4, {Comm(kWorld, 4, r, 4, 4, 4)}, {}, Name(R::PeerRequest))
+                        : Dump(r, 4, {Comm(kWorld, 4, r, 5, 5, 4)}, {Op(kWorld, 5, "AllReduce", "gpu_reached", 700)},
+                               Name(R::Stall));
+    d.summary.host = "node1";
+    d.summary.pid = 1;  // every container's first process
+    d.summary.process_uid = "00000000000000f" + std::to_string(r);
+    dumps.push_back(d);
+  }
+  auto report = Analyze(dir, dumps);
+  INFO(analysis::ReportToJson(report).dump());
+  CHECK(report.ranks_seen == 4);
+  REQUIRE(report.verdicts.size() == 1);
+  CHECK(report.verdicts[0].cause == Cause::RankMissing);
+  CHECK(report.verdicts[0].culprit_ranks == Ranks({2}));
+}
