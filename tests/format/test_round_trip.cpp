@@ -218,32 +218,32 @@ TEST_CASE("the ring can be streamed: the same text as from a vector") {
 
 TEST_CASE("every vocabulary name parses back to its value") {
   for (size_t i = 0; i < static_cast<size_t>(OpState::Count); ++i) {
-    OpState v;
+    OpState v = OpState::Count;
     REQUIRE(ParseOpState(kOpStateNames[i], &v));
     CHECK(static_cast<size_t>(v) == i);
   }
   for (size_t i = 0; i < static_cast<size_t>(DumpReason::Count); ++i) {
-    DumpReason v;
+    DumpReason v = DumpReason::Count;
     REQUIRE(ParseDumpReason(DumpReasonName(static_cast<DumpReason>(i)), &v));
     CHECK(static_cast<size_t>(v) == i);
   }
   for (size_t i = 0; i < static_cast<size_t>(CommKind::Count); ++i) {
-    CommKind v;
+    CommKind v = CommKind::Count;
     REQUIRE(ParseCommKind(CommKindName(static_cast<CommKind>(i)), &v));
     CHECK(static_cast<size_t>(v) == i);
   }
   for (size_t i = 0; i < static_cast<size_t>(CommState::Count); ++i) {
-    CommState v;
+    CommState v = CommState::Count;
     REQUIRE(ParseCommState(CommStateName(static_cast<CommState>(i)), &v));
     CHECK(static_cast<size_t>(v) == i);
   }
   for (size_t i = 0; i < static_cast<size_t>(Cause::Count); ++i) {
-    Cause v;
+    Cause v = Cause::Count;
     REQUIRE(ParseCause(CauseName(static_cast<Cause>(i)), &v));
     CHECK(static_cast<size_t>(v) == i);
   }
   for (size_t i = 0; i < static_cast<size_t>(OpKind::Count); ++i) {
-    OpKind v;
+    OpKind v = OpKind::Count;
     REQUIRE(ParseOpKind(OpKindName(static_cast<OpKind>(i)), &v));
     CHECK(static_cast<size_t>(v) == i);
   }

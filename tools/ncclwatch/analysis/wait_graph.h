@@ -1,0 +1,174 @@
+// The wait-for graph of a hang, built from the selected dumps of a DumpSet: communicators and
+// their members across dumps, the blocked operations (units), who keeps each from completing
+// and where each wait ends (a dead, errored or exited member, a host busy elsewhere, a GPU held
+// by earlier work, or another blocked operation), and the cycles among them. No verdicts: the
+// rules that name causes read this graph (attribution.cpp), so each can be tested on a small
+// hand-built dump set.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "dump_set.h"
+#include "report.h"
+
+namespace ncclwatch {
+namespace analysis {
+
+// Sizes beyond these are corrupt input, not a real job; they must not size our tables.
+constexpr int kMaxCommSize = 1 << 20;
+constexpr size_t kMaxMemberSlots = size_t{1} << 23;
+// An operation younger than this that its peers completed may just be finishing.
+constexpr double kStuckAloneAfterS = 1.0;
+
+// ncclResult_t ncclRemoteError: a rank that got it only learned that another one failed.
+constexpr int64_t kNcclRemoteError = 6;
+
+// Why a member keeps a blocked operation from completing.
+enum class BlockKind {
+  kDead,         // no usable dump, or its latest dump is a crash dump
+  kError,        // an NCCL call of its returned an error
+  kExited,       // it exited normally (its exit record)
+  kHostMissing,  // its host never issued the operation
+  kGpuLag,       // issued, but its GPU has not reached it
+};
+
+// Where the wait ends, once a blocker has been followed.
+enum class Terminal {
+  kNone,      // it waits on another blocked operation (see Blocker::target)
+  kDead,      // rank_dead
+  kError,     // nccl_error
+  kExited,    // rank_exited
+  kBusy,      // host elsewhere and not blocked on any NCCL operation: rank_missing
+  kGpuStuck,  // GPU busy with earlier non-NCCL work: gpu_not_reached
+};
+
+struct Blocker {
+  int comm_rank = -1;
+  int global = -1;
+  int dump = -1;
+  BlockKind kind = BlockKind::kDead;
+  int lag_op = -1;  // kGpuLag: index of its operation in the dump's in_flight
+  Terminal terminal = Terminal::kNone;
+  int target = -1;  // unit this blocker waits on (when terminal == kNone)
+};
+
+// One blocked operation: a collective (comm, seq) or one Send/Recv transfer.
+struct Unit {
+  bool p2p = false;
+  bool init = false;  // a communicator's creation (ncclCommInitRank*) that has not returned
+  int comm = -1;
+  int64_t seq = 0;
+  int src = -1, dst = -1;  // p2p: communicator ranks
+  std::vector<int> waiting;  // communicator ranks inside the operation, waiting
+  std::vector<Blocker> blockers;
+  const OpRecord* op = nullptr;  // as a waiting (or any) member recorded it
+  double waited_s = -1;
+  bool mismatch = false;
+  std::vector<MismatchGroup> groups;  // global ranks, majority first
+  std::vector<int> minority;          // global ranks
+  bool tie = false;
+  bool divergence = false;
+};
+
+struct CommIndex {
+  std::string id;
+  std::string name;
+  int size = 0;
+  std::vector<int> global;  // by communicator rank; -1 unknown
+  std::vector<int> dump;    // by communicator rank; -1 none
+  int unit = -1;            // its blocked collective, if any
+};
+
+struct Signature {
+  std::string op;
+  int64_t count;
+  std::string dtype;
+  int root;
+  std::string redop;
+  bool operator<(const Signature& o) const {
+    return std::tie(op, count, dtype, root, redop) < std::tie(o.op, o.count, o.dtype, o.root, o.redop);
+  }
+};
+
+// The GPU state of an operation whose markers say nothing (unmonitored, captured, unknown).
+bool StateUnknownToGpu(const OpRecord& op);
+// Issued by the host, not yet launched or reached.
+bool NotStarted(const OpRecord& op);
+
+class WaitGraph {
+ public:
+  explicit WaitGraph(DumpSet& set) : set_(set), dumps_(set.dumps()) {}
+  // Indexes communicators, builds the blocked operations, follows every blocker, finds cycles.
+  void Build();
+
+  void IndexCommunicators();
+  // Members without a dump: when the known members' global ranks are base + stride * comm
+  // rank (world, TP and DP groups are), the missing ones follow the same rule.
+  void InferMissingGlobals(CommIndex* c);
+  const CommSummary* StateOf(int dump, int comm) const;
+  // The dump of a member: its own claim, else the dump of its inferred global rank (a live
+  // rank that has not created this communicator yet).
+  int DumpOfMember(const CommIndex& c, int comm_rank) const;
+  bool Is(int dump, trace::DumpReason r) const;
+  bool IsDead(int dump) const;
+  bool IsExited(int dump) const;
+  bool IsErrored(int dump) const;
+  // Its error only says that another rank failed (ncclRemoteError).
+  bool IsRemoteError(int dump) const;
+  // The kind of a member that did not complete the operation, from its dump alone; kGpuLag
+  // when its dump says nothing against it (the caller decides from its sequence state).
+  BlockKind KindFromDump(int dump) const;
+  int FindInFlight(int dump, const std::string& comm, int64_t seq) const;
+  int FindP2pInFlight(int dump, const std::string& comm, trace::OpKind kind, int peer, int64_t p2p_seq) const;
+  // The sequence number a communicator is blocked at, or -1: the lowest one that some member
+  // issued and has not completed, skipping one that every other member completed (the few left
+  // did their part: their own GPUs hold them, and they show up as missing from the next one).
+  // Sequence numbers, not the ring, so ring overflow does not matter.
+  int64_t BlockedSeq(int ci) const;
+  // A communicator some members are still creating: the ones inside ncclCommInitRank* wait
+  // for the members that never joined (no state for it).
+  void BuildInitUnit(int ci);
+  void BuildCollectiveUnit(int ci);
+  void DescribeMismatch(const CommIndex& c, int64_t s, const std::map<Signature, std::vector<int>>& by_signature, Unit* u);
+  // One unit per incomplete Send/Recv transfer, keyed by (comm, src, dst, p2p_seq), built
+  // from whichever side recorded it.
+  void BuildP2pUnits();
+  void AddP2pSide(Unit* u, int comm_rank, bool send);
+  int UnitOfOp(int dump, const OpRecord& op) const;
+  // A collective of this rank that the other members completed a while ago: its own GPU (or
+  // work queued around the operation on its stream) holds it.
+  bool CompletedByPeers(int dump, const OpRecord& op) const;
+  // Follow each blocker one step: to the blocked operation it waits on, or to a terminal.
+  void ResolveBlockers(int ui);
+  void FindCycles();
+
+  DumpSet& set_;
+  const std::vector<Dump>& dumps_;
+  std::vector<CommIndex> comms_;
+  std::unordered_map<std::string, int> comm_by_id_;
+  std::vector<Unit> units_;
+  std::map<std::tuple<int, int, int, int64_t>, int> p2p_units_;
+  std::vector<int> scc_;        // strongly connected component of each unit
+  std::vector<bool> cyclic_;    // the unit lies on a wait cycle
+};
+
+// Evidence about one culprit: where it is and its stacks, read from its full dump.
+class Evidence {
+ public:
+  Evidence(const WaitGraph& graph, DumpSet& set) : g_(graph), set_(set) {}
+  void FillEvidence(const Unit* u, int dump, CulpritEvidence* e);
+  std::string Where(const Unit* u, int dump) const;
+
+ private:
+  const WaitGraph& g_;
+  DumpSet& set_;
+};
+
+}  // namespace analysis
+}  // namespace ncclwatch
