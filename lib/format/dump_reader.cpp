@@ -26,17 +26,30 @@ constexpr size_t kMaxNesting = 64;
 // The summary of a big job's rank is a few KB: a small first read usually covers it.
 constexpr size_t kFirstChunk = 8 * 1024;
 constexpr size_t kNextChunk = 64 * 1024;
+// Memory bounds per file, whatever the input (a huge array or string in a hostile or broken
+// file must not cost gigabytes): bytes read for the summary pass (a 16,384-rank job's summary
+// is tens of KB), strings, array elements, and the ring entries kept (the newest: the analyzer
+// needs recent call sites; `show` prints the last few).
+constexpr uint64_t kMaxSummaryPassBytes = uint64_t{64} << 20;
+constexpr uint64_t kMaxFullPassBytes = uint64_t{1} << 30;
+constexpr size_t kMaxStringBytes = size_t{1} << 20;
+constexpr size_t kMaxArrayElements = size_t{1} << 18;
+constexpr size_t kRingEntriesKept = 16384;
 
 // ---------------------------------------------------------------------------------------------
 // Input: a file read in growing chunks, exposed as an input iterator for nlohmann's SAX parser.
 
 class ChunkedFile {
  public:
-  explicit ChunkedFile(int fd) : fd_(fd) {}
+  ChunkedFile(int fd, uint64_t limit) : fd_(fd), limit_(limit) {}
   // True when a byte is available at the cursor (reading the next chunk if needed).
   bool Ensure() {
     if (pos_ < len_) return true;
     if (eof_) return false;
+    if (bytes_read_ >= limit_) {  // ends the input: the parser reports an unexpected end
+      over_limit_ = eof_ = true;
+      return false;
+    }
     size_t want = bytes_read_ == 0 ? kFirstChunk : kNextChunk;
     if (buf_.size() < want) buf_.resize(want);
     ssize_t n;
@@ -57,10 +70,13 @@ class ChunkedFile {
   void Advance() { ++pos_; }
   uint64_t bytes_read() const { return bytes_read_; }
   bool eof() const { return eof_; }
+  bool over_limit() const { return over_limit_; }
   int error() const { return error_; }
 
  private:
   int fd_;
+  uint64_t limit_;
+  bool over_limit_ = false;
   std::vector<char> buf_;
   size_t pos_ = 0;
   size_t len_ = 0;
@@ -105,7 +121,10 @@ class TopLevelCollector {
   bool number_integer(json::number_integer_t v) { return Value(json(v)); }
   bool number_unsigned(json::number_unsigned_t v) { return Value(json(v)); }
   bool number_float(json::number_float_t v, const std::string&) { return Value(json(v)); }
-  bool string(std::string& v) { return Value(json(std::move(v))); }
+  bool string(std::string& v) {
+    if (v.size() > kMaxStringBytes) return Refuse("a string of " + std::to_string(v.size()) + " bytes");
+    return Value(json(std::move(v)));
+  }
   bool binary(json::binary_t&) { return Value(json(nullptr)); }
 
   bool start_object(std::size_t) {
@@ -153,6 +172,13 @@ class TopLevelCollector {
     return k == key::kFormat || k == key::kVersion || k == key::kSummary;
   }
 
+  bool Refuse(const std::string& what) {
+    doc_->syntax_error = true;
+    doc_->too_large = true;
+    doc_->error_text = what + " (larger than any dump ncclwatch writes)";
+    return false;
+  }
+
   static std::string Printable(const std::string& s) {
     std::string out;
     for (char c : s.substr(0, 16)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
@@ -165,8 +191,24 @@ class TopLevelCollector {
       return false;
     }
     if (skipping_) return level_ > 1 || FinishTopValue();
+    if (!Room()) return false;
     Place(std::move(v));
     return level_ > 1 || FinishTopValue();
+  }
+
+  // Whether the open array may take one more element. The ring's entries are a window on the
+  // newest: the oldest are dropped in batches (amortized O(1)).
+  bool Room() {
+    if (stack_.empty() || !stack_.back()->is_array()) return true;
+    json& a = *stack_.back();
+    if (&a == ring_entries_) {
+      if (a.size() >= 2 * kRingEntriesKept) {
+        a.erase(a.begin(), a.begin() + static_cast<long>(a.size() - kRingEntriesKept));
+      }
+      return true;
+    }
+    if (a.size() >= kMaxArrayElements) return Refuse("an array of more than " + std::to_string(kMaxArrayElements) + " elements");
+    return true;
   }
 
   bool Open(json&& container) {
@@ -176,7 +218,11 @@ class TopLevelCollector {
       return false;
     }
     ++level_;
-    if (!skipping_) stack_.push_back(Place(std::move(container)));
+    if (skipping_) return true;
+    if (!Room()) return false;
+    bool entries = container.is_array() && stack_.size() == 1 && top_key_ == key::kRing && member_key_ == key::kEntries;
+    stack_.push_back(Place(std::move(container)));
+    if (entries) ring_entries_ = stack_.back();
     return true;
   }
 
@@ -187,7 +233,15 @@ class TopLevelCollector {
       return true;
     }
     --level_;
-    if (!skipping_) stack_.pop_back();
+    if (!skipping_) {
+      json* closed = stack_.back();
+      if (closed == ring_entries_) {
+        if (closed->size() > kRingEntriesKept)
+          closed->erase(closed->begin(), closed->begin() + static_cast<long>(closed->size() - kRingEntriesKept));
+        ring_entries_ = nullptr;
+      }
+      stack_.pop_back();
+    }
     return level_ > 1 || FinishTopValue();
   }
 
@@ -228,6 +282,7 @@ class TopLevelCollector {
   bool complete_ = false;
   json current_;              // the top-level value being built
   std::vector<json*> stack_;  // open containers of current_
+  json* ring_entries_ = nullptr;  // ring.entries while it is open
 };
 
 template <typename Iterator>
@@ -278,14 +333,34 @@ int GetInt32(const json& obj, const char* k, int def) {
 }
 
 // A rank or size in [0, kMaxRank), else `def`.
+// Values out of their range are read as absent (or clamped) and named once per dump: a reader
+// that silently clamps a corrupt counter blames the wrong rank without saying why.
+thread_local std::vector<std::string>* t_out_of_range = nullptr;
+
+void OutOfRange(const json& obj, const char* k) {
+  if (!t_out_of_range || t_out_of_range->size() >= 3) return;
+  const json* v = Find(obj, k);
+  t_out_of_range->push_back(std::string(k) + "=" + (v ? v->dump().substr(0, 24) : std::string("?")));
+}
+
 int GetRank(const json& obj, const char* k, int def) {
+  const json* raw = Find(obj, k);
+  if (!raw || !raw->is_number()) return def;
   int v = GetInt32(obj, k, def);
-  return v >= 0 && v < kMaxRank ? v : def;
+  if (v >= 0 && v < kMaxRank && GetInt(obj, k, def) == v) return v;
+  if (!(raw->is_number_integer() && raw->get<int64_t>() == -1)) OutOfRange(obj, k);  // -1: unknown, as written
+  return def;
 }
 
 // A sequence number or counter in [0, kMaxSeq]; negative reads as 0, huge as kMaxSeq.
 int64_t GetSeq(const json& obj, const char* k) {
-  return std::clamp<int64_t>(GetInt(obj, k, 0), 0, kMaxSeq);
+  const json* raw = Find(obj, k);
+  int64_t v = GetInt(obj, k, 0);
+  bool exact = raw && raw->is_number_integer() && (raw->is_number_unsigned()
+                                                        ? raw->get<uint64_t>() <= static_cast<uint64_t>(kMaxSeq)
+                                                        : raw->get<int64_t>() >= 0);
+  if (raw && raw->is_number() && (!exact || v > kMaxSeq)) OutOfRange(obj, k);
+  return std::clamp<int64_t>(v, 0, kMaxSeq);
 }
 
 double GetDouble(const json& obj, const char* k, double def) {
@@ -347,7 +422,9 @@ Stack StackFromJson(const json& j) {
 
 std::string ErrorLine(const DumpDocument& doc, const char* consequence) {
   std::string line;
-  if (doc.truncated)  // report where the input ends, as a person checking the file size would
+  if (doc.too_large)
+    line = "too large: " + doc.error_text;
+  else if (doc.truncated)  // report where the input ends, as a person checking the file size would
     line = "truncated JSON at byte " + std::to_string(std::min(doc.error_byte, doc.input_size));
   else if (doc.error_byte == 0)
     line = "invalid JSON: " + doc.error_text;
@@ -378,11 +455,19 @@ DumpDocument ParseDocumentFromFile(const std::string& path, ReadDepth depth) {
   // The summary pass reads a few KB of each of thousands of files: kernel readahead (128 KB
   // and more) would multiply the disk traffic of a cold cache.
   if (depth == ReadDepth::kSummary) (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
-  ChunkedFile file(fd);
+  ChunkedFile file(fd, depth == ReadDepth::kSummary ? kMaxSummaryPassBytes : kMaxFullPassBytes);
   RunParser(ChunkIterator(&file), ChunkIterator(), depth, &doc);
   doc.bytes_read = file.bytes_read();
+
   if (file.error() != 0) doc.io_error = std::string("read error: ") + std::strerror(file.error());
   doc.truncated = doc.syntax_error && file.eof() && doc.error_byte >= file.bytes_read();
+  if (file.over_limit() && doc.syntax_error) {  // cut by our bound, not by the writer
+    doc.truncated = false;
+    doc.too_large = true;
+    doc.error_byte = 0;
+    doc.error_text = "stopped reading after " + std::to_string(file.bytes_read() >> 20) +
+                     " MiB (larger than any dump ncclwatch writes)";
+  }
   ::close(fd);
   return doc;
 }
@@ -593,8 +678,15 @@ ReadResult InterpretDocument(const DumpDocument& doc, ReadDepth depth, LoadedDum
     return r;
   }
   dump->version = static_cast<int>(version->get<int64_t>());
+  std::vector<std::string> out_of_range;
+  t_out_of_range = &out_of_range;
   dump->summary = SummaryFromJson(*summary);
+  t_out_of_range = nullptr;
   r.usable = true;
+  if (!out_of_range.empty()) {
+    r.problem = "values out of range read as absent:";
+    for (const auto& v : out_of_range) r.problem += " " + v;
+  }
   if (depth == ReadDepth::kFull) {
     dump->detail = std::make_shared<Detail>(DetailFromJson(top));
     if (doc.syntax_error) {

@@ -28,6 +28,7 @@ struct DumpDocument {
   bool stopped_early = false;  // kSummary: parsing stopped after summary on purpose
   bool syntax_error = false;
   bool truncated = false;      // the syntax error is the end of the input
+  bool too_large = false;      // reading stopped at a memory bound (string, array, bytes)
   uint64_t error_byte = 0;
   std::string error_text;      // short description of the syntax error
   uint64_t bytes_read = 0;     // bytes taken from the file (or buffer)

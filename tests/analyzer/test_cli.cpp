@@ -111,3 +111,23 @@ TEST_CASE("help, version and unknown subcommands", "[cli]") {
   CHECK(RunCommand("frobnicate").status == 2);
   CHECK(RunCommand("").status == 2);
 }
+
+TEST_CASE("control characters in names and files are printed escaped, one line each", "[cli]") {
+  TempDir dir;
+  const std::string c = "00000000000000cc";
+  std::vector<Document> dumps;
+  for (int r = 0; r < 2; ++r) {
+    Document d = r == 0 ? Dump(0, 2, {Comm(c, 2, 0, 4, 4, 4)}, {}, "peer_request")
+                        : Dump(1, 2, {Comm(c, 2, 1, 5, 5, 4)}, {Op(c, 5, "AllReduce", "gpu_reached", 700)}, "stall");
+    d.summary.host = "evil\x1b[2Jhost";
+    dumps.push_back(d);
+  }
+  for (const auto& d : dumps) dir.Write(DumpFileName(d), Text(d));
+  dir.Write("rank00009-bad\nname-1-0-stall.json", "garbage");
+  auto r = RunCommand("analyze " + dir.path() + " --no-color");
+  CHECK(r.status == 1);
+  CHECK(r.out.find('\x1b') == std::string::npos);
+  CHECK(Has(r.out, "evil\\x1b[2Jhost"));
+  CHECK(r.err.find('\x1b') == std::string::npos);
+  CHECK(Has(r.err, "rank00009-bad\\x0aname-1-0-stall.json: invalid JSON"));
+}

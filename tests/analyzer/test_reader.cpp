@@ -187,7 +187,9 @@ TEST_CASE("several dumps of one rank: the latest is the evidence", "[dumpset]") 
   REQUIRE(report.verdicts.size() == 1);
   CHECK(report.verdicts[0].cause == trace::Cause::GpuNotReached);
   CHECK(report.verdicts[0].culprit_ranks == std::vector<int>{1});
-  CHECK(report.problems.empty());
+  // Two processes claiming one rank in one attempt is said, in one line.
+  REQUIRE(report.problems.size() == 1);
+  CHECK(Contains(report.problems[0].problem, "another process claims rank 0 with a later dump"));
 }
 
 TEST_CASE("the file name's rank is parsed for unreadable dumps", "[dumpset]") {
@@ -195,4 +197,54 @@ TEST_CASE("the file name's rank is parsed for unreadable dumps", "[dumpset]") {
   CHECK(analysis::RankFromFileName("rankx-host-1-0-stall.json") == -1);
   CHECK(analysis::RankFromFileName("rank-host.json") == -1);
   CHECK(analysis::RankFromFileName("other.json") == -1);
+}
+
+TEST_CASE("memory stays bounded whatever a file holds: huge strings and arrays give one line", "[reader]") {
+  // A 2 MiB string in the summary: the dump is refused, with why.
+  Document big = Dump(0, 1, {});
+  big.summary.detail = std::string(2 << 20, 'x');
+  analysis::Dump out;
+  auto r = analysis::ReadDumpBuffer(Text(big), ReadDepth::kSummary, &out);
+  CHECK_FALSE(r.usable);
+  CHECK(Contains(r.problem, "too large: a string of 2097152 bytes"));
+
+  // An array of 300,000 threads after the summary: the summary is used, the detail is not.
+  Document many = Dump(0, 1, {Comm("c0", 1, 0, 1, 1, 1)});
+  many.detail.threads.assign(300000, trace::Thread{1, "t", {}, ""});
+  analysis::Dump partial;
+  auto rp = analysis::ReadDumpBuffer(Text(many), ReadDepth::kFull, &partial);
+  REQUIRE(rp.usable);
+  CHECK(Contains(rp.problem, "too large: an array of more than 262144 elements"));
+  CHECK(partial.summary.comms.size() == 1);
+}
+
+TEST_CASE("a huge ring keeps its newest entries only", "[reader]") {
+  Document d = DumpWithRing(40000);
+  analysis::Dump full;
+  auto r = analysis::ReadDumpBuffer(Text(d), ReadDepth::kFull, &full);
+  REQUIRE(r.usable);
+  CHECK(r.problem.empty());
+  REQUIRE(full.detail);
+  REQUIRE(full.detail->ring.entries.size() == 16384);
+  CHECK(full.detail->ring.entries.front().seq == 40000 - 16384 + 1);
+  CHECK(full.detail->ring.entries.back().seq == 40000);
+  CHECK(full.detail->threads.size() == 1);  // what follows the ring is still read
+}
+
+TEST_CASE("values out of range are read as absent and said in one line", "[reader]") {
+  json d = AsJson(Dump(0, 2, {Comm("c0", 2, 0, 5, 5, 5)}));
+  d[key::kSummary][key::kComms][0][key::kLastEnqueued] = json::parse("18446744073709551615");
+  d[key::kSummary][key::kRank] = 1 << 30;
+  analysis::Dump out;
+  auto r = analysis::ReadDumpBuffer(d.dump(), ReadDepth::kSummary, &out);
+  REQUIRE(r.usable);
+  CHECK(Contains(r.problem, "values out of range read as absent:"));
+  CHECK(Contains(r.problem, "last_enqueued=18446744073709551615"));
+  CHECK(Contains(r.problem, "rank=1073741824"));
+  CHECK(out.summary.rank == analysis::kUnknownRank);
+  CHECK(out.summary.comms[0].last_enqueued == analysis::kMaxSeq);
+  CHECK(r.problem.find('\n') == std::string::npos);
+
+  analysis::Dump clean;
+  CHECK(analysis::ReadDumpBuffer(Text(Dump(0, 2, {Comm("c0", 2, 0, 5, 5, 5)})), ReadDepth::kSummary, &clean).problem.empty());
 }

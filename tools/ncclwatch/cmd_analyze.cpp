@@ -11,6 +11,7 @@
 #include "analysis/attribution.h"
 #include "analysis/dump_set.h"
 #include "analysis/render_report.h"
+#include "analysis/text_format.h"
 #include "subcommand.h"
 
 namespace ncclwatch {
@@ -86,7 +87,8 @@ int Run(int argc, char** argv) {
 
   Report report;
   if (!set.dumps().empty()) report = Attribute(set);
-  for (const auto& p : set.problems()) std::fprintf(stderr, "ncclwatch: %s: %s\n", p.file.c_str(), p.problem.c_str());
+  for (const auto& p : set.problems())
+    std::fprintf(stderr, "ncclwatch: %s: %s\n", Printable(p.file).c_str(), Printable(p.problem).c_str());
   if (set.dumps().empty()) {
     std::fprintf(stderr, "ncclwatch: %s: no readable dump (%zu rank*.json files)\n", dir, set.files_seen());
     return kExitBadInput;

@@ -6,6 +6,7 @@
 
 #include "analysis/dump_reader.h"
 #include "analysis/render_dump.h"
+#include "analysis/text_format.h"
 #include "subcommand.h"
 
 namespace ncclwatch {
@@ -59,10 +60,10 @@ int Run(int argc, char** argv) {
   dump.file_name = slash ? slash + 1 : file;
   ReadResult r = InterpretDocument(doc, ReadDepth::kFull, &dump);
   if (!r.usable) {
-    std::fprintf(stderr, "ncclwatch: %s: %s\n", dump.file_name.c_str(), r.problem.c_str());
+    std::fprintf(stderr, "ncclwatch: %s: %s\n", Printable(dump.file_name).c_str(), Printable(r.problem).c_str());
     return kExitBadInput;
   }
-  if (!r.problem.empty()) std::fprintf(stderr, "ncclwatch: %s: %s\n", dump.file_name.c_str(), r.problem.c_str());
+  if (!r.problem.empty()) std::fprintf(stderr, "ncclwatch: %s: %s\n", Printable(dump.file_name).c_str(), Printable(r.problem).c_str());
   if (json_out) {
     std::string text = DumpToJson(doc, dump.file_name, options).dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
     std::fwrite(text.data(), 1, text.size(), stdout);

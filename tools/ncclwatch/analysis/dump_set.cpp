@@ -103,6 +103,7 @@ bool DumpSet::Load(const std::string& dir, const LoadOptions& options, std::stri
       if (claimed >= 0) unreadable_ranks_.emplace(claimed, s.dump.file_name);
       continue;
     }
+    if (!s.result.problem.empty()) problems_.push_back({s.dump.file_name, s.result.problem});
     if (s.dump.summary.rank < 0) s.dump.summary.rank = InferRank(s.dump.summary);
     if (s.dump.summary.rank < 0) {
       problems_.push_back({s.dump.file_name,
@@ -300,6 +301,8 @@ void DumpSet::Select(std::vector<Dump> usable, int attempt) {
                                               " at the same time as " + chosen.file_name +
                                               "; skipped"});
       } else {
+        problems_.push_back({d.file_name, "another process claims rank " + std::to_string(d.summary.rank) +
+                                              " with a later dump (" + chosen.file_name + "); not used"});
         history_.push_back(std::move(d));
       }
       continue;

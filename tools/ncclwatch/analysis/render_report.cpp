@@ -97,23 +97,23 @@ void RenderStack(std::ostream& out, const Style& st, const Stack& s, bool verbos
 void RenderEvidence(std::ostream& out, const Style& st, const CulpritEvidence& e, bool verbose) {
   std::string who = e.rank >= 0 ? "rank " + std::to_string(e.rank) : "comm rank " + std::to_string(e.comm_rank);
   out << "   " << st.Yellow(who);
-  if (!e.host.empty()) out << " (" << e.host << ", pid " << e.pid << ")";
-  out << ": " << e.where << "\n";
+  if (!e.host.empty()) out << " (" << Printable(e.host) << ", pid " << e.pid << ")";
+  out << ": " << Printable(e.where) << "\n";
   if (!e.current.Empty()) {
-    out << "     now, " << e.current_thread << ":\n";
+    out << "     now, " << Printable(e.current_thread) << ":\n";
     RenderStack(out, st, e.current, verbose, "       ");
   }
   if (!e.callsite.Empty()) {
-    out << "     " << e.callsite_op << " was called from:\n";
+    out << "     " << Printable(e.callsite_op) << " was called from:\n";
     RenderStack(out, st, e.callsite, verbose, "       ");
   }
-  if (!e.stack_note.empty()) out << "     " << st.Dim(e.stack_note) << "\n";
+  if (!e.stack_note.empty()) out << "     " << st.Dim(Printable(e.stack_note)) << "\n";
 }
 
 void RenderVerdict(std::ostream& out, const Style& st, const Report& report, const Verdict& v, size_t number,
                    bool verbose) {
   out << st.Bold(std::to_string(number) + ". ") << st.Red(trace::CauseName(v.cause)) << "  "
-      << st.Bold(Headline(v)) << "\n";
+      << st.Bold(Printable(Headline(v))) << "\n";
   if (!v.waiting_ranks.empty()) {
     out << "   waiting: " << FormatRanks(v.waiting_ranks);
     if (v.waited_s >= 0) out << " for " << FormatSeconds(v.waited_s);
@@ -144,7 +144,7 @@ void RenderVerdict(std::ostream& out, const Style& st, const Report& report, con
   } else if (v.cause == Cause::StuckInCollective) {
     out << "   NCCL settings: none set (NCCL defaults)\n";
   }
-  out << "   " << st.Cyan("advice:") << " " << AdviceText(v, report) << "\n";
+  out << "   " << st.Cyan("advice:") << " " << Printable(AdviceText(v, report)) << "\n";
   if (!v.consequences.empty()) {
     out << "   also blocked because of this:\n";
     for (const auto& q : v.consequences) {
@@ -165,7 +165,7 @@ void RenderHistory(std::ostream& out, const Style& st, const Report& report, boo
 }
 
 void RenderNotes(std::ostream& out, const Style& st, const Report& report) {
-  for (const auto& n : report.notes) out << st.Dim("note: " + n) << "\n";
+  for (const auto& n : report.notes) out << st.Dim("note: " + Printable(n)) << "\n";
 }
 
 json StackLines(const Stack& s) {

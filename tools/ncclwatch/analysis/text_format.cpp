@@ -38,8 +38,23 @@ std::string FormatBytes(int64_t bytes) {
   return bytes < 0 ? "?" : trace::FormatBytes(static_cast<uint64_t>(bytes));
 }
 
+std::string Printable(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\x%02x", u);
+      out += b;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 std::string FormatPythonFrame(const PythonFrame& f) {
-  return (f.function.empty() ? "?" : f.function) + " (" + f.file + ":" + std::to_string(f.line) + ")";
+  return Printable((f.function.empty() ? "?" : f.function) + " (" + f.file + ":" + std::to_string(f.line) + ")");
 }
 
 std::string FormatNativeFrame(const NativeFrame& f) {
@@ -57,7 +72,7 @@ std::string FormatNativeFrame(const NativeFrame& f) {
     size_t slash = f.module.rfind('/');
     s += " (" + (slash == std::string::npos ? f.module : f.module.substr(slash + 1)) + ")";
   }
-  return s;
+  return Printable(s);
 }
 
 std::vector<std::string> FormatStack(const Stack& s) {

@@ -17,6 +17,9 @@ std::string FormatSeconds(double s);
 // "128 MiB", "4 KiB", "12 B"
 std::string FormatBytes(int64_t bytes);
 // "save_checkpoint (trainer.py:212)"; library frames are not marked here.
+// Control characters (escape sequences in a host name, a symbol, a file name) as \xNN: a report
+// line stays one line and never drives the terminal.
+std::string Printable(const std::string& s);
 std::string FormatPythonFrame(const PythonFrame& f);
 // "ncclAllReduce+0x1c (libnccl.so.2)", or the ip when the symbol is unknown.
 std::string FormatNativeFrame(const NativeFrame& f);
