@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +15,14 @@
 #include <vector>
 
 #include "subcommand.h"
+
+// Set by tools/CMakeLists.txt; defaults for a build outside CMake.
+#ifndef NCCLWATCH_LIBDIR_FROM_BINDIR
+#define NCCLWATCH_LIBDIR_FROM_BINDIR "../lib"
+#endif
+#ifndef NCCLWATCH_MULTIARCH
+#define NCCLWATCH_MULTIARCH ""
+#endif
 
 namespace ncclwatch {
 namespace cli {
@@ -59,9 +68,15 @@ std::string FindLibrary(std::string* looked) {
   char buf[4096];
   ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
   std::string bindir = n > 0 ? Dirname(std::string(buf, n)) : ".";
-  // Build tree (bin/ beside lib/), an install prefix (bin/, lib/), or the same directory.
-  for (const std::string& c : {bindir + "/../lib/libncclwatch.so", bindir + "/libncclwatch.so",
-                               bindir + "/../lib/x86_64-linux-gnu/libncclwatch.so"}) {
+  // The install tree this was configured for (bin/ and GNUInstallDirs' lib dir), the build tree
+  // (bin/ beside lib/), the other usual lib dirs of a prefix, or the same directory.
+  std::vector<std::string> dirs = {bindir + "/" NCCLWATCH_LIBDIR_FROM_BINDIR, bindir + "/../lib"};
+  if (*NCCLWATCH_MULTIARCH) dirs.push_back(bindir + "/../lib/" NCCLWATCH_MULTIARCH);
+  dirs.push_back(bindir + "/../lib64");
+  dirs.push_back(bindir);
+  for (size_t k = 0; k < dirs.size(); ++k) {
+    if (std::find(dirs.begin(), dirs.begin() + k, dirs[k]) != dirs.begin() + k) continue;
+    const std::string c = dirs[k] + "/libncclwatch.so";
     if (IsFile(c)) {
       char real[4096];
       return realpath(c.c_str(), real) ? std::string(real) : c;

@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""Installation tests: what `cmake --install` and `cpack -G DEB` produce, and that it works.
+
+    check_install.py --build BUILD_DIR --source SOURCE_DIR --cmake CMAKE --cpack CPACK
+                     --check-elf CHECK_ELF --version VERSION [--multiarch TRIPLET]
+                     [--static-runtime] CASE
+
+installed_run      installs the build into a temporary prefix, checks what is there (the
+                   command, the library, the docs; nothing else), and runs a simulated job
+                   (tests/sim, as tests/e2e's run_wrapper case does) through the INSTALLED
+                   `ncclwatch run`: the installed library is preloaded, every rank dumps, the
+                   verdict is printed.
+without_libunwind  where libunwind.so.8 cannot be loaded, a job still gets its dumps and
+                   verdict, without native frames (root only, for a private mount namespace;
+                   skipped, exit 77, otherwise).
+deb_package        `cpack -G DEB` gives a package holding bin/ncclwatch and lib/libncclwatch.so,
+                   named and versioned after the project, depending on glibc only (and on a
+                   glibc at least as new as the files need). Skipped (exit 77) without dpkg-deb.
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+A = None
+SKIP = 77
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Failure(what)
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, **kw)
+
+
+def clean_env():
+    """The environment without ncclwatch's settings or a preload of the caller's."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("NCCLWATCH_") and k != "LD_PRELOAD"}
+
+
+def files_under(root):
+    out = set()
+    for d, _, names in os.walk(root):
+        for n in names:
+            out.add(os.path.relpath(os.path.join(d, n), root))
+    return out
+
+
+def frame_modules(node):
+    """The `module` of every native frame anywhere in a dump."""
+    found = set()
+    if isinstance(node, dict):
+        if isinstance(node.get("module"), str) and "ip" in node:
+            found.add(node["module"])
+        for v in node.values():
+            found |= frame_modules(v)
+    elif isinstance(node, list):
+        for v in node:
+            found |= frame_modules(v)
+    return found
+
+
+def preloaded_by(ncclwatch):
+    """What `ncclwatch run` puts in LD_PRELOAD when started from where it is."""
+    r = run([ncclwatch, "run", "--no-analyze", "--", "sh", "-c", 'echo "$LD_PRELOAD"'], env=clean_env())
+    check(r.returncode == 0, f"{ncclwatch} run: exit {r.returncode}: {r.stderr}")
+    return r.stdout.strip()
+
+
+def installed_run():
+    prefix = tempfile.mkdtemp(prefix="ncclwatch-install-")
+    r = run([A.cmake, "--install", A.build, "--prefix", prefix])
+    check(r.returncode == 0, f"cmake --install failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+
+    # The command, the library in a lib dir, the docs: nothing else (no simulator, no tests,
+    # no ncclwatch-gen).
+    files = files_under(prefix)
+    libs = sorted(f for f in files if os.path.basename(f) == "libncclwatch.so")
+    check(len(libs) == 1 and libs[0].startswith("lib"), f"one libncclwatch.so in a lib dir: {libs}")
+    lib = os.path.join(prefix, libs[0])
+    docs = {"share/doc/ncclwatch/README.md"} | {
+        "share/doc/ncclwatch/docs/" + os.path.basename(p) for p in glob.glob(os.path.join(A.source, "docs", "*.md"))}
+    expected = {"bin/ncclwatch", libs[0]} | docs
+    check(files == expected, f"installed exactly {sorted(expected)}\n  missing: {sorted(expected - files)}\n"
+                             f"  unexpected: {sorted(files - expected)}")
+    nw = os.path.join(prefix, "bin", "ncclwatch")
+    check(os.access(nw, os.X_OK), f"{nw} is executable")
+    print(f"  installed: {sorted(files)}")
+
+    # The installed command finds the installed library, not the build tree's.
+    check(preloaded_by(nw) == os.path.realpath(lib), f"the installed library is preloaded: {preloaded_by(nw)!r}")
+
+    # Other layouts of a prefix: GNUInstallDirs' multiarch lib dir, lib64.
+    for libdir in ([f"lib/{A.multiarch}"] if A.multiarch else []) + ["lib64"]:
+        other = tempfile.mkdtemp(prefix="ncclwatch-layout-")
+        os.makedirs(os.path.join(other, "bin"))
+        os.makedirs(os.path.join(other, libdir))
+        shutil.copy2(nw, os.path.join(other, "bin", "ncclwatch"))
+        shutil.copy2(lib, os.path.join(other, libdir, "libncclwatch.so"))
+        got = preloaded_by(os.path.join(other, "bin", "ncclwatch"))
+        check(got == os.path.realpath(os.path.join(other, libdir, "libncclwatch.so")), f"found in {libdir}: {got!r}")
+        shutil.rmtree(other)
+
+    # A simulated job through the installed command.
+    tmp = tempfile.mkdtemp(prefix="ncclwatch-install-job-")
+    dumps = hang_job(nw, tmp)
+    # Native stacks in the dumps name frames of the installed library (its watchdog thread):
+    # the installed library ran, and libunwind, which it opens at run time, unwound.
+    modules = frame_modules(dumps)
+    check(os.path.realpath(lib) in modules, f"a native frame in {lib}; frames name {sorted(modules)}")
+    shutil.rmtree(prefix)
+    shutil.rmtree(tmp)
+
+
+def hang_job(ncclwatch, tmp, wrap=()):
+    """Runs, through `ncclwatch run`, a simulated job (tests/sim, as tests/e2e's run_wrapper case
+    does) in which rank 1 stops calling NCCL while rank 0 waits. Every rank must dump (the
+    library is in both) and the command must print the verdict. Returns the dumps."""
+    dumps = os.path.join(tmp, "dumps")
+    r = run(list(wrap) + [ncclwatch, "run", "--dir", dumps, "--timeout", "3", "--set", "PEER_POLL_MS=200", "--",
+                          os.path.join(A.build, "bin", "simlaunch"), "-n", "2", "--timeout", "8", "--",
+                          os.path.join(A.build, "bin", "sim_workload"), "--iters", "20", "--busy-rank", "1",
+                          "--busy-at", "4", "--busy-ms", "-1"], env=clean_env(), cwd=tmp, timeout=120)
+    check(r.returncode == 124, f"the launcher's timeout status is kept ({r.returncode}):\n{r.stderr[-3000:]}")
+    out = []
+    for p in sorted(glob.glob(os.path.join(dumps, "rank*.json"))):
+        with open(p) as f:
+            out.append(json.load(f))
+    ranks = sorted({d["summary"]["rank"] for d in out})
+    check(ranks == [0, 1], f"both ranks dumped: ranks {ranks}\n{r.stderr[-3000:]}")
+    check("rank_missing" in r.stdout and "rank 1" in r.stdout, f"the verdict is printed:\n{r.stdout[-3000:]}")
+    print(f"  job: exit {r.returncode}, {len(out)} dumps from ranks {ranks}, verdict rank_missing for rank 1")
+    return out
+
+
+def without_libunwind():
+    """The library opens libunwind at run time: where there is none, a job still gets its
+    dumps and verdict, with no native frames. libunwind.so.8 is hidden by mounting /dev/null
+    over it in a private mount namespace (root only: skipped otherwise)."""
+    if not A.static_runtime:
+        print("SKIP: libncclwatch.so links libunwind in this build (NCCLWATCH_STATIC_RUNTIME off)")
+        return SKIP
+    cache = run(["ldconfig", "-p"]).stdout if shutil.which("ldconfig") else ""
+    found = re.findall(r"libunwind\.so\.8 \(([^)]*)\) => (\S+)", cache)
+    paths = sorted({os.path.realpath(p) for _, p in found})
+    check(paths, f"libunwind.so.8 in the loader's cache (a build dependency):\n{cache[:2000]}")
+    hide = " && ".join(f"mount --bind /dev/null {p}" for p in paths)
+    probe = run(["unshare", "-m", "sh", "-c", hide]) if shutil.which("unshare") else None
+    if probe is None or probe.returncode != 0:
+        print(f"SKIP: cannot hide libunwind.so.8 (needs root and unshare): {probe.stderr.strip() if probe else ''}")
+        return SKIP
+    tmp = tempfile.mkdtemp(prefix="ncclwatch-nounwind-")
+    script = hide + ' && exec "$@"'
+    dumps = hang_job(os.path.join(A.build, "bin", "ncclwatch"), tmp, wrap=["unshare", "-m", "sh", "-c", script, "sh"])
+    check(not frame_modules(dumps), f"no native frames without libunwind: {sorted(frame_modules(dumps))}")
+    shutil.rmtree(tmp)
+
+
+def deb_package():
+    if not shutil.which("dpkg-deb"):
+        print("SKIP: dpkg-deb not found (not a Debian-based system): the package cannot be read")
+        return SKIP
+    out = tempfile.mkdtemp(prefix="ncclwatch-deb-")
+    r = run([A.cpack, "-G", "DEB", "--config", os.path.join(A.build, "CPackConfig.cmake"), "-B", out], cwd=out)
+    check(r.returncode == 0, f"cpack failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    debs = glob.glob(os.path.join(out, "*.deb"))
+    check(len(debs) == 1, f"one .deb in {out}: {os.listdir(out)}")
+    deb = debs[0]
+    print(f"  {os.path.basename(deb)}")
+
+    listing = run(["dpkg-deb", "-c", deb])
+    check(listing.returncode == 0, f"dpkg-deb -c: {listing.stderr}")
+    paths = [line.split()[-1] for line in listing.stdout.splitlines() if line.strip()]
+    check("./usr/bin/ncclwatch" in paths, f"bin/ncclwatch in the package:\n{listing.stdout}")
+    check(any(re.fullmatch(r"\./usr/lib(/[^/]+)?/libncclwatch\.so", p) for p in paths),
+          f"lib/libncclwatch.so in the package:\n{listing.stdout}")
+    for name in ("libnccl.so.2", "libcuda.so.1", "simlaunch", "sim_workload", "ncclwatch-gen"):
+        check(not any(p.endswith("/" + name) for p in paths), f"{name} is not in the package")
+
+    fields = {}
+    for field in ("Package", "Version", "Maintainer", "Depends", "Description"):
+        r = run(["dpkg-deb", "-f", deb, field])
+        fields[field] = r.stdout.strip()
+        print(f"  {field}: {fields[field].splitlines()[0] if fields[field] else ''}")
+    check(fields["Package"] == "ncclwatch", f"package name: {fields['Package']!r}")
+    check(fields["Version"] == A.version, f"version {A.version} from project(): {fields['Version']!r}")
+    check(re.fullmatch(r".+ <.+@.+>", fields["Maintainer"]), f"a maintainer: {fields['Maintainer']!r}")
+    check(fields["Description"], "a description")
+    deps = [d.strip() for d in fields["Depends"].split(",") if d.strip()]
+    check(deps, "a Depends field")
+    if A.static_runtime:
+        check(all(d.split()[0] == "libc6" for d in deps), f"depends on libc6 only: {fields['Depends']!r}")
+        floor = [tuple(map(int, m)) for d in deps for m in re.findall(r"libc6 \(>= (\d+)\.(\d+)", d)]
+        check(floor, f"a minimum libc6 version: {fields['Depends']!r}")
+
+        # The files need no newer glibc than the package asks for.
+        root = os.path.join(out, "root")
+        r = run(["dpkg-deb", "-x", deb, root])
+        check(r.returncode == 0, f"dpkg-deb -x: {r.stderr}")
+        for f in sorted(files_under(root)):
+            if not (f.endswith("libncclwatch.so") or f.endswith("bin/ncclwatch")):
+                continue
+            r = run([A.check_elf, "--only-glibc", os.path.join(root, f)])
+            check(r.returncode == 0, f"{f} needs only glibc:\n{r.stdout}")
+            m = re.search(r"highest glibc version needed: GLIBC_(\d+)\.(\d+)", r.stdout)
+            check(m, f"{f}: no glibc version found:\n{r.stdout}")
+            need = (int(m.group(1)), int(m.group(2)))
+            check(need <= max(floor), f"{f} needs glibc {need}, the package asks for {max(floor)}")
+            print(f"  {f}: needs glibc {need[0]}.{need[1]}")
+    shutil.rmtree(out)
+
+
+CASES = {"installed_run": installed_run, "deb_package": deb_package, "without_libunwind": without_libunwind}
+
+
+def main():
+    global A
+    p = argparse.ArgumentParser()
+    for opt in ("--build", "--source", "--cmake", "--cpack", "--check-elf", "--version"):
+        p.add_argument(opt, required=True)
+    p.add_argument("--multiarch", default="")
+    p.add_argument("--static-runtime", action="store_true")
+    p.add_argument("case", choices=sorted(CASES))
+    A = p.parse_args()
+    try:
+        rc = CASES[A.case]()
+    except Failure as e:
+        print(f"FAIL {A.case}: {e}")
+        return 1
+    if rc == SKIP:
+        return SKIP
+    print(f"PASS {A.case}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
