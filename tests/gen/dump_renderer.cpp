@@ -331,7 +331,8 @@ void DumpRenderer::PatchHistory(int rank) {
   }
 }
 
-trace::Document DumpRenderer::Render(int rank, const RankPlan& plan, const DumpOptions& options) {
+trace::Document DumpRenderer::Render(int rank, const RankPlan& plan, const DumpOptions& options,
+                                     RingWindow* window) {
   const auto& extras = options.earlier ? std::vector<ExtraOp>{} : plan.extras;
   const int64_t pid = kPidBase + rank;
   const int64_t history_end_ns = kMonoBaseNs + history_ops_ * kOpSpacingNs;
@@ -511,8 +512,13 @@ trace::Document DumpRenderer::Render(int rank, const RankPlan& plan, const DumpO
   PatchHistory(rank);
   size_t from_extras = std::min(extra_ops.size(), static_cast<size_t>(capacity_));
   size_t from_history = plan.in_setup ? 0 : std::min(history_.size(), static_cast<size_t>(capacity_) - from_extras);
-  d.ring.entries.assign(history_.end() - static_cast<long>(from_history), history_.end());
-  d.ring.entries.insert(d.ring.entries.end(), extra_ops.end() - static_cast<long>(from_extras), extra_ops.end());
+  if (window) {  // the caller streams them (Write): no copy of the history per rank
+    window->history_from = history_.size() - from_history;
+    window->extras.assign(extra_ops.end() - static_cast<long>(from_extras), extra_ops.end());
+  } else {
+    d.ring.entries.assign(history_.end() - static_cast<long>(from_history), history_.end());
+    d.ring.entries.insert(d.ring.entries.end(), extra_ops.end() - static_cast<long>(from_extras), extra_ops.end());
+  }
   d.callsites = callsites_;
   d.threads.push_back({pid, "python3", ToStack(MainThreadStack(plan.stack)), ""});
   for (const auto& th : HelperThreads()) {
@@ -524,8 +530,18 @@ trace::Document DumpRenderer::Render(int rank, const RankPlan& plan, const DumpO
 
 std::string DumpRenderer::Write(const std::string& dir, int rank, const RankPlan& plan,
                                 const DumpOptions& options, std::string* error) {
-  trace::Document doc = Render(rank, plan, options);
-  std::string text = trace::WriteDocument(doc);
+  RingWindow window;
+  trace::Document doc = Render(rank, plan, options, &window);
+  size_t next = window.history_from, extra = 0;
+  std::string text = trace::WriteDocument(doc, [&](trace::Op* op) {
+    if (next < history_.size()) {
+      *op = history_[next++];
+      return true;
+    }
+    if (extra >= window.extras.size()) return false;
+    *op = window.extras[extra++];
+    return true;
+  });
   // The first top-level key after the summary: it cannot occur inside a string (quotes are escaped).
   size_t end = text.find(std::string(",\"") + trace::key::kProcess + "\":");
   last_summary_end_ = end == std::string::npos ? 0 : end;

@@ -36,8 +36,14 @@ class DumpRenderer {
   // Sequence number the common history reached on a communicator kind (the next op is +1).
   int64_t base_seq(CommKind k) const { return base_seq_[static_cast<int>(k)]; }
 
-  // The whole document of one rank's dump, as records (the ring's entries included).
-  trace::Document Render(int rank, const RankPlan& plan, const DumpOptions& options);
+  // The ring's entries of one dump: history_[history_from..] then extras.
+  struct RingWindow {
+    size_t history_from = 0;
+    std::vector<trace::Op> extras;
+  };
+  // The whole document of one rank's dump, as records; with `window`, the ring's entries are
+  // described there instead of copied into the document.
+  trace::Document Render(int rank, const RankPlan& plan, const DumpOptions& options, RingWindow* window = nullptr);
 
  private:
   void BuildHistory();
