@@ -164,6 +164,31 @@ NCCLWATCH_DEFINE_VOCABULARY(CommKind, kCommKindNames, CommKindName, ParseCommKin
 NCCLWATCH_DEFINE_VOCABULARY(CommState, kCommStateNames, CommStateName, ParseCommState,
                             NCCLWATCH_FOR_EACH_COMM_STATE)
 
+// Where a culprit is, for machines (analyze --json culprit_stacks[].state), beside its sentence.
+#define NCCLWATCH_FOR_EACH_CULPRIT_STATE(X)                                            \
+  X(NoDump, "no_dump")                   /* no dump at all: killed, never started */     \
+  X(UnreadableDump, "unreadable_dump")   /* its dump exists but cannot be read */        \
+  X(Crashed, "crashed")                  /* a fatal signal */                            \
+  X(NcclError, "nccl_error")             /* an NCCL call of its returned an error */     \
+  X(Exited, "exited")                    /* it exited */                                 \
+  X(OutsideNccl, "outside_nccl")         /* alive, no thread inside NCCL */              \
+  X(InsideNccl, "inside_nccl")           /* alive, a thread inside an NCCL call */
+
+NCCLWATCH_DEFINE_VOCABULARY(CulpritState, kCulpritStateNames, CulpritStateName, ParseCulpritState,
+                            NCCLWATCH_FOR_EACH_CULPRIT_STATE)
+
+// Where a culprit is on the verdict's communicator (culprit_stacks[].comm_state, with seq).
+#define NCCLWATCH_FOR_EACH_COMM_POSITION(X)                                                  \
+  X(Unknown, "unknown")                 /* no communicator in the verdict (a crash alone) */ \
+  X(NotCreated, "not_created")          /* it has not created the communicator */            \
+  X(GpuBehind, "gpu_behind")            /* its GPU has not finished seq, which others did */  \
+  X(NotCalled, "not_called")            /* its last call is seq, before the blocked one */    \
+  X(GpuNotReached, "gpu_not_reached")   /* it called the blocked op; its GPU is not in it */  \
+  X(GpuInside, "gpu_inside")            /* its GPU is inside the blocked op */
+
+NCCLWATCH_DEFINE_VOCABULARY(CommPosition, kCommPositionNames, CommPositionName, ParseCommPosition,
+                            NCCLWATCH_FOR_EACH_COMM_POSITION)
+
 // NCCL datatype and reduction names as written in dumps (index = NCCL enum value).
 constexpr const char* kDatatypeNames[] = {"int8",    "uint8",   "int32",    "uint32",
                                           "int64",   "uint64",  "float16",  "float32",
@@ -383,7 +408,23 @@ constexpr const char* kStartUnixNs = "start_unix_ns";
 constexpr const char* kJobInstance = "job_instance";
 constexpr const char* kFiles = "files";
 constexpr const char* kNotes = "notes";
+constexpr const char* kFormat = "format";
+constexpr const char* kVersion = "version";
+constexpr const char* kState = "state";
+constexpr const char* kCommState = "comm_state";
+constexpr const char* kKind = "kind";
+constexpr const char* kFunction = "function";
+constexpr const char* kLine = "line";
+constexpr const char* kModule = "module";
+constexpr const char* kOffset = "offset";
+constexpr const char* kIp = "ip";
+constexpr const char* kLibrary = "library";
 }  // namespace report_key
+
+// The analysis output's own identity and version (analyze --json): bump on a change a reader
+// could notice. 2: frames as objects, culprit states, attempts and notes.
+constexpr const char* kReportFormatName = "ncclwatch-report";
+constexpr int kReportVersion = 2;
 
 }  // namespace trace
 }  // namespace ncclwatch

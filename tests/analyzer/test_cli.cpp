@@ -131,3 +131,29 @@ TEST_CASE("control characters in names and files are printed escaped, one line e
   CHECK(r.err.find('\x1b') == std::string::npos);
   CHECK(Has(r.err, "rank00009-bad\\x0aname-1-0-stall.json: invalid JSON"));
 }
+
+TEST_CASE("analyze --json: a versioned report, frames as objects, culprit states for machines", "[cli]") {
+  auto r = RunCommand("analyze " + Golden("rank_missing") + " --json");
+  REQUIRE(r.status == 1);
+  Json j = Json::parse(r.out);
+  CHECK(j["format"] == ncclwatch::trace::kReportFormatName);
+  CHECK(j["version"] == ncclwatch::trace::kReportVersion);
+  const Json& s = j["verdicts"][0]["culprit_stacks"]["0"];
+  CHECK(s["state"] == "outside_nccl");
+  CHECK(s["comm_state"] == "not_called");
+  CHECK(s["seq"] == 6);
+  const Json& top = s["current"][0];
+  CHECK(top["kind"] == "python");
+  CHECK(top["function"] == "save_file");
+  CHECK(top["line"] == 286);
+  CHECK(top["file"].get<std::string>().find("safetensors") != std::string::npos);
+  bool native = false;
+  for (const auto& f : s["callsite"])
+    if (f["kind"] == "native") {
+      native = true;
+      CHECK(f["module"].is_string());
+      CHECK(f["offset"].is_number_integer());
+      CHECK(f["ip"].get<std::string>().rfind("0x", 0) == 0);
+    }
+  CHECK(native);
+}

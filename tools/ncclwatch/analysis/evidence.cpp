@@ -11,6 +11,7 @@ void Evidence::FillEvidence(const Unit* u, int dump, CulpritEvidence* e) {
     if (it != set_.unreadable_ranks().end()) {
       e->file = it->second;
       e->where = "its dump is unreadable (" + it->second + ")";
+      e->state = trace::CulpritState::UnreadableDump;
     } else {
       e->where = "left no dump";
     }
@@ -22,7 +23,7 @@ void Evidence::FillEvidence(const Unit* u, int dump, CulpritEvidence* e) {
   e->host = s.host;
   e->pid = s.pid;
   e->file = dm.file_name;
-  e->where = Where(u, dump);
+  e->where = Where(u, dump, e);
 
   const DumpDetail* det = set_.Detail(dump);
   if (!det) {
@@ -67,37 +68,56 @@ void Evidence::FillEvidence(const Unit* u, int dump, CulpritEvidence* e) {
   }
 }
 
-std::string Evidence::Where(const Unit* u, int dump) const {
+std::string Evidence::Where(const Unit* u, int dump, CulpritEvidence* e) const {
+  using State = trace::CulpritState;
+  using Position = trace::CommPosition;
+  CulpritEvidence ignored;
+  if (!e) e = &ignored;
   const DumpSummary& s = g_.dumps_[dump].summary;
-  if (g_.IsDead(dump)) return "crashed: " + (s.detail.empty() ? std::string("fatal signal") : s.detail);
+  if (g_.IsDead(dump)) {
+    e->state = State::Crashed;
+    return "crashed: " + (s.detail.empty() ? std::string("fatal signal") : s.detail);
+  }
   std::string where;
   if (g_.IsErrored(dump)) {
+    e->state = State::NcclError;
     where = "NCCL error: " + (s.detail.empty() ? std::string("an NCCL call failed") : s.detail);
   } else if (g_.IsExited(dump)) {
+    e->state = State::Exited;
     where = "exited" + (s.exit_status >= 0 ? " with status " + std::to_string(s.exit_status) : std::string()) +
             (g_.Is(dump, trace::DumpReason::ExitInFlight) ? " with operations in flight" : "");
   } else if (s.in_nccl.empty()) {
+    e->state = State::OutsideNccl;
     where = "not inside NCCL";
   } else {
+    e->state = State::InsideNccl;
     const InNcclThread& t = s.in_nccl.front();
     where = "inside " + t.function + " for " + FormatSeconds(t.since_s) + " (tid " + std::to_string(t.tid) + ")";
   }
   if (u && !u->p2p) {
     const CommSummary* cs = g_.StateOf(dump, u->comm);
     if (!cs) {
+      e->comm_state = Position::NotCreated;
       where += "; it has not created this communicator";
     } else if (cs->last_enqueued < u->seq && cs->last_completed < cs->last_enqueued) {
+      e->comm_state = Position::GpuBehind;
+      e->comm_seq = cs->last_completed + 1;
       where += "; its GPU has not finished #" + std::to_string(cs->last_completed + 1) +
                ", which the others completed";
     } else if (cs->last_enqueued < u->seq) {
+      e->comm_state = Position::NotCalled;
+      e->comm_seq = cs->last_enqueued;
       where += "; last call on this communicator #" + std::to_string(cs->last_enqueued);
     } else {
       int oi = g_.FindInFlight(dump, g_.comms_[u->comm].id, u->seq);
       std::string age = oi >= 0 && s.in_flight[oi].age_s >= 0
                             ? " (issued " + FormatSeconds(s.in_flight[oi].age_s) + " ago)"
                             : "";
-      where += cs->last_gpu_reached >= u->seq ? "; its GPU is inside #" + std::to_string(u->seq) + age
-                                              : "; its GPU has not reached #" + std::to_string(u->seq) + age;
+      bool inside = cs->last_gpu_reached >= u->seq;
+      e->comm_state = inside ? Position::GpuInside : Position::GpuNotReached;
+      e->comm_seq = u->seq;
+      where += inside ? "; its GPU is inside #" + std::to_string(u->seq) + age
+                      : "; its GPU has not reached #" + std::to_string(u->seq) + age;
     }
   }
   if (!g_.dumps_[dump].then.empty()) {

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 
@@ -168,9 +169,19 @@ void RenderNotes(std::ostream& out, const Style& st, const Report& report) {
   for (const auto& n : report.notes) out << st.Dim("note: " + Printable(n)) << "\n";
 }
 
-json StackLines(const Stack& s) {
+// Frames as objects, Python first, innermost first: kind, function, file, line (0 unknown),
+// module, offset and ip (native), library (Python: a library frame, not the user's code).
+json StackFrames(const Stack& s) {
   json a = json::array();
-  for (auto& line : FormatStack(s)) a.push_back(std::move(line));
+  for (const auto& f : s.python)
+    a.push_back({{rk::kKind, "python"}, {rk::kFunction, f.function}, {rk::kFile, f.file}, {rk::kLine, f.line},
+                 {rk::kLibrary, f.library}});
+  for (const auto& f : s.native) {
+    char ip[24];
+    std::snprintf(ip, sizeof ip, "0x%llx", static_cast<unsigned long long>(f.ip));
+    a.push_back({{rk::kKind, "native"}, {rk::kFunction, f.symbol}, {rk::kFile, ""}, {rk::kLine, 0},
+                 {rk::kModule, f.module}, {rk::kOffset, f.offset}, {rk::kIp, ip}});
+  }
   return a;
 }
 
@@ -314,13 +325,16 @@ json ReportToJson(const Report& report) {
     for (const auto& e : v.evidence) {
       json s;
       s[rk::kWhere] = e.where;
+      s[rk::kState] = trace::CulpritStateName(e.state);
+      s[rk::kCommState] = trace::CommPositionName(e.comm_state);
+      s[rk::kSeq] = OrNull(e.comm_seq);
       s[rk::kHost] = e.host;
       s[rk::kPid] = e.pid;
       s[rk::kFile] = e.file;
       s[rk::kCallsiteOp] = e.callsite_op;
-      s[rk::kCallsite] = StackLines(e.callsite);
+      s[rk::kCallsite] = StackFrames(e.callsite);
       s[rk::kThread] = e.current_thread;
-      s[rk::kCurrent] = StackLines(e.current);
+      s[rk::kCurrent] = StackFrames(e.current);
       if (!e.stack_note.empty()) s[rk::kNote] = e.stack_note;
       stacks[e.rank >= 0 ? std::to_string(e.rank) : "comm:" + std::to_string(e.comm_rank)] = std::move(s);
     }
@@ -359,7 +373,9 @@ json ReportToJson(const Report& report) {
   for (const auto& a : report.attempts)
     attempts.push_back({{rk::kAttempt, a.index}, {rk::kStartUnixNs, a.start_unix_ns},
                         {rk::kJobInstance, a.job_instance}, {rk::kRanks, a.ranks.size()}, {rk::kFiles, a.files}});
-  return {{rk::kVerdicts, std::move(verdicts)},
+  return {{rk::kFormat, trace::kReportFormatName},
+          {rk::kVersion, trace::kReportVersion},
+          {rk::kVerdicts, std::move(verdicts)},
           {rk::kRanksSeen, report.ranks_seen},
           {rk::kWorldSize, report.world_size},
           {rk::kRanksWithoutDump, report.ranks_without_dump},

@@ -21,6 +21,10 @@ struct CulpritEvidence {
   int64_t pid = 0;
   std::string file;       // its dump file, empty when it left none
   std::string where;      // one line: "not inside NCCL", "inside ncclGroupEnd for 612 s", ...
+  // The same for machines: what it is doing, and where it is on the verdict's communicator.
+  trace::CulpritState state = trace::CulpritState::NoDump;
+  trace::CommPosition comm_state = trace::CommPosition::Unknown;
+  int64_t comm_seq = -1;  // the sequence number comm_state is about; -1 none
   std::string callsite_op;  // which operation `callsite` belongs to
   Stack callsite;         // call-site stack of its op at the verdict's seq, or its last op
   std::string current_thread;  // which thread `current` is

@@ -163,7 +163,8 @@ class Evidence {
  public:
   Evidence(const WaitGraph& graph, DumpSet& set) : g_(graph), set_(set) {}
   void FillEvidence(const Unit* u, int dump, CulpritEvidence* e);
-  std::string Where(const Unit* u, int dump) const;
+  // The culprit's position as one sentence; with `e`, also as its state fields.
+  std::string Where(const Unit* u, int dump, CulpritEvidence* e = nullptr) const;
 
  private:
   const WaitGraph& g_;
