@@ -7,6 +7,22 @@ namespace trace {
 
 namespace k = key;
 
+namespace {
+
+// `key`: [ {fields(item)}, ... ]
+template <typename Items, typename Fields>
+void ObjectArray(JsonWriter& w, const char* key, const Items& items, Fields&& fields) {
+  w.Key(key).BeginArray();
+  for (const auto& item : items) {
+    w.BeginObject();
+    fields(item);
+    w.EndObject();
+  }
+  w.EndArray();
+}
+
+}  // namespace
+
 void WriteOp(JsonWriter& w, const Op& o) {
   w.BeginObject();
   w.Field(k::kComm, o.comm);
@@ -37,26 +53,18 @@ void WriteOp(JsonWriter& w, const Op& o) {
 }
 
 void WriteStack(JsonWriter& w, const Stack& s) {
-  w.Key(k::kFrames).BeginArray();
-  for (const auto& f : s.native) {
-    w.BeginObject();
+  ObjectArray(w, k::kFrames, s.native, [&](const NativeFrame& f) {
     w.Key(k::kIp).Hex(f.ip);
     w.Field(k::kModule, f.module);
     w.Field(k::kSymbol, f.symbol);
     w.Field(k::kOffset, f.offset);
-    w.EndObject();
-  }
-  w.EndArray();
-  w.Key(k::kPython).BeginArray();
-  for (const auto& f : s.python) {
-    w.BeginObject();
+  });
+  ObjectArray(w, k::kPython, s.python, [&](const PythonFrame& f) {
     w.Field(k::kFile, f.file);
     w.Field(k::kLine, f.line);
     w.Field(k::kFunction, f.function);
     w.Field(k::kLibrary, f.library);
-    w.EndObject();
-  }
-  w.EndArray();
+  });
 }
 
 void WriteSummary(JsonWriter& w, const Summary& s) {
@@ -84,18 +92,12 @@ void WriteSummary(JsonWriter& w, const Summary& s) {
   w.Field(k::kTimeMonoNs, s.time_mono_ns);
   w.Field(k::kStartMonoNs, s.start_mono_ns);
   w.Field(k::kNcclVersion, s.nccl_version);
-  w.Key(k::kInNccl).BeginArray();
-  for (const auto& t : s.in_nccl) {
-    w.BeginObject();
+  ObjectArray(w, k::kInNccl, s.in_nccl, [&](const InNcclThread& t) {
     w.Field(k::kTid, t.tid);
     w.Field(k::kFunction, t.function);
     w.Field(k::kSinceS, t.since_s);
-    w.EndObject();
-  }
-  w.EndArray();
-  w.Key(k::kComms).BeginArray();
-  for (const auto& c : s.comms) {
-    w.BeginObject();
+  });
+  ObjectArray(w, k::kComms, s.comms, [&](const CommSummary& c) {
     w.Field(k::kId, c.id);
     w.Field(k::kSize, c.size);
     w.Field(k::kRank, c.rank);
@@ -104,20 +106,14 @@ void WriteSummary(JsonWriter& w, const Summary& s) {
     w.Field(k::kLastEnqueued, c.last_enqueued);
     w.Field(k::kLastGpuReached, c.last_gpu_reached);
     w.Field(k::kLastCompleted, c.last_completed);
-    w.Key(k::kP2p).BeginArray();
-    for (const auto& p : c.p2p) {
-      w.BeginObject();
+    ObjectArray(w, k::kP2p, c.p2p, [&](const P2pCounters& p) {
       w.Field(k::kPeer, p.peer);
       w.Field(k::kSendEnqueued, p.send_enqueued);
       w.Field(k::kSendCompleted, p.send_completed);
       w.Field(k::kRecvEnqueued, p.recv_enqueued);
       w.Field(k::kRecvCompleted, p.recv_completed);
-      w.EndObject();
-    }
-    w.EndArray();
-    w.EndObject();
-  }
-  w.EndArray();
+    });
+  });
   w.Key(k::kInFlight).BeginArray();
   for (const auto& o : s.in_flight) WriteOp(w, o);
   w.EndArray();
@@ -230,17 +226,13 @@ std::string WriteDocument(const Document& doc, const OpSource& ring_entries) {
     for (const auto& t : d.threads) WriteThreadLike(w, k::kTid, t.tid, &t.name, t.stack, t.note);
     w.EndArray();
   }
-  w.Key(k::kRecoveries).BeginArray();
-  for (const auto& r : d.recoveries) {
-    w.BeginObject();
+  ObjectArray(w, k::kRecoveries, d.recoveries, [&](const Recovery& r) {
     w.Field(k::kComm, r.comm);
     w.Field(k::kSeq, r.seq);
     w.Field(k::kOp, r.op);
     w.Field(k::kStalledAfterS, r.stalled_after_s);
     w.Field(k::kRecoveredAfterS, r.recovered_after_s);
-    w.EndObject();
-  }
-  w.EndArray();
+  });
   w.EndObject();
   out += '\n';
   return out;
