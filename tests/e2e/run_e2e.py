@@ -634,6 +634,63 @@ def generated_dump_matches_library_dump():
     check(len(compared) > 100, f"most of the format compared ({len(compared)} paths)")
     print(f"  {len(compared)} paths compared, {len(real)} library dumps, {len(generated)} generated")
 
+def analyze_dir(path, *extra):
+    r = subprocess.run([os.path.join(B, "bin", "ncclwatch"), "analyze", "--json", path] + list(extra),
+                       capture_output=True, text=True)
+    try:
+        return r.returncode, json.loads(r.stdout)
+    except ValueError:
+        raise Failure(f"analyze printed no JSON (exit {r.returncode}):\n{r.stdout[-1500:]}\n{r.stderr[-1500:]}")
+
+
+@case
+def ending_stopped_healthy_is_no_hang():
+    # Slurm's time limit / Ctrl-C: SIGTERM to every rank of a healthy job mid-run. The ranks dump
+    # moments apart, at different sequence numbers: not a hang, exit status 0.
+    j = job(4, ["--iters", "1000000"], env={"NCCLWATCH_TIMEOUT": "600"}, timeout=4)
+    reasons = {d["summary"]["reason"] for ds in j.dumps().values() for d in ds}
+    check("signal" in reasons, f"the ranks dumped on SIGTERM: {reasons}\n{j.err[-2000:]}")
+    rc, report = analyze_dir(j.dir)
+    check(rc == 0 and report["verdicts"][0]["cause"] == "no_hang",
+          f"no_hang with exit 0 (exit {rc}):\n{json.dumps(report['verdicts'], indent=1)[:2000]}")
+
+
+@case
+def ending_framework_abort_first():
+    # The framework's watchdog (2 s) aborts before ncclwatch's deadline (600 s): the waiting ranks
+    # abort their communicators and exit; rank 0, busy in a "checkpoint", answers the job-wide
+    # request the abort wrote. The first verdict names rank 0, not the aborting ranks.
+    j = job(4, ["--iters", "20", "--busy-rank", "0", "--busy-at", "5", "--busy-ms", "-1", "--abort-after-ms", "2000"],
+            env={"NCCLWATCH_TIMEOUT": "600"}, timeout=10)
+    for r in (1, 2, 3):
+        check("abort" in j.reasons(r), f"rank {r} dumped on abort: {j.reasons(r)}")
+    rc, report = analyze_dir(j.dir)
+    v = report["verdicts"][0]
+    check(rc == 1 and v["cause"] == "rank_missing" and v["culprit_ranks"] == [0] and v["seq"] == 6,
+          f"rank_missing rank 0 at #6:\n{json.dumps(report['verdicts'], indent=1)[:2500]}")
+
+
+@case
+def ending_reused_directory():
+    # Two attempts into one directory: a hang (rank 3 busy), then a healthy run stopped by
+    # SIGTERM. The latest attempt is analyzed and said to be one of two; --attempt 1 gives the
+    # hang of the first.
+    shared = tempfile.mkdtemp(prefix="ncclwatch-e2e-reused-")
+    env = {"NCCLWATCH_DIR": shared, "NCCLWATCH_TIMEOUT": "2"}
+    job(4, ["--iters", "20", "--busy-rank", "3", "--busy-at", "5", "--busy-ms", "-1"], env=env, timeout=8)
+    time.sleep(1.5)  # the second attempt starts after the first ended, as a restart does
+    job(4, ["--iters", "1000000"], env=dict(env, NCCLWATCH_TIMEOUT="600"), timeout=4)
+    rc, latest = analyze_dir(shared)
+    check(len(latest["attempts"]) == 2 and latest["attempt"] == 2, f"two attempts, the latest analyzed: {latest['attempts']}")
+    check(rc == 0 and latest["verdicts"][0]["cause"] == "no_hang",
+          f"the healthy latest attempt: exit {rc}\n{json.dumps(latest['verdicts'], indent=1)[:2000]}")
+    check(any("2 attempts" in n for n in latest["notes"]), f"the report says so: {latest['notes']}")
+    rc, first = analyze_dir(shared, "--attempt", "1")
+    v = first["verdicts"][0]
+    check(rc == 1 and v["cause"] == "rank_missing" and v["culprit_ranks"] == [3],
+          f"--attempt 1: rank_missing rank 3:\n{json.dumps(first['verdicts'], indent=1)[:2000]}")
+    shutil.rmtree(shared, ignore_errors=True)
+
 
 def main():
     global B

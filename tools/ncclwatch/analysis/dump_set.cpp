@@ -139,11 +139,13 @@ bool FollowsTeardown(const Dump& d) {
          IsReason(d, R::Exit);
 }
 
-// Dumps that record the state when a hang's teardown began.
+// Dumps that record the state when a hang's teardown began. Not a peer_request: a rank that
+// answered one and was then stopped shows the same state in both, and an answer to a request
+// left over from an earlier attempt must not outrank what the process did later.
 bool StartsTeardown(const Dump& d) {
   using R = trace::DumpReason;
   return IsReason(d, R::Abort) || IsReason(d, R::Stall) || IsReason(d, R::NcclError) ||
-         IsReason(d, R::AsyncError) || IsReason(d, R::PeerRequest);
+         IsReason(d, R::AsyncError);
 }
 
 class UnionFind {
