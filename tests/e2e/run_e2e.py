@@ -691,6 +691,31 @@ def ending_reused_directory():
           f"--attempt 1: rank_missing rank 3:\n{json.dumps(first['verdicts'], indent=1)[:2000]}")
     shutil.rmtree(shared, ignore_errors=True)
 
+@case
+def live_dump_snapshot():
+    # `ncclwatch dump DIR` against a running healthy job: every rank answers the request, the job
+    # goes on, and the snapshot reads no_hang (exit 0).
+    shared = tempfile.mkdtemp(prefix="ncclwatch-e2e-live-")
+    result = {}
+
+    def snapshot(p):
+        time.sleep(2)
+        r = subprocess.run([os.path.join(B, "bin", "ncclwatch"), "dump", shared, "--json", "--wait", "10"],
+                           capture_output=True, text=True)
+        result["rc"], result["out"], result["err"] = r.returncode, r.stdout, r.stderr
+        result["alive"] = p.poll() is None
+
+    job(4, ["--iters", "1000000"], env={"NCCLWATCH_DIR": shared, "NCCLWATCH_TIMEOUT": "600"}, timeout=8,
+        after_start=snapshot)
+    check("4/4 ranks answered" in result["err"], f"every rank answered: {result['err'][-1500:]}")
+    check(result["alive"], "the job went on after the snapshot")
+    report = json.loads(result["out"])
+    check(result["rc"] == 0 and report["verdicts"][0]["cause"] == "no_hang",
+          f"the snapshot of a healthy job is no_hang (exit {result['rc']}):\n{result['out'][:1500]}")
+    r = subprocess.run([os.path.join(B, "bin", "ncclwatch"), "dump", "/nonexistent-dir"], capture_output=True, text=True)
+    check(r.returncode == 2 and r.stderr.count("\n") == 1, f"a missing directory: one line, exit 2: {r.stderr}")
+    shutil.rmtree(shared, ignore_errors=True)
+
 
 def main():
     global B

@@ -9,6 +9,7 @@
 
 #include "format/file_name.h"
 #include "format/json_writer.h"
+#include "format/request.h"
 
 using namespace ncclwatch::trace;
 using nlohmann::json;
@@ -109,4 +110,23 @@ TEST_CASE("dump file names: one rule for writer and readers") {
   CHECK(RankFromFileName(DumpFileName(-1, "host", 1, 0, "stall")) == -1);
   CHECK(RankFromFileName("rank-host.json") == -1);
   CHECK(RankFromFileName("other.json") == -1);
+}
+
+TEST_CASE("the job-wide dump request round-trips; foreign text is not a request") {
+  DumpRequest r{"node1-77-3", 5, "node1", "stall", "torchelastic:abc:1", 1700000000123456789};
+  DumpRequest back;
+  REQUIRE(ParseRequest(WriteRequest(r), &back));
+  CHECK(back.request == r.request);
+  CHECK(back.origin_rank == 5);
+  CHECK(back.origin_host == "node1");
+  CHECK(back.reason == "stall");
+  CHECK(back.job_instance == r.job_instance);
+  CHECK(back.time_unix_ns == r.time_unix_ns);
+  CHECK_FALSE(ParseRequest("{\"request\": \"\"}", &back));
+  CHECK_FALSE(ParseRequest("{\"reque", &back));
+  CHECK_FALSE(ParseRequest("[1]", &back));
+  // An older writer's request (no instance, no time) still reads.
+  REQUIRE(ParseRequest("{\"request\":\"h-1-0\",\"origin_rank\":2,\"origin_host\":\"h\",\"reason\":\"abort\"}", &back));
+  CHECK(back.job_instance.empty());
+  CHECK(back.time_unix_ns == 0);
 }

@@ -14,6 +14,7 @@ namespace cli {
 extern const Subcommand kAnalyzeCommand;
 extern const Subcommand kShowCommand;
 extern const Subcommand kRunCommand;
+extern const Subcommand kDumpCommand;
 
 namespace {
 
@@ -21,6 +22,7 @@ const Subcommand* const kSubcommands[] = {
     &kAnalyzeCommand,
     &kShowCommand,
     &kRunCommand,
+    &kDumpCommand,
 };
 
 void Overview(std::FILE* out) {

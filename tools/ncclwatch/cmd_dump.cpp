@@ -1,0 +1,169 @@
+// `ncclwatch dump DIR`: makes every rank of a running job dump now, through the job-wide dump
+// request the stall path uses (format/request.h), shows how many ranks answered out of the
+// world size, then analyzes. A snapshot of a healthy job reads `no_hang`.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "analysis/dump_reader.h"
+#include "format/file_name.h"
+#include "format/request.h"
+#include "subcommand.h"
+
+namespace ncclwatch {
+namespace cli {
+
+extern const Subcommand kAnalyzeCommand;
+
+namespace {
+
+// Every rank checks the request every NCCLWATCH_PEER_POLL_MS (1 s by default) and then writes
+// its dump (stacks of every thread: up to a few seconds on a big process).
+constexpr double kDefaultWaitS = 15;
+constexpr auto kPollInterval = std::chrono::milliseconds(200);
+
+void DumpHelp(std::FILE* out) {
+  std::fprintf(out,
+               "usage: ncclwatch dump DIR [--wait SECONDS] [--json] [--no-color]\n\n"
+               "Makes every rank of the running job whose dump directory is DIR write a dump now\n"
+               "(the job goes on), waits until every rank answered or SECONDS passed (default\n"
+               "15), says how many answered out of the world size, then analyzes the directory.\n"
+               "A healthy job reads `no_hang`. Ranks look for the request every\n"
+               "NCCLWATCH_PEER_POLL_MS (1 s by default); a rank that dumped in the last 30 s does\n"
+               "not dump again.\n\n"
+               "exit status: that of `ncclwatch analyze`; 2 when no rank answered.\n");
+}
+
+std::set<std::string> DumpFiles(const std::string& dir) {
+  std::set<std::string> names;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d))
+      if (trace::IsDumpFileName(e->d_name)) names.insert(e->d_name);
+    closedir(d);
+  }
+  return names;
+}
+
+// Written atomically, without following a link planted under the temporary name.
+bool WriteRequestFile(const std::string& dir, const std::string& text, std::string* error) {
+  std::string tmp = dir + "/.tmp-dump-request-cli-" + std::to_string(getpid());
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    *error = tmp + ": " + strerror(errno);
+    return false;
+  }
+  bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ok = close(fd) == 0 && ok;
+  std::string path = dir + "/" + trace::kDumpRequestFile;
+  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
+    *error = path + ": " + strerror(errno);
+    unlink(tmp.c_str());
+    return false;
+  }
+  return true;
+}
+
+int Run(int argc, char** argv) {
+  const char* dir = nullptr;
+  double wait_s = kDefaultWaitS;
+  std::vector<std::string> analyze_args = {"analyze"};
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--wait") == 0) {
+      char* end = nullptr;
+      wait_s = i + 1 < argc ? std::strtod(argv[i + 1], &end) : -1;
+      if (i + 1 >= argc || !end || *end || !(wait_s > 0 && wait_s <= 3600))
+        return UsageError("dump", "--wait takes seconds, more than 0 and at most 3600");
+      ++i;
+    } else if (std::strcmp(argv[i], "--json") == 0 || std::strcmp(argv[i], "--no-color") == 0) {
+      analyze_args.push_back(argv[i]);
+    } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+      return UsageError("dump", (std::string("unknown option ") + argv[i]).c_str());
+    } else if (!dir) {
+      dir = argv[i];
+    } else {
+      return UsageError("dump", "more than one directory given");
+    }
+  }
+  if (!dir) return UsageError("dump", "no directory given");
+  struct stat st {};
+  if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    std::fprintf(stderr, "ncclwatch dump: %s: %s\n", dir, stat(dir, &st) != 0 ? strerror(errno) : "not a directory");
+    return kExitBadInput;
+  }
+
+  std::set<std::string> before = DumpFiles(dir);
+  char host[256] = "host";
+  gethostname(host, sizeof host - 1);
+  auto now = std::chrono::system_clock::now().time_since_epoch();
+  trace::DumpRequest req;
+  req.time_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now).count();
+  req.request = std::string("cli-") + host + "-" + std::to_string(getpid()) + "-" + std::to_string(req.time_unix_ns);
+  req.origin_host = host;
+  req.reason = trace::DumpReasonName(trace::DumpReason::OnDemand);
+  std::string error;
+  if (!WriteRequestFile(dir, trace::WriteRequest(req), &error)) {
+    std::fprintf(stderr, "ncclwatch dump: cannot write the request: %s\n", error.c_str());
+    return kExitBadInput;
+  }
+
+  // Watch the answers: new dumps whose trigger is this request.
+  bool tty = isatty(STDERR_FILENO);
+  std::set<int> answered;
+  std::set<std::string> seen = before;
+  int world = 0;
+  auto start = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  while (elapsed() < wait_s && (world == 0 || static_cast<int>(answered.size()) < world)) {
+    std::this_thread::sleep_for(kPollInterval);
+    for (const auto& name : DumpFiles(dir)) {
+      if (!seen.insert(name).second) continue;
+      analysis::Dump d;
+      if (!analysis::ReadDumpFile(std::string(dir) + "/" + name, analysis::ReadDepth::kSummary, &d).usable) {
+        seen.erase(name);  // maybe still being renamed into place: look again
+        continue;
+      }
+      if (!d.summary.trigger || d.summary.trigger->request != req.request) continue;
+      answered.insert(d.summary.rank);
+      world = std::max(world, d.summary.world_size);
+    }
+    if (tty) std::fprintf(stderr, "\rncclwatch dump: %zu/%d ranks answered", answered.size(), world);
+  }
+  if (tty) std::fprintf(stderr, "\r\033[K");
+  if (answered.empty()) {
+    std::fprintf(stderr,
+                 "ncclwatch dump: no rank answered within %.0f s: is a job running with ncclwatch and "
+                 "NCCLWATCH_DIR=%s? (a rank that dumped in the last 30 s does not dump again)\n",
+                 wait_s, dir);
+    return kExitBadInput;
+  }
+  std::string missing;
+  for (int r = 0; r < world && missing.size() < 200; ++r)
+    if (!answered.count(r)) missing += (missing.empty() ? "" : ",") + std::to_string(r);
+  std::fprintf(stderr, "ncclwatch dump: %zu/%d ranks answered in %.1f s%s\n", answered.size(), world, elapsed(),
+               missing.empty() ? "" : (" (not: " + missing + ")").c_str());
+  std::vector<char*> args;
+  std::string d = dir;
+  analyze_args.push_back(d);
+  for (auto& a : analyze_args) args.push_back(&a[0]);
+  args.push_back(nullptr);
+  std::fflush(stderr);
+  return kAnalyzeCommand.run(static_cast<int>(args.size()) - 1, args.data());
+}
+
+}  // namespace
+
+extern const Subcommand kDumpCommand = {"dump", "make every rank of a running job dump now, then analyze", &Run,
+                                        &DumpHelp};
+
+}  // namespace cli
+}  // namespace ncclwatch
