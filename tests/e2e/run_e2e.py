@@ -403,6 +403,12 @@ def run_wrapper():
     check(r.returncode == 124, f"the launcher's timeout status is kept ({r.returncode})")
     check(glob.glob(os.path.join(dumps, "rank*.json")), "dumps in --dir")
     check("rank_missing" in r.stdout and "rank 1" in r.stdout, f"the verdict is printed:\n{r.stdout[-2000:]}")
+    # ... while the job runs (the launcher's timeout ends it 8 s in; the verdict came before),
+    # and not a second time at the end: nothing changed.
+    check("while the job runs" in r.stderr, f"the verdict came while the job ran:\n{r.stderr[-2000:]}")
+    check(r.stdout.count("rank_missing") == 1 or "no change since the report above" in r.stderr,
+          f"one report per story:\n{r.stderr[-1500:]}")
+    check("process(es) watched" in r.stderr, f"one line on what was watched:\n{r.stderr[-1000:]}")
     # A healthy job: no dump, no analysis.
     r = subprocess.run([nw, "run", "--dir", os.path.join(tmp, "ok"), "--", os.path.join(B, "bin", "simlaunch"), "-n",
                         "2", "--", os.path.join(B, "bin", "sim_workload"), "--iters", "5"], env=base, cwd=tmp,
@@ -410,6 +416,13 @@ def run_wrapper():
     check(r.returncode == 0 and "analysis" not in r.stderr + r.stdout, f"nothing to analyze: {r.stderr}")
     r = subprocess.run([nw, "run", "--bogus"], env=base, capture_output=True, text=True)
     check(r.returncode == 2 and "unknown option '--bogus'" in r.stderr, f"bad usage: one clear line: {r.stderr}")
+    # Options are checked before anything starts: nothing runs, one line each, exit 2.
+    marker = os.path.join(tmp, "ran")
+    for bad, says in ((["--timeout", "abc"], "NCCLWATCH_TIMEOUT='abc'"), (["--set", "FOO=1"], "unknown setting NCCLWATCH_FOO"),
+                      (["--set", "RING=x"], "NCCLWATCH_RING='x'")):
+        r = subprocess.run([nw, "run"] + bad + ["--", "touch", marker], env=base, capture_output=True, text=True)
+        check(r.returncode == 2 and says in r.stderr and r.stderr.count("\n") == 1 and not os.path.exists(marker),
+              f"{bad}: refused before starting, one line: {r.returncode} {r.stderr}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,6 +14,16 @@
 #include <string>
 #include <vector>
 
+#include <chrono>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "analysis/attribution.h"
+#include "analysis/dump_set.h"
+#include "analysis/render_report.h"
+#include "common/config.h"
+#include "format/file_name.h"
 #include "subcommand.h"
 
 // Set by tools/CMakeLists.txt; defaults for a build outside CMake.
@@ -27,7 +37,6 @@
 namespace ncclwatch {
 namespace cli {
 
-extern const Subcommand kAnalyzeCommand;
 
 namespace {
 
@@ -37,7 +46,9 @@ void RunHelp(std::FILE* out) {
                "Runs COMMAND with libncclwatch.so preloaded (prepended to LD_PRELOAD, so every\n"
                "process the command starts inherits it), a job-scoped dump directory, and the\n"
                "options below as NCCLWATCH_* variables. Returns COMMAND's exit status unchanged;\n"
-               "if dumps were written, runs `ncclwatch analyze` on them first.\n\n"
+               "while it runs, a hang's verdict is printed as soon as the ranks' dumps are in\n"
+               "(the job goes on); at the end, the analysis again if anything changed, and one\n"
+               "line on what was watched.\n\n"
                "options:\n"
                "  --dir DIR          dump directory (default: ./ncclwatch-<SLURM_JOB_ID |\n"
                "                     TORCHELASTIC_RUN_ID | PMIX_NAMESPACE | start time>)\n"
@@ -101,15 +112,164 @@ std::string DefaultDir() {
   return std::string("ncclwatch-") + stamp + "-" + std::to_string(getpid());
 }
 
-int CountDumps(const std::string& dir) {
-  int n = 0;
+std::set<std::string> DumpFiles(const std::string& dir) {
+  std::set<std::string> names;
   if (DIR* d = opendir(dir.c_str())) {
     while (dirent* e = readdir(d))
-      if (strncmp(e->d_name, "rank", 4) == 0 && strstr(e->d_name, ".json")) ++n;
+      if (trace::IsDumpFileName(e->d_name)) names.insert(e->d_name);
     closedir(d);
   }
-  return n;
+  return names;
 }
+
+// The settings given with --timeout and --set, checked by the library's own parser before
+// anything starts (every rank would print the same error otherwise, and use a default).
+const std::map<std::string, std::string>* g_settings = nullptr;
+const char* SettingLookup(const char* name) {
+  auto it = g_settings->find(name);
+  return it == g_settings->end() ? nullptr : it->second.c_str();
+}
+
+bool CheckSettings(const std::vector<std::pair<std::string, std::string>>& given) {
+  std::set<std::string> known = {"NCCLWATCH_TIMEOUT", "NCCLWATCH_DIR"};
+  for (const auto& kv : DescribeConfig(Config{})) known.insert(kv.first);
+  std::map<std::string, std::string> settings(given.begin(), given.end());
+  bool ok = true;
+  for (const auto& kv : settings)
+    if (!known.count(kv.first)) {
+      std::fprintf(stderr, "ncclwatch run: unknown setting %s (the settings: README, `Configuration`)\n",
+                   kv.first.c_str());
+      ok = false;
+    }
+  g_settings = &settings;
+  for (std::string e : ParseConfig(&SettingLookup).errors) {
+    e = e.substr(0, e.find("; using"));  // the library would fall back; run refuses instead
+    std::fprintf(stderr, "ncclwatch run: %s\n", e.c_str());
+    ok = false;
+  }
+  g_settings = nullptr;
+  return ok;
+}
+
+// The dumps of this run, watched while it runs: a hang's verdict as soon as its episode's dumps
+// are in (every rank of the world answered, or a few seconds passed since the first).
+class LiveWatch {
+ public:
+  LiveWatch(std::string dir, bool print) : dir_(std::move(dir)), print_(print), before_(DumpFiles(dir_)) {}
+
+  void Poll() {
+    std::set<std::string> now = DumpFiles(dir_);
+    size_t fresh = 0;
+    for (const auto& n : now) fresh += !before_.count(n);
+    if (fresh == files_) {
+      if (files_ > reported_files_ && episode_started_ &&
+          std::chrono::steady_clock::now() - first_new_ > kEpisodeSettle)
+        Report(false);
+      return;
+    }
+    if (!episode_started_ || files_ == reported_files_) first_new_ = std::chrono::steady_clock::now();
+    episode_started_ = true;
+    files_ = fresh;
+    if (AllRanksIn()) Report(false);
+  }
+
+  // At the end: the analysis again only when dumps came in since the last one printed.
+  void Finish() {
+    Poll();
+    if (files_ > reported_files_) Report(true);
+    else if (reported_files_ > 0 && print_) std::fprintf(stderr, "ncclwatch: no change since the report above\n");
+    Summary();
+  }
+
+  size_t files() const { return files_; }
+
+ private:
+  static constexpr auto kEpisodeSettle = std::chrono::seconds(5);
+
+  analysis::DumpSet Load() const {
+    analysis::DumpSet set;
+    std::string error;
+    set.Load(dir_, {}, &error);
+    return set;
+  }
+
+  bool AllRanksIn() const {
+    analysis::DumpSet set = Load();
+    int answered = 0;
+    for (const auto& d : set.dumps()) answered += !before_.count(d.file_name);
+    return set.world_size() > 0 && answered >= set.world_size();
+  }
+
+  void Report(bool at_end) {
+    reported_files_ = files_;
+    if (!print_) return;
+    analysis::DumpSet set = Load();
+    if (set.dumps().empty()) return;
+    analysis::Report report = analysis::Attribute(set);
+    std::string key;
+    for (const auto& v : report.verdicts) {
+      key += trace::CauseName(v.cause);
+      for (int r : v.culprit_ranks) key += "," + std::to_string(r);
+      key += ":" + std::to_string(v.seq) + ";";
+    }
+    if (key == last_key_) return;  // the same story: no second copy
+    if (!at_end && !report.Hang()) return;  // while running, only hangs are news
+    last_key_ = key;
+    analysis::ReportTextOptions options;
+    options.style = analysis::Style(analysis::Style::ColorWanted(false));
+    std::fflush(stdout);
+    std::fprintf(stderr, "\nncclwatch: %s%zu dump(s) in %s:\n\n", at_end ? "" : "while the job runs, ", files_,
+                 dir_.c_str());
+    std::string text = analysis::RenderReportText(report, options);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+  }
+
+  // One line on what was watched, so that a healthy run shows it was (and a job whose NCCL was
+  // not intercepted says so).
+  void Summary() const {
+    if (!print_) return;
+    analysis::DumpSet set = Load();
+    std::set<std::string> processes;
+    std::set<int64_t> versions;
+    int64_t ops = 0;
+    int stalls = 0;
+    for (const auto* list : {&set.dumps(), &set.history()})
+      for (const auto& d : *list) {
+        if (before_.count(d.file_name)) continue;
+        processes.insert(d.ProcessKey());
+        if (d.summary.nccl_version > 0) versions.insert(d.summary.nccl_version);
+        stalls += d.summary.reason == trace::DumpReasonName(trace::DumpReason::Stall);
+      }
+    for (const auto& d : set.dumps())
+      if (!before_.count(d.file_name))
+        for (const auto& c : d.summary.comms) ops += c.last_enqueued;
+    if (processes.empty()) {
+      std::fprintf(stderr,
+                   "ncclwatch: no dump from this run in %s: no process used NCCL through ncclwatch, or "
+                   "none had anything to report (NCCL linked statically? LD_PRELOAD cleared by the "
+                   "launcher?)\n",
+                   dir_.c_str());
+      return;
+    }
+    std::string nccl;
+    for (int64_t v : versions)
+      nccl += (nccl.empty() ? "" : ", ") + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
+              std::to_string(v % 100);
+    std::fprintf(stderr, "ncclwatch: %zu process(es) watched (NCCL %s), %lld collectives issued, %d stall(s), "
+                 "%zu dump(s) in %s\n",
+                 processes.size(), nccl.empty() ? "?" : nccl.c_str(), static_cast<long long>(ops), stalls, files_,
+                 dir_.c_str());
+  }
+
+  std::string dir_;
+  bool print_;
+  std::set<std::string> before_;
+  size_t files_ = 0, reported_files_ = 0;
+  bool episode_started_ = false;
+  std::chrono::steady_clock::time_point first_new_;
+  std::string last_key_;
+};
 
 pid_t g_child = -1;
 
@@ -161,6 +321,7 @@ int Run(int argc, char** argv) {
     }
   }
   if (i >= argc) return UsageError("run", "no command given: ncclwatch run [options] -- COMMAND ...");
+  if (!CheckSettings(settings)) return kExitBadInput;
 
   std::string looked;
   if (lib.empty()) lib = FindLibrary(&looked);
@@ -176,7 +337,7 @@ int Run(int argc, char** argv) {
   setenv("LD_PRELOAD", preload.c_str(), 1);
   setenv("NCCLWATCH_DIR", dir.c_str(), 1);
   for (auto& kv : settings) setenv(kv.first.c_str(), kv.second.c_str(), 1);
-  int dumps_before = CountDumps(dir);
+  LiveWatch watch(dir, analyze && IsFirstTask());
 
   pid_t child = fork();
   if (child < 0) {
@@ -196,20 +357,14 @@ int Run(int argc, char** argv) {
   sa.sa_flags = SA_RESTART;
   for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) sigaction(s, &sa, nullptr);
   int status = 0;
-  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  for (;;) {
+    pid_t r = waitpid(child, &status, WNOHANG);
+    if (r == child || (r < 0 && errno != EINTR)) break;
+    watch.Poll();
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
   g_child = -1;
-
-  int dumps = CountDumps(dir) - dumps_before;
-  if (analyze && dumps > 0 && IsFirstTask()) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "\nncclwatch: %d dump(s) written to %s; analysis:\n\n", dumps, dir.c_str());
-    std::string d = dir;
-    char name[] = "analyze";
-    char* args[] = {name, &d[0], nullptr};
-    kAnalyzeCommand.run(2, args);
-    std::fflush(stdout);
-  }
+  watch.Finish();
   if (WIFSIGNALED(status)) {
     // Die of the same signal, so whoever started us sees the job's own status.
     int sig = WTERMSIG(status);
