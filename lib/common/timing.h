@@ -36,6 +36,9 @@ constexpr Duration kExitSettleInterval = 50ms;
 constexpr Duration kExitInflightLockWait = 200ms;
 // How long exit waits for the watchdog thread to stop.
 constexpr Duration kWatchdogStopWait = 1000ms;
+// NCCLWATCH_METRICS: how often each process rewrites its Prometheus file (node-exporter reads
+// it on its own schedule; a few seconds keeps the file fresh without file-system load).
+constexpr Duration kMetricsInterval = 5s;
 // A stream with nothing in flight for this long is forgotten by the watchdog (its state freed).
 constexpr Duration kIdleStreamForget = 600s;
 

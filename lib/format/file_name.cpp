@@ -7,6 +7,12 @@
 namespace ncclwatch {
 namespace trace {
 
+std::string SafeHostName(const std::string& host) {
+  std::string safe;
+  for (char c : host) safe += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_') ? c : '_';
+  return safe;
+}
+
 std::string DumpFileStem(int rank, const std::string& host, int64_t pid, int64_t dump_seq,
                          const std::string& reason) {
   std::string name = kDumpFilePrefix;
@@ -15,7 +21,7 @@ std::string DumpFileStem(int rank, const std::string& host, int64_t pid, int64_t
   else std::snprintf(r, sizeof r, "x");
   name += r;
   name += '-';
-  for (char c : host) name += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_') ? c : '_';
+  name += SafeHostName(host);
   name += '-' + std::to_string(pid) + '-' + std::to_string(dump_seq) + '-';
   for (char c : reason) name += std::isalnum(static_cast<unsigned char>(c)) || c == '_' ? c : '_';
   return name;

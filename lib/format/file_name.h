@@ -15,6 +15,8 @@ constexpr const char* kDumpFileSuffix = ".json";
 // The job-wide dump request marker in the dump directory (docs/trace-format.md).
 constexpr const char* kDumpRequestFile = "dump-request.json";
 
+// The host as file names carry it: anything but [A-Za-z0-9._] replaced by '_'.
+std::string SafeHostName(const std::string& host);
 // "rank00003-host-1234-0-stall" (no suffix: the writer adds it to its temporary name too).
 std::string DumpFileStem(int rank, const std::string& host, int64_t pid, int64_t dump_seq, const std::string& reason);
 // The stem plus kDumpFileSuffix.

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <set>
 
 #include "common/clock.h"
@@ -100,6 +101,12 @@ bool Runtime::Start() {
     LogWarn("%s: operations are recorded but not followed on the GPU", why.c_str());
 
   dumps_ = std::make_unique<DumpDirectory>(config_.dir, DefaultDumpDir(identity_), config_.max_dumps);
+  if (!config_.metrics.empty()) {
+    if (access(config_.metrics.c_str(), W_OK) == 0)
+      metrics_ = std::make_unique<MetricsWriter>(config_.metrics + "/" + MetricsFileName(identity_.host, identity_.pid));
+    else
+      LogWarn("NCCLWATCH_METRICS=%s: %s; no metrics file", config_.metrics.c_str(), strerror(errno));
+  }
   if (config_.stacks && config_.stack_signal && !stacks::InstallThreadStackSignal(config_.stack_signal))
     LogInfo("signal %s is in use; thread stacks in dumps are limited to the dumping thread",
             SignalName(config_.stack_signal).c_str());
@@ -144,6 +151,7 @@ void Runtime::AtExit() {
     usleep(static_cast<useconds_t>(timing::Ms(timing::kExitSettleInterval)) * 1000);
   }
   watchdog_->Stop(timing::Ms(timing::kWatchdogStopWait));
+  if (metrics_) metrics_->Remove();  // a process that left must not look alive to the collector
   if (!pending.empty()) {
     std::string detail = std::to_string(pending.size()) + " operation(s) still in flight at exit, oldest " +
                          trace::OpKindName(pending.front().op.kind) + " seq " +
@@ -250,6 +258,7 @@ void Runtime::AskPeersToDump(trace::DumpReason reason) {
 }
 
 void Runtime::OnStall(const InflightView& v, const std::string& detail) {
+  stalls_.fetch_add(1);
   LogWarn("stall: %s", detail.c_str());
   Dump(trace::DumpReason::Stall, detail, std::nullopt, v);
   AskPeersToDump(trace::DumpReason::Stall);
@@ -290,6 +299,25 @@ void Runtime::OnAbort(CommInfo* comm) {
   AskPeersToDump(trace::DumpReason::Abort);
 }
 
+void Runtime::WriteMetrics(uint64_t now) {
+  metrics_->Count(*ring_);
+  if (now < next_metrics_ns_) return;
+  next_metrics_ns_ = now + timing::Ns(timing::kMetricsInterval);
+  MetricsInput in;
+  in.rank = global_rank_.load();
+  for (CommInfo* c : comms_.All()) in.comms.push_back(c);
+  in.ring = ring_.get();
+  in.inflight = watchdog_->Inflight(0, now);
+  in.stalls = stalls_.load();
+  in.dumps = dumps_->written();
+  in.nccl_version = nccl_version_;
+  if (!metrics_->Write(in, now, UnixNs()) && !metrics_warned_) {
+    metrics_warned_ = true;
+    LogWarn("cannot write %s: %s; metrics are retried every %d s", metrics_->file().c_str(), strerror(errno),
+            timing::Ms(timing::kMetricsInterval) / 1000);
+  }
+}
+
 void Runtime::OnTick() {
   static std::once_flag tid_once;
   std::call_once(tid_once, [] { SetWatchdogTid(CurrentTid()); });
@@ -299,6 +327,7 @@ void Runtime::OnTick() {
     DoneSignalDump();
   }
   uint64_t now = MonoNs();
+  if (metrics_) WriteMetrics(now);
   if (now - last_peer_poll_ns_ < config_.peer_poll_ms * 1000000ull) return;
   last_peer_poll_ns_ = now;
   std::optional<PeerRequest> req = dumps_->PollRequest();

@@ -15,6 +15,7 @@
 #include "dump/dump_files.h"
 #include "gpu/driver.h"
 #include "gpu/markers.h"
+#include "metrics/metrics.h"
 #include "record/comm_registry.h"
 #include "record/flight_ring.h"
 #include "record/thread_registry.h"
@@ -55,6 +56,7 @@ class Runtime {
   Runtime();
   bool Start();
   void OnTick();
+  void WriteMetrics(uint64_t now);
   void OnStall(const InflightView& v, const std::string& detail);
   void OnRecovery(const Recovery& r);
   void AtExit();
@@ -72,6 +74,10 @@ class Runtime {
   ThreadRegistry threads_;
   std::unique_ptr<Watchdog> watchdog_;
   std::unique_ptr<DumpDirectory> dumps_;
+  std::unique_ptr<MetricsWriter> metrics_;  // NCCLWATCH_METRICS set
+  uint64_t next_metrics_ns_ = 0;
+  bool metrics_warned_ = false;
+  std::atomic<uint64_t> stalls_{0};
 
   std::atomic<int> global_rank_{-1};
   std::atomic<int> world_size_{-1};

@@ -11,6 +11,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -728,6 +729,66 @@ def live_dump_snapshot():
     r = subprocess.run([os.path.join(B, "bin", "ncclwatch"), "dump", "/nonexistent-dir"], capture_output=True, text=True)
     check(r.returncode == 2 and r.stderr.count("\n") == 1, f"a missing directory: one line, exit 2: {r.stderr}")
     shutil.rmtree(shared, ignore_errors=True)
+
+PROM_LINE = re.compile(r'^(ncclwatch_[a-z_]+)\{((?:[a-z_]+="[^"\\]*",?)*)\} (-?[0-9.e+]+)$')
+
+
+def check_prometheus_text(text):
+    """The text exposition format as node-exporter's textfile collector reads it; promtool's
+    own check too where it is installed (Debian package prometheus)."""
+    helped, typed = set(), {}
+    samples = []
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            helped.add(line.split()[2])
+        elif line.startswith("# TYPE "):
+            _, _, name, kind = line.split()
+            typed[name] = kind
+        else:
+            m = PROM_LINE.match(line)
+            check(m, f"a sample line: {line!r}")
+            name = m.group(1)
+            check(name in helped and name in typed, f"{name} has HELP and TYPE before its samples")
+            check(typed[name] != "counter" or name.endswith("_total"), f"counter {name} ends in _total")
+            check("rank=" in m.group(2), f"every sample has the rank label: {line}")
+            samples.append((name, m.group(2), float(m.group(3))))
+    promtool = shutil.which("promtool")
+    if promtool:
+        r = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
+        check(r.returncode == 0, f"promtool check metrics: {r.stdout} {r.stderr}")
+    else:
+        print("  promtool not installed: checked against the format's rules only")
+    return samples
+
+
+@case
+def metrics_textfile():
+    # NCCLWATCH_METRICS=DIR: each process keeps a Prometheus file there while it runs, and removes
+    # it when it exits normally.
+    metrics = tempfile.mkdtemp(prefix="ncclwatch-e2e-metrics-")
+    seen = {}
+
+    def sample(p):
+        deadline = time.time() + 20
+        while time.time() < deadline and len(glob.glob(os.path.join(metrics, "*.prom"))) < 2:
+            time.sleep(0.2)
+        time.sleep(0.5)
+        for path in glob.glob(os.path.join(metrics, "*.prom")):
+            with open(path) as f:
+                seen[path] = f.read()
+
+    j = job(2, ["--iters", "300", "--linger-ms", "7000"], env={"NCCLWATCH_METRICS": metrics}, timeout=30,
+            after_start=sample)
+    check(j.rc == 0, f"the job finished: {j.rc} {j.err[-1500:]}")
+    check(len(seen) == 2, f"one file per process while it ran: {list(seen)}")
+    for path, text in seen.items():
+        samples = check_prometheus_text(text)
+        ops = [v for n, l, v in samples if n == "ncclwatch_operations_total" and 'op="AllReduce"' in l]
+        check(ops and max(ops) >= 300, f"{path}: the all-reduces are counted: {ops}")
+        done = [v for n, l, v in samples if n == "ncclwatch_collectives_completed_total"]
+        check(done and max(done) >= 300, f"{path}: completions counted: {done}")
+    check(glob.glob(os.path.join(metrics, "*")) == [], f"files removed at exit: {os.listdir(metrics)}")
+    shutil.rmtree(metrics, ignore_errors=True)
 
 
 def main():

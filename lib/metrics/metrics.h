@@ -1,0 +1,58 @@
+// NCCLWATCH_METRICS=DIR: a Prometheus text-format file per process, rewritten every few seconds
+// (atomically) for node-exporter's textfile collector. Written from the watchdog thread; off by
+// default, and when off nothing here exists.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "record/comm_registry.h"
+#include "record/flight_ring.h"
+#include "watchdog/watchdog.h"
+
+namespace ncclwatch {
+
+// What one sample reads from the library's state.
+struct MetricsInput {
+  int rank = -1;
+  std::vector<const CommInfo*> comms;
+  const FlightRing* ring = nullptr;
+  std::vector<InflightView> inflight;
+  uint64_t stalls = 0;
+  uint64_t dumps = 0;
+  int nccl_version = 0;
+};
+
+class MetricsWriter {
+ public:
+  // `file`: the file's path; written through `file`.tmp-<pid> and a rename.
+  explicit MetricsWriter(std::string file) : file_(std::move(file)) {}
+
+  // Counts the ring's new operations (since the last call); cheap, every poll.
+  void Count(const FlightRing& ring);
+  // The text of one sample (also for tests), and writing it.
+  std::string Render(const MetricsInput& in, uint64_t now_mono_ns, uint64_t now_unix_ns);
+  bool Write(const MetricsInput& in, uint64_t now_mono_ns, uint64_t now_unix_ns);
+  // At a normal exit: the file goes (a dead process must not look alive to the collector).
+  void Remove();
+
+  const std::string& file() const { return file_; }
+
+ private:
+  struct Totals {
+    uint64_t ops = 0, bytes = 0;
+  };
+  std::string file_;
+  uint64_t next_index_ = 0;                                   // ring index not yet counted
+  std::map<std::pair<uint64_t, trace::OpKind>, Totals> totals_;  // (comm, op)
+  std::map<uint64_t, std::pair<uint64_t, uint64_t>> last_completion_;  // comm -> (seq, mono ns seen)
+};
+
+// "ncclwatch-<host>-<pid>.prom": the rank is a label (it may be learnt after start).
+std::string MetricsFileName(const std::string& host, int pid);
+
+}  // namespace ncclwatch
