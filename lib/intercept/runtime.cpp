@@ -188,7 +188,11 @@ void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const st
                    const std::optional<InflightView>& stalled, bool light) {
   if (!LockWithin(dump_mu_, timing::Ms(timing::kDumpLockWait))) return;
   std::lock_guard<std::mutex> lock(dump_mu_, std::adopt_lock);
-  if (dumps_->LimitReached()) return;
+  if (dumps_->LimitReached()) {  // the event is still said (the bound's own line comes once)
+    LogWarn("%s: %s (no dump: NCCLWATCH_MAX_DUMPS reached)", trace::DumpReasonName(reason),
+            detail.empty() ? "-" : detail.c_str());
+    return;
+  }
   DumpInput in;
   in.reason = reason;
   in.detail = detail;
@@ -237,9 +241,10 @@ void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const st
   in.time_mono_ns = MonoNs();
   std::string path = dumps_->Write(DumpFileStem(in), SerializeDump(in));
   last_dump_mono_ns_.store(MonoNs());
-  if (!path.empty())
-    LogWarn("%s dump written: %s%s%s", trace::DumpReasonName(reason), path.c_str(), detail.empty() ? "" : " -- ",
-            detail.c_str());
+  // One short line per rank per event (at 512 ranks the launcher's log is where users look):
+  // what happened, then where the dump is; `ncclwatch run` / `analyze` tell the story.
+  LogWarn("%s: %s (%s%s)", trace::DumpReasonName(reason), detail.empty() ? "-" : detail.c_str(),
+          path.empty() ? "no dump written" : "dump ", path.substr(path.rfind('/') + 1).c_str());
 }
 
 void Runtime::AskPeersToDump(trace::DumpReason reason) {
@@ -259,7 +264,6 @@ void Runtime::AskPeersToDump(trace::DumpReason reason) {
 
 void Runtime::OnStall(const InflightView& v, const std::string& detail) {
   stalls_.fetch_add(1);
-  LogWarn("stall: %s", detail.c_str());
   Dump(trace::DumpReason::Stall, detail, std::nullopt, v);
   AskPeersToDump(trace::DumpReason::Stall);
 }
@@ -269,7 +273,6 @@ void Runtime::OnRecovery(const Recovery& r) {
   snprintf(line, sizeof line, "%s seq %llu on comm %s completed after %.1f s (reported stalled at %.1f s)",
            trace::OpKindName(r.kind), static_cast<unsigned long long>(r.seq), CommIdHex(r.comm_id).c_str(),
            r.recovered_after_s, r.stalled_after_s);
-  LogWarn("recovered: %s", line);
   Dump(trace::DumpReason::Recovery, line, std::nullopt, std::nullopt, /*light=*/true);
 }
 

@@ -378,7 +378,7 @@ def stall_then_recovery():
     rec = d["recoveries"]
     check(rec and rec[0]["seq"] == 4 and rec[0]["op"] == "AllReduce", f"the recovery names the operation: {rec}")
     check(3.0 <= rec[0]["recovered_after_s"] <= 6.0, f"and after how long: {rec[0]['recovered_after_s']}")
-    check(any("recovered: AllReduce seq 4" in l for l in j.ncclwatch_lines()), "one line says it recovered")
+    check(any("recovery: AllReduce seq 4" in l for l in j.ncclwatch_lines()), "one line says it recovered")
 
 
 @case
@@ -789,6 +789,18 @@ def metrics_textfile():
         check(done and max(done) >= 300, f"{path}: completions counted: {done}")
     check(glob.glob(os.path.join(metrics, "*")) == [], f"files removed at exit: {os.listdir(metrics)}")
     shutil.rmtree(metrics, ignore_errors=True)
+
+@case
+def one_line_per_rank_per_event():
+    # At 512 ranks the launcher's log is where users look: each rank says each event once, in
+    # one short line (what happened and the dump's file name), never the same stall twice.
+    j = job(4, ["--iters", "20", "--busy-rank", "2", "--busy-at", "5", "--busy-ms", "-1"],
+            env={"NCCLWATCH_TIMEOUT": "2"}, timeout=8)
+    lines = j.ncclwatch_lines()
+    dumps = sum(len(v) for v in j.dumps().values())
+    check(len(lines) == dumps, f"one line per dump ({dumps}), no more:\n" + "\n".join(lines))
+    for l in lines:
+        check(len(l) < 300 and "(dump rank" in l, f"short, naming the dump: {l}")
 
 
 def main():
