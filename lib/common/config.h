@@ -40,6 +40,8 @@ struct DeadlineSpec {
   X(dump_signal, DUMP_SIGNAL, Signal, "SIGUSR2", "on-demand dump signal; none to disable")         \
   X(stack_signal, STACK_SIGNAL, Signal, "SIGRTMIN+5", "signal used to sample thread stacks")       \
   X(max_dumps, MAX_DUMPS, Count, 8, "dumps per process at most (bounds disk use)")                \
+  X(exit_record, EXIT_RECORD, Bool, true, "a small record of where the rank stopped at a normal exit") \
+  X(job_instance, JOB_INSTANCE, String, "", "this attempt's id (default from the launcher's variables)") \
   X(metrics, METRICS, String, "", "directory for a Prometheus textfile per process; empty: off")   \
   X(log, LOG, Level, "warn", "quiet, warn, info or debug")                                          \
   X(nccl_lib, NCCL_LIB, String, "libnccl.so.2", "NCCL library to look in when RTLD_NEXT fails")    \

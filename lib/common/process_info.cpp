@@ -1,6 +1,10 @@
 #include "common/process_info.h"
 
+#include <sys/random.h>
 #include <unistd.h>
+
+#include <cstdio>
+#include <ctime>
 
 #include <cstdlib>
 #include <cstring>
@@ -49,6 +53,28 @@ ProcessIdentity ReadProcessIdentity() {
   id.host = host;
   id.pid = static_cast<int>(getpid());
   id.job_id = FirstStringEnv({"SLURM_JOB_ID", "TORCHELASTIC_RUN_ID", "PMIX_NAMESPACE", "OMPI_MCA_orte_ess_jobid"});
+  auto env = [](const char* n) -> std::string {
+    const char* v = getenv(n);
+    return v ? v : "";
+  };
+  if (!env("TORCHELASTIC_RUN_ID").empty())
+    id.job_instance = "torchelastic:" + env("TORCHELASTIC_RUN_ID") + ":" + env("TORCHELASTIC_RESTART_COUNT");
+  else if (!env("SLURM_JOB_ID").empty())
+    id.job_instance = "slurm:" + env("SLURM_JOB_ID") + "." + env("SLURM_STEP_ID") + ":" +
+                      (env("SLURM_RESTART_COUNT").empty() ? "0" : env("SLURM_RESTART_COUNT"));
+  else if (!env("PMIX_NAMESPACE").empty())
+    id.job_instance = "pmix:" + env("PMIX_NAMESPACE");
+  else if (!env("OMPI_MCA_orte_ess_jobid").empty())
+    id.job_instance = "ompi:" + env("OMPI_MCA_orte_ess_jobid");
+  uint64_t uid = 0;
+  if (getrandom(&uid, sizeof uid, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof uid))
+    uid = (static_cast<uint64_t>(id.pid) << 32) ^ static_cast<uint64_t>(clock());  // no entropy yet: still distinct here
+  char hex[24];
+  snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(uid));
+  id.process_uid = hex;
+  timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  id.start_unix_ns = static_cast<uint64_t>(now.tv_sec) * 1000000000ull + static_cast<uint64_t>(now.tv_nsec);
   return id;
 }
 

@@ -2,6 +2,7 @@
 // PMI), read once at start-up.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,6 +16,13 @@ struct ProcessIdentity {
   std::string host;
   int pid = 0;
   std::string job_id;  // SLURM_JOB_ID, TORCHELASTIC_RUN_ID, PMIX_NAMESPACE, OMPI_MCA_orte_ess_jobid
+  // This attempt of the job, as the launcher names it ("" unknown): torchelastic:<run>:<restart>,
+  // slurm:<job>.<step>:<restart>, pmix:<namespace>, ompi:<jobid>.
+  std::string job_instance;
+  // Random, drawn at start: unique in the job even where host and pid are not (containers with
+  // their own PID namespaces).
+  std::string process_uid;
+  uint64_t start_unix_ns = 0;
 };
 
 ProcessIdentity ReadProcessIdentity();

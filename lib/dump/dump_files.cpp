@@ -11,9 +11,8 @@
 #include <fstream>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
 #include "common/log.h"
+#include "format/file_name.h"
 
 namespace ncclwatch {
 namespace {
@@ -26,7 +25,9 @@ bool MakeDirs(const std::string& path, std::string* why) {
   while (std::getline(ss, part, '/')) {
     if (part.empty()) continue;
     cur += part + "/";
-    if (mkdir(cur.c_str(), 0777) != 0 && errno != EEXIST) {
+    // 0755 whatever the umask: a dump directory is never writable by others (the umask can
+    // only take more away).
+    if (mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) {
       *why = std::string(strerror(errno));
       return false;
     }
@@ -38,6 +39,27 @@ bool MakeDirs(const std::string& path, std::string* why) {
   return true;
 }
 
+// The fallback in /tmp has a predictable name: it is used only when it is a real directory (not a
+// link) owned by this user and writable by nobody else; another user's planted one is refused.
+bool SafeSharedDir(const std::string& path, std::string* why) {
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) return true;  // MakeDirs creates it, 0755
+  if (!S_ISDIR(st.st_mode) || st.st_uid != getuid() || (st.st_mode & (S_IWGRP | S_IWOTH))) {
+    *why = "exists and is not a directory of this user writable by this user only";
+    return false;
+  }
+  return true;
+}
+
+// Creates `path` for writing, exclusively and without following a link planted under its name
+// (a temporary name is predictable); a leftover of this very pid (a crash) is replaced.
+int CreateExclusive(const std::string& path) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0 && errno == EEXIST && unlink(path.c_str()) == 0)  // unlink removes a link, never its target
+    fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  return fd;
+}
+
 }  // namespace
 
 int WriteFileNoReplace(const std::string& path, const std::string& content) {
@@ -46,7 +68,7 @@ int WriteFileNoReplace(const std::string& path, const std::string& content) {
   std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
   // Hidden temp name: readers select "rank*.json" and never see a partial file.
   std::string tmp = dir + "/.tmp-" + base + "-" + std::to_string(getpid());
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = CreateExclusive(tmp);
   if (fd < 0) return errno;
   const char* p = content.data();
   size_t left = content.size();
@@ -78,12 +100,13 @@ DumpDirectory::DumpDirectory(std::string configured, std::string fallback_name, 
 
 bool DumpDirectory::EnsureDirectory() {
   if (dir_ready_) return true;
-  std::string candidates[] = {configured_, fallback_name_, "/tmp/" + fallback_name_ + "-" + std::to_string(getuid())};
+  const std::string shared = "/tmp/" + fallback_name_ + "-" + std::to_string(getuid());
+  std::string candidates[] = {configured_, fallback_name_, shared};
   std::string first_error;
   for (const std::string& c : candidates) {
     if (c.empty()) continue;
     std::string why;
-    if (MakeDirs(c, &why)) {
+    if ((c != shared || SafeSharedDir(c, &why)) && MakeDirs(c, &why) && (c != shared || SafeSharedDir(c, &why))) {
       if (!first_error.empty()) LogWarn("%s; writing dumps to %s instead", first_error.c_str(), c.c_str());
       dir_ = c;
       dir_ready_ = true;
@@ -101,7 +124,7 @@ bool DumpDirectory::LimitReached() {
 }
 
 bool DumpDirectory::LimitReachedLocked() {
-  if (written_ < max_dumps_) return false;
+  if (max_dumps_ >= 2 || written_ < max_dumps_) return false;  // >= 2: older dumps make room
   if (!limit_logged_)
     LogWarn("NCCLWATCH_MAX_DUMPS=%llu reached; no further dumps from this process",
             static_cast<unsigned long long>(max_dumps_));
@@ -109,15 +132,24 @@ bool DumpDirectory::LimitReachedLocked() {
   return true;
 }
 
-std::string DumpDirectory::Write(const std::string& stem, const std::string& content) {
+std::string DumpDirectory::Write(const std::string& stem, const std::string& content, bool counted) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (LimitReachedLocked()) return "";
+  if (counted && LimitReachedLocked()) return "";
   if (!EnsureDirectory()) return "";
+  if (counted && max_dumps_ >= 2 && kept_.size() >= max_dumps_) {
+    if (!limit_logged_)
+      LogWarn("NCCLWATCH_MAX_DUMPS=%llu reached; this process keeps its first dump and its latest ones",
+              static_cast<unsigned long long>(max_dumps_));
+    limit_logged_ = true;
+    unlink(kept_[1].c_str());  // only a file this process wrote
+    kept_.erase(kept_.begin() + 1);
+  }
   for (int attempt = 0; attempt < 100; ++attempt) {
     std::string path = dir_ + "/" + stem + (attempt ? "-" + std::to_string(attempt) : "") + ".json";
     int e = WriteFileNoReplace(path, content);
     if (e == 0) {
       ++written_;
+      if (counted) kept_.push_back(path);
       return path;
     }
     if (e != EEXIST) {
@@ -132,25 +164,24 @@ std::string DumpDirectory::Write(const std::string& stem, const std::string& con
 bool DumpDirectory::WriteRequest(const PeerRequest& r) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!EnsureDirectory()) return false;
-  nlohmann::ordered_json j;
-  j["request"] = r.request;
-  j["origin_rank"] = r.origin_rank;
-  j["origin_host"] = r.origin_host;
-  j["reason"] = r.reason;
-  std::string path = dir_ + "/dump-request.json";
+  std::string text = trace::WriteRequest(r);
+  std::string path = dir_ + "/" + trace::kDumpRequestFile;
   std::string tmp = dir_ + "/.tmp-dump-request-" + std::to_string(getpid());
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << j.dump() << "\n";
-    if (!f) return false;
-  }
+  int fd = CreateExclusive(tmp);
+  if (fd < 0) return false;
+  bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ok = close(fd) == 0 && ok;
   // Replacing is intended here: the newest request wins; every rank serves each one once.
-  return rename(tmp.c_str(), path.c_str()) == 0;
+  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
+    unlink(tmp.c_str());
+    return false;
+  }
+  return true;
 }
 
 std::string DumpDirectory::RequestPath() {
   std::lock_guard<std::mutex> lock(mu_);
-  return (dir_ready_ ? dir_ : (configured_.empty() ? fallback_name_ : configured_)) + "/dump-request.json";
+  return (dir_ready_ ? dir_ : (configured_.empty() ? fallback_name_ : configured_)) + "/" + trace::kDumpRequestFile;
 }
 
 double DumpDirectory::RequestAgeS() {
@@ -161,26 +192,25 @@ double DumpDirectory::RequestAgeS() {
   return static_cast<double>(now.tv_sec - st.st_mtim.tv_sec) + (now.tv_nsec - st.st_mtim.tv_nsec) / 1e9;
 }
 
-std::optional<PeerRequest> DumpDirectory::PollRequest() {
+std::optional<PeerRequest> DumpDirectory::PollRequest(const std::string& own_instance, uint64_t own_start_unix_ns) {
   std::string path = RequestPath();
   struct stat st;
-  if (stat(path.c_str(), &st) != 0) return std::nullopt;
+  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
   int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   if (mtime == seen_mtime_ns_ && st.st_size == seen_size_ && st.st_ino == seen_ino_) return std::nullopt;
-  std::ifstream f(path);
-  std::stringstream buf;
-  buf << f.rdbuf();
-  auto j = nlohmann::json::parse(buf.str(), nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return std::nullopt;  // being replaced: retry next poll
+  int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  char buf[4096];
+  ssize_t n = read(fd, buf, sizeof buf);
+  close(fd);
+  PeerRequest r;
+  if (n <= 0 || !trace::ParseRequest(std::string(buf, static_cast<size_t>(n)), &r))
+    return std::nullopt;  // being replaced: retry next poll
   seen_mtime_ns_ = mtime;
   seen_size_ = st.st_size;
   seen_ino_ = st.st_ino;
-  PeerRequest r;
-  r.request = j.value("request", "");
-  r.origin_rank = j.value("origin_rank", -1);
-  r.origin_host = j.value("origin_host", "");
-  r.reason = j.value("reason", "");
-  if (r.request.empty()) return std::nullopt;
+  if (!r.job_instance.empty() && !own_instance.empty() && r.job_instance != own_instance) return std::nullopt;
+  if (r.time_unix_ns > 0 && static_cast<uint64_t>(r.time_unix_ns) < own_start_unix_ns) return std::nullopt;
   return r;
 }
 

@@ -10,31 +10,36 @@
 #include <optional>
 #include <string>
 
+#include "format/request.h"
+#include <vector>
+
 namespace ncclwatch {
 
-struct PeerRequest {
-  std::string request;  // "<host>-<pid>-<n>"
-  int origin_rank = -1;
-  std::string origin_host;
-  std::string reason;
-};
+// The job-wide dump request: a format record (format/request.h).
+using PeerRequest = trace::DumpRequest;
 
 class DumpDirectory {
  public:
   DumpDirectory(std::string configured, std::string fallback_name, uint64_t max_dumps);
 
   // Writes `content` as `<dir>/<stem>.json`. Returns the path, or "" (with one line logged)
-  // when the per-process bound is reached or nothing could be written.
-  std::string Write(const std::string& stem, const std::string& content);
+  // when the per-process bound is reached or nothing could be written. At the bound
+  // (NCCLWATCH_MAX_DUMPS >= 2) the process keeps its first dump and its latest ones: the oldest
+  // other dump it wrote is removed to make room, so recovered stalls never crowd out the
+  // evidence of the latest episode. `counted`: false for the exit record (one per process).
+  std::string Write(const std::string& stem, const std::string& content, bool counted = true);
   uint64_t written() const { return written_; }
-  // True once NCCLWATCH_MAX_DUMPS dumps were written; the first such answer logs one line.
+  // True when no further dump can be written (NCCLWATCH_MAX_DUMPS < 2 and reached); the first
+  // such answer logs one line.
   bool LimitReached();
   const std::string& path() const { return dir_; }
 
   // The job-wide dump request (docs/trace-format.md).
   bool WriteRequest(const PeerRequest& r);
-  // A request whose file changed since the last call, if any.
-  std::optional<PeerRequest> PollRequest();
+  // A request whose file changed since the last call, if any. A request of another job
+  // instance (both known) or written before `own_start_unix_ns` (left in a reused directory by
+  // an earlier attempt) is not one: it is seen and ignored.
+  std::optional<PeerRequest> PollRequest(const std::string& own_instance = "", uint64_t own_start_unix_ns = 0);
   // Seconds since the request file was last written (by any rank); negative if there is none.
   double RequestAgeS();
 
@@ -49,6 +54,7 @@ class DumpDirectory {
   bool dir_ready_ = false;
   uint64_t max_dumps_;
   uint64_t written_ = 0;
+  std::vector<std::string> kept_;  // counted dumps of this process still on disk, oldest first
   bool limit_logged_ = false;
   std::mutex mu_;
   // Identity of the request file last seen (mtime, size, inode).

@@ -57,9 +57,22 @@ trace::Summary SummaryOf(const DumpInput& in) {
     }
     s.comms.push_back(std::move(cs));
   }
+  for (const auto& p : in.initializing) {
+    trace::CommSummary cs;
+    cs.id = CommIdHex(p.id);
+    cs.size = p.size;
+    cs.rank = p.rank;
+    cs.state = trace::CommStateName(trace::CommState::Initializing);
+    s.comms.push_back(std::move(cs));
+  }
   for (auto& v : in.inflight) s.in_flight.push_back(InflightRecordOf(v));
   if (in.stalled && in.stalled->op.comm_id) s.stalled = InflightRecordOf(*in.stalled);
   s.ring_overwritten = static_cast<int64_t>(in.ring_overwritten);
+  s.process_uid = in.identity.process_uid;
+  s.job_instance = in.identity.job_instance;
+  s.start_unix_ns = static_cast<int64_t>(in.identity.start_unix_ns);
+  s.exit_status = in.exit_status;
+  if (in.failed) s.failed = OpRecordOf(*in.failed);
   return s;
 }
 

@@ -32,9 +32,17 @@ struct DumpInput {
   uint64_t time_unix_ns = 0, time_mono_ns = 0, start_mono_ns = 0;
   const Config* config = nullptr;
   std::vector<const CommInfo*> comms;
+  // Communicators being created (ncclCommInitRank* not returned): summary.comms, `initializing`.
+  struct Initializing {
+    uint64_t id = 0;
+    int size = 0, rank = -1;
+  };
+  std::vector<Initializing> initializing;
   std::vector<ThreadRegistry::InCall> in_nccl;
   std::vector<InflightView> inflight;
   std::optional<InflightView> stalled;
+  std::optional<OpSnapshot> failed;  // reason nccl_error: the call that returned the error
+  int exit_status = -1;              // reason exit / exit_in_flight
   std::vector<Recovery> recoveries;
   // Full detail (absent from light dumps).
   bool light = false;

@@ -70,7 +70,7 @@ void Fail(Runtime& rt, GroupedOp* ops, int n, ncclResult_t r, const char* functi
     rt.ring().SetResult(ops[i].op.index, r);
     rt.ring().SetState(ops[i].op.index, trace::OpState::Error);
   }
-  rt.OnNcclError(function, r, n > 0 ? ops[0].comm : nullptr, false);
+  rt.OnNcclError(function, r, n > 0 ? ops[0].comm : nullptr, false, n > 0 ? &ops[0].op : nullptr);
 }
 
 // A non-blocking communicator returned ncclInProgress: its marked operations wait, with their
@@ -152,7 +152,16 @@ ncclResult_t LaunchBatch(Runtime& rt, ThreadState& ts, GroupedOp* ops, int n, co
   for (int i = 0; i < n; ++i) {
     int m = stream_of[i];
     marker_of[i] = m >= 0 ? marks[m].marker : nullptr;
-    if (!marker_of[i]) rt.ring().SetState(ops[i].op.index, StateFor(m >= 0 ? marks[m].result : MarkResult::Unmonitored));
+    if (marker_of[i]) continue;
+    trace::OpState state = StateFor(m >= 0 ? marks[m].result : MarkResult::Unmonitored);
+    rt.ring().SetState(ops[i].op.index, state);
+    // A collective captured into a CUDA graph is launched by every replay: it is never "not
+    // reached", so its sequence number counts as reached and completed (a replay that hangs
+    // is not seen: no markers go into a graph).
+    if (state == trace::OpState::Captured && ops[i].comm && !trace::IsPointToPoint(ops[i].op.kind)) {
+      StoreMax(ops[i].comm->last_gpu_reached, ops[i].op.seq);
+      StoreMax(ops[i].comm->last_completed, ops[i].op.seq);
+    }
   }
   if (r == ncclInProgress) {
     DeferNonblocking(ops, marker_of, n);

@@ -70,6 +70,21 @@ void Register(Runtime& rt, ncclComm_t handle, uint64_t id, int size, int rank, C
   rt.AddCommunicator(std::move(info));
 }
 
+// The communicator being created, visible in dumps while the creation call has not returned.
+class PendingScope {
+ public:
+  PendingScope(const char* function, uint64_t id, int size, int rank) : rt_(Runtime::IfActive()) {
+    if (rt_) token_ = rt_->BeginInit(function, id, size, rank);
+  }
+  ~PendingScope() {
+    if (rt_) rt_->EndInit(token_);
+  }
+
+ private:
+  Runtime* rt_;
+  uint64_t token_ = 0;
+};
+
 bool Ok(ncclResult_t r) { return r == ncclSuccess || r == ncclInProgress; }
 
 CommInfo* Known(Runtime& rt, ncclComm_t comm) {
@@ -119,7 +134,11 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
   NCCLWATCH_REAL(ncclCommInitRank);
   return Managed(
-      "ncclCommInitRank", true, [&] { return real(comm, nranks, commId, rank); },
+      "ncclCommInitRank", true,
+      [&] {
+        PendingScope pending("ncclCommInitRank", CommIdFromUniqueIds(&commId, sizeof commId), nranks, rank);
+        return real(comm, nranks, commId, rank);
+      },
       [&](Runtime& rt, ThreadState&, ncclResult_t r) {
         if (Ok(r) && comm)
           Register(rt, *comm, CommIdFromUniqueIds(&commId, sizeof commId), nranks, rank, CommKind::InitRank, nullptr);
@@ -131,7 +150,11 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
 ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t* config) {
   NCCLWATCH_REAL(ncclCommInitRankConfig);
   return Managed(
-      "ncclCommInitRankConfig", true, [&] { return real(comm, nranks, commId, rank, config); },
+      "ncclCommInitRankConfig", true,
+      [&] {
+        PendingScope pending("ncclCommInitRankConfig", CommIdFromUniqueIds(&commId, sizeof commId), nranks, rank);
+        return real(comm, nranks, commId, rank, config);
+      },
       [&](Runtime& rt, ThreadState&, ncclResult_t r) {
         if (Ok(r) && comm)
           Register(rt, *comm, CommIdFromUniqueIds(&commId, sizeof commId), nranks, rank, CommKind::InitRankConfig,
@@ -145,7 +168,14 @@ ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myran
                                       ncclConfig_t* config) {
   NCCLWATCH_REAL(ncclCommInitRankScalable);
   return Managed(
-      "ncclCommInitRankScalable", true, [&] { return real(newcomm, nranks, myrank, nId, commIds, config); },
+      "ncclCommInitRankScalable", true,
+      [&] {
+        PendingScope pending("ncclCommInitRankScalable",
+                             commIds && nId > 0 ? CommIdFromUniqueIds(commIds, sizeof(ncclUniqueId) * static_cast<size_t>(nId))
+                                                : 0,
+                             nranks, myrank);
+        return real(newcomm, nranks, myrank, nId, commIds, config);
+      },
       [&](Runtime& rt, ThreadState&, ncclResult_t r) {
         if (Ok(r) && newcomm && commIds && nId > 0)
           Register(rt, *newcomm, CommIdFromUniqueIds(commIds, sizeof(ncclUniqueId) * static_cast<size_t>(nId)),
@@ -205,7 +235,8 @@ NCCLWATCH_END_OF_LIFE(ncclCommDestroy, CommState::Destroyed)
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
   NCCLWATCH_REAL(ncclCommAbort);
   // Dump before forwarding: frameworks abort communicators right before killing the process.
-  if (Runtime* rt = Runtime::IfActive()) {
+  // ncclCommAbort(NULL) does nothing in NCCL: nothing to report either.
+  if (Runtime* rt = comm ? Runtime::IfActive() : nullptr) {
     ThreadState& ts = CurrentThread();
     if (!ts.inside) {
       ReentryGuard guard(ts);

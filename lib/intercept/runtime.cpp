@@ -27,6 +27,9 @@ std::atomic<Runtime*> g_runtime{nullptr};
 std::mutex g_start_mu;
 
 
+// Ring entries an exit record keeps: the rank's last operations.
+constexpr size_t kExitRecordRingTail = 64;
+
 int32_t CurrentTid() { return static_cast<int32_t>(syscall(SYS_gettid)); }
 
 void WakeWatchdog(void* arg) { static_cast<Watchdog*>(arg)->Wake(); }
@@ -85,6 +88,7 @@ bool Runtime::Start() {
   if (config_.disable) return false;
 
   identity_ = ReadProcessIdentity();
+  if (!config_.job_instance.empty()) identity_.job_instance = config_.job_instance;
   start_mono_ns_ = MonoNs();
   if (identity_.env_rank >= 0) {
     global_rank_.store(identity_.env_rank);
@@ -120,7 +124,8 @@ bool Runtime::Start() {
 
   InstallSignalHandlers(config_.signals, config_.dump_signal, config_.signal_wait_ms,
                         SignalHooks{&WakeWatchdog, watchdog_.get()});
-  atexit(&Runtime::AtExitThunk);
+  // on_exit, not atexit: the handler gets the exit status (a return from main included).
+  on_exit(&Runtime::OnExitThunk, nullptr);
   pthread_atfork(nullptr, nullptr, &Runtime::AtForkChild);
   LogInfo("started: ring %llu entries (%zu KiB), dumps to %s", static_cast<unsigned long long>(ring_->capacity()),
           ring_->MemoryBytes() / 1024, config_.dir.empty() ? DefaultDumpDir(identity_).c_str() : config_.dir.c_str());
@@ -132,11 +137,11 @@ void Runtime::AtForkChild() {
   g_state.store(kDisabled, std::memory_order_release);
 }
 
-void Runtime::AtExitThunk() {
-  if (Runtime* rt = IfActive()) rt->AtExit();
+void Runtime::OnExitThunk(int status, void*) {
+  if (Runtime* rt = IfActive()) rt->AtExit(status);
 }
 
-void Runtime::AtExit() {
+void Runtime::AtExit(int status) {
   if (identity_.pid != getpid()) return;
   g_state.store(kDisabled, std::memory_order_release);  // late NCCL calls pass straight through
   // Operations that finish while the process exits are normal (a script that ends without a
@@ -156,7 +161,16 @@ void Runtime::AtExit() {
     std::string detail = std::to_string(pending.size()) + " operation(s) still in flight at exit, oldest " +
                          trace::OpKindName(pending.front().op.kind) + " seq " +
                          std::to_string(pending.front().op.seq);
-    Dump(trace::DumpReason::ExitInFlight, detail);
+    DumpExtra extra;
+    extra.exit_status = status;
+    Dump(trace::DumpReason::ExitInFlight, detail, std::nullopt, std::nullopt, extra);
+  } else if (config_.exit_record) {
+    // Where this rank stopped, for the ranks that may still wait on it (uneven inputs): small
+    // and cheap, outside NCCLWATCH_MAX_DUMPS.
+    DumpExtra extra;
+    extra.exit_record = true;
+    extra.exit_status = status;
+    Dump(trace::DumpReason::Exit, "exit status " + std::to_string(status), std::nullopt, std::nullopt, extra);
   }
 }
 
@@ -185,10 +199,11 @@ CommInfo* Runtime::AdoptUnknown(const void* handle) {
 }
 
 void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const std::optional<PeerRequest>& trigger,
-                   const std::optional<InflightView>& stalled, bool light) {
+                   const std::optional<InflightView>& stalled, const DumpExtra& extra) {
+  const bool light = extra.light;
   if (!LockWithin(dump_mu_, timing::Ms(timing::kDumpLockWait))) return;
   std::lock_guard<std::mutex> lock(dump_mu_, std::adopt_lock);
-  if (dumps_->LimitReached()) {  // the event is still said (the bound's own line comes once)
+  if (!extra.exit_record && dumps_->LimitReached()) {  // the event is still said (the bound's own line comes once)
     LogWarn("%s: %s (no dump: NCCLWATCH_MAX_DUMPS reached)", trace::DumpReasonName(reason),
             detail.empty() ? "-" : detail.c_str());
     return;
@@ -206,9 +221,15 @@ void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const st
   in.start_mono_ns = start_mono_ns_;
   in.config = &config_;
   for (CommInfo* c : comms_.All()) in.comms.push_back(c);
+  {
+    std::lock_guard<std::mutex> init_lock(init_mu_);
+    for (const auto& p : inits_) in.initializing.push_back({p.id, p.size, p.rank});
+  }
   in.in_nccl = threads_.InsideNccl();
   in.inflight = watchdog_->Inflight(timing::Ms(timing::kInflightLockWait));
   in.stalled = stalled;
+  in.failed = extra.failed;
+  in.exit_status = extra.exit_status;
   in.recoveries = watchdog_->Recoveries();
   in.light = light;
   in.ring_capacity = ring_->capacity();
@@ -220,6 +241,8 @@ void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const st
     in.cmdline = CommandLine();
     in.cwd = WorkingDirectory();
     in.ring = ring_->Snapshot();
+    if (extra.exit_record && in.ring.size() > kExitRecordRingTail)  // what it did last is enough
+      in.ring.erase(in.ring.begin(), in.ring.end() - kExitRecordRingTail);
     std::set<int32_t> sites;
     for (auto& o : in.ring)
       if (o.callsite >= 0) sites.insert(o.callsite);
@@ -230,7 +253,12 @@ void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const st
       if (!stacks::GetCallsite(id, &cs, static_cast<int>(config_.gil_timeout_ms))) continue;
       in.callsites.push_back({id, {Symbolized(cs.ips), std::move(cs.python)}, cs.note});
     }
-    if (config_.stacks) {
+    if (extra.exit_record && config_.stacks) {  // the exiting thread only: no signals to the others
+      stacks::Callsite cs;
+      int32_t id = stacks::CaptureCallsite(0, stacks::kMaxNativeFrames);
+      if (id >= 0 && stacks::GetCallsite(id, &cs, static_cast<int>(config_.gil_timeout_ms)))
+        in.threads.push_back({CurrentTid(), "exiting thread", {Symbolized(cs.ips), std::move(cs.python)}, cs.note});
+    } else if (config_.stacks) {
       std::string note;
       for (auto& t : stacks::CaptureAllThreads(timing::Ms(timing::kThreadStackWait), config_.python,
                                                static_cast<int>(config_.gil_timeout_ms), &note))
@@ -239,12 +267,14 @@ void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const st
   }
   in.time_unix_ns = UnixNs();
   in.time_mono_ns = MonoNs();
-  std::string path = dumps_->Write(DumpFileStem(in), SerializeDump(in));
+  std::string path = dumps_->Write(DumpFileStem(in), SerializeDump(in), /*counted=*/!extra.exit_record);
   last_dump_mono_ns_.store(MonoNs());
   // One short line per rank per event (at 512 ranks the launcher's log is where users look):
   // what happened, then where the dump is; `ncclwatch run` / `analyze` tell the story.
-  LogWarn("%s: %s (%s%s)", trace::DumpReasonName(reason), detail.empty() ? "-" : detail.c_str(),
-          path.empty() ? "no dump written" : "dump ", path.substr(path.rfind('/') + 1).c_str());
+  // A normal exit's record is news to nobody: said only at NCCLWATCH_LOG=info.
+  auto log = reason == trace::DumpReason::Exit ? &LogInfo : &LogWarn;
+  log("%s: %s (%s%s)", trace::DumpReasonName(reason), detail.empty() ? "-" : detail.c_str(),
+      path.empty() ? "no dump written" : "dump ", path.substr(path.rfind('/') + 1).c_str());
 }
 
 void Runtime::AskPeersToDump(trace::DumpReason reason) {
@@ -255,6 +285,8 @@ void Runtime::AskPeersToDump(trace::DumpReason reason) {
   r.origin_rank = global_rank_.load();
   r.origin_host = identity_.host;
   r.reason = trace::DumpReasonName(reason);
+  r.job_instance = identity_.job_instance;
+  r.time_unix_ns = static_cast<int64_t>(UnixNs());
   {
     std::lock_guard<std::mutex> lock(request_mu_);
     served_requests_.insert(r.request);
@@ -273,10 +305,12 @@ void Runtime::OnRecovery(const Recovery& r) {
   snprintf(line, sizeof line, "%s seq %llu on comm %s completed after %.1f s (reported stalled at %.1f s)",
            trace::OpKindName(r.kind), static_cast<unsigned long long>(r.seq), CommIdHex(r.comm_id).c_str(),
            r.recovered_after_s, r.stalled_after_s);
-  Dump(trace::DumpReason::Recovery, line, std::nullopt, std::nullopt, /*light=*/true);
+  DumpExtra extra;
+  extra.light = true;
+  Dump(trace::DumpReason::Recovery, line, std::nullopt, std::nullopt, extra);
 }
 
-void Runtime::OnNcclError(const char* function, int result, CommInfo* comm, bool async) {
+void Runtime::OnNcclError(const char* function, int result, CommInfo* comm, bool async, const OpSnapshot* failed) {
   {
     std::lock_guard<std::mutex> lock(error_mu_);
     if (!error_dumped_comms_.insert(comm ? comm->id : 0).second) return;
@@ -285,7 +319,14 @@ void Runtime::OnNcclError(const char* function, int result, CommInfo* comm, bool
   std::string detail = std::string(function) + (async ? " reported asynchronous error " : " returned ") +
                        std::to_string(result) + " (" + (text ? text : "") + ")" +
                        (comm ? " on comm " + CommIdHex(comm->id) : std::string());
-  Dump(async ? trace::DumpReason::AsyncError : trace::DumpReason::NcclError, detail);
+  DumpExtra extra;
+  if (failed) {
+    extra.failed = *failed;
+    extra.failed->state = trace::OpState::Error;
+    extra.failed->result = result;
+  }
+  Dump(async ? trace::DumpReason::AsyncError : trace::DumpReason::NcclError, detail, std::nullopt, std::nullopt,
+       extra);
 }
 
 void Runtime::OnAbort(CommInfo* comm) {
@@ -321,6 +362,48 @@ void Runtime::WriteMetrics(uint64_t now) {
   }
 }
 
+uint64_t Runtime::BeginInit(const char* function, uint64_t id, int size, int rank) {
+  std::lock_guard<std::mutex> lock(init_mu_);
+  PendingInit p;
+  p.token = next_init_token_++;
+  p.function = function;
+  p.id = id;
+  p.size = size;
+  p.rank = rank;
+  p.since_ns = MonoNs();
+  inits_.push_back(p);
+  return p.token;
+}
+
+void Runtime::EndInit(uint64_t token) {
+  std::lock_guard<std::mutex> lock(init_mu_);
+  inits_.erase(std::remove_if(inits_.begin(), inits_.end(), [&](const PendingInit& p) { return p.token == token; }),
+               inits_.end());
+}
+
+// A creation call past the default deadline is a setup hang: one stall dump per call, and the
+// job-wide request (the ranks that never joined may be alive elsewhere and dump too).
+void Runtime::CheckInits(uint64_t now) {
+  std::string detail;
+  {
+    std::lock_guard<std::mutex> lock(init_mu_);
+    for (auto& p : inits_) {
+      double waited = ElapsedS(p.since_ns, now);
+      if (p.reported || waited < config_.timeout.default_s) continue;
+      p.reported = true;
+      char line[256];
+      snprintf(line, sizeof line, "%s blocked for %.1f s on comm %s (rank %d of %d)", p.function, waited,
+               CommIdHex(p.id).c_str(), p.rank, p.size);
+      detail = line;
+      break;
+    }
+  }
+  if (detail.empty()) return;
+  stalls_.fetch_add(1);
+  Dump(trace::DumpReason::Stall, detail);
+  AskPeersToDump(trace::DumpReason::Stall);
+}
+
 void Runtime::OnTick() {
   static std::once_flag tid_once;
   std::call_once(tid_once, [] { SetWatchdogTid(CurrentTid()); });
@@ -331,9 +414,10 @@ void Runtime::OnTick() {
   }
   uint64_t now = MonoNs();
   if (metrics_) WriteMetrics(now);
+  CheckInits(now);
   if (now - last_peer_poll_ns_ < config_.peer_poll_ms * 1000000ull) return;
   last_peer_poll_ns_ = now;
-  std::optional<PeerRequest> req = dumps_->PollRequest();
+  std::optional<PeerRequest> req = dumps_->PollRequest(identity_.job_instance, identity_.start_unix_ns);
   if (!req) return;
   {
     std::lock_guard<std::mutex> lock(request_mu_);

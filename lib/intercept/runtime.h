@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "common/config.h"
 #include "common/process_info.h"
@@ -22,6 +23,24 @@
 #include "watchdog/watchdog.h"
 
 namespace ncclwatch {
+
+// A communicator creation call that has not returned.
+struct PendingInit {
+  uint64_t token = 0;
+  const char* function = "";
+  uint64_t id = 0;
+  int size = 0, rank = -1;
+  uint64_t since_ns = 0;
+  bool reported = false;
+};
+
+// What only some dumps carry (Runtime::Dump).
+struct DumpExtra {
+  bool light = false;                // summary and recoveries only
+  bool exit_record = false;          // the exiting thread's stack and the ring's tail only
+  int exit_status = -1;
+  std::optional<OpSnapshot> failed;  // the call that returned an NCCL error
+};
 
 class Runtime {
  public:
@@ -43,24 +62,30 @@ class Runtime {
   // An operation on a communicator created behind our back (e.g. through pncclCommInitRank).
   CommInfo* AdoptUnknown(const void* handle);
 
-  // Writes one dump now, on the calling thread. `light`: summary and recoveries only.
+  // Writes one dump now, on the calling thread.
   void Dump(trace::DumpReason reason, const std::string& detail,
             const std::optional<PeerRequest>& trigger = std::nullopt,
-            const std::optional<InflightView>& stalled = std::nullopt, bool light = false);
+            const std::optional<InflightView>& stalled = std::nullopt, const DumpExtra& extra = {});
   // An NCCL call returned an error (or GetAsyncError reported one): one dump per communicator.
-  void OnNcclError(const char* function, int result, CommInfo* comm, bool async);
+  // `failed`: the operation whose call failed, when it was one.
+  void OnNcclError(const char* function, int result, CommInfo* comm, bool async, const OpSnapshot* failed = nullptr);
   // ncclCommAbort, before it is forwarded: marks the communicator and dumps (once per episode).
   void OnAbort(CommInfo* comm);
+  // A communicator being created (ncclCommInitRank*): shown as `initializing` in dumps until
+  // EndInit, and a stall when it takes longer than the default deadline (a setup hang).
+  uint64_t BeginInit(const char* function, uint64_t id, int size, int rank);
+  void EndInit(uint64_t token);
 
  private:
   Runtime();
   bool Start();
   void OnTick();
   void WriteMetrics(uint64_t now);
+  void CheckInits(uint64_t now);
   void OnStall(const InflightView& v, const std::string& detail);
   void OnRecovery(const Recovery& r);
-  void AtExit();
-  static void AtExitThunk();
+  void AtExit(int status);
+  static void OnExitThunk(int status, void*);
   static void AtForkChild();
   void AskPeersToDump(trace::DumpReason reason);
 
@@ -91,6 +116,9 @@ class Runtime {
   std::mutex request_mu_;
   std::set<std::string> served_requests_;
   std::atomic<uint64_t> requests_made_{0};
+  std::mutex init_mu_;
+  std::vector<PendingInit> inits_;
+  uint64_t next_init_token_ = 1;
   std::mutex error_mu_;
   std::set<uint64_t> error_dumped_comms_;
 };

@@ -117,12 +117,26 @@ def world_comm(d):
 # A process that never uses NCCL, or uses only queries, must not notice us.
 
 @case
-def healthy_run_leaves_nothing():
+def healthy_run_leaves_only_exit_records():
     j = job(4, ["--iters", "200", "--comms", "2"])
     check(j.rc == 0, f"job failed ({j.rc}): {j.err[-2000:]}")
     check(j.out.count("ok") == 4, "every rank prints ok")
-    check(not os.path.exists(j.dir), "no dump directory for a healthy run")
+    # One small exit record per rank (where it stopped, for ranks that might wait on it) and
+    # nothing else; nothing said on stderr.
+    files = sorted(os.listdir(j.dir))
+    check(len(files) == 4 and all(f.endswith("-exit.json") for f in files), f"one exit record per rank: {files}")
+    for f in files:
+        path = os.path.join(j.dir, f)
+        check(os.path.getsize(path) < 64 * 1024, f"{f} is small: {os.path.getsize(path)} bytes")
+        with open(path) as fh:
+            s = json.load(fh)["summary"]
+        check(s["reason"] == "exit" and s["exit_status"] == 0 and not s["in_flight"], f"{f}: a clean exit: {s['reason']}")
+        check(all(c["last_completed"] == c["last_enqueued"] for c in s["comms"]), f"{f}: everything completed")
     check(not j.ncclwatch_lines(), f"no output from ncclwatch: {j.ncclwatch_lines()}")
+    rc, report = analyze_dir(j.dir)
+    check(rc == 0 and report["verdicts"][0]["cause"] == "no_hang", f"analyze: no_hang, exit 0 ({rc})")
+    j = job(2, ["--iters", "20"], env={"NCCLWATCH_EXIT_RECORD": "0"})
+    check(j.rc == 0 and not os.path.exists(j.dir), "NCCLWATCH_EXIT_RECORD=0: no file at all")
 
 
 @case
@@ -307,18 +321,27 @@ def nccl_error_dumps():
     check("returned 2" in d["summary"]["detail"], d["summary"]["detail"])
 
 
+def only_exit_records(j, what):
+    """A healthy run: each rank's exit record, nothing else."""
+    reasons = {r: j.reasons(r) for r in j.dumps()}
+    check(all(v == ["exit"] for v in reasons.values()), f"{what}: exit records only: {reasons}")
+    return [ds[0]["summary"] for ds in j.dumps().values()]
+
+
 @case
 def graph_capture_untouched():
     j = job(4, ["--graph", "--iters", "30"], timeout=30)
     check(j.rc == 0 and j.out.count("ok") == 4, f"capture and replay work with ncclwatch loaded: {j.err[-2000:]}")
-    check(not os.path.exists(j.dir), "nothing to dump")
+    # The captured all-reduce counts as reached and completed: replays launch it.
+    for s in only_exit_records(j, "nothing to dump"):
+        check(all(c["last_completed"] == c["last_enqueued"] for c in s["comms"]), f"captured ops completed: {s['comms']}")
 
 
 @case
 def nonblocking_followed():
     j = job(3, ["--nonblocking", "--iters", "30", "--comms", "2"], timeout=30)
     check(j.rc == 0 and j.out.count("ok") == 3, f"non-blocking communicators work: {j.err[-2000:]}")
-    check(not os.path.exists(j.dir), "no false stall")
+    only_exit_records(j, "no false stall")
     j = job(3, ["--nonblocking", "--iters", "10", "--slow-kernel-rank", "1", "--slow-kernel-at", "3",
                 "--slow-kernel-ms", "-1"], env={"NCCLWATCH_TIMEOUT": "3"}, timeout=10)
     s = stalled(j.first(1, "stall"))
@@ -568,7 +591,8 @@ def max_dumps_bounded():
     j = job(2, ["--iters", "10", "--busy-rank", "0", "--busy-at", "3", "--busy-ms", "2500"],
             env={"NCCLWATCH_MAX_DUMPS": "1", "NCCLWATCH_TIMEOUT": "1"}, timeout=20)
     for r, ds in j.dumps().items():
-        check(len(ds) <= 1, f"rank {r} wrote {len(ds)} dumps with NCCLWATCH_MAX_DUMPS=1")
+        counted = [d for d in ds if d["summary"]["reason"] != "exit"]  # the exit record is outside the bound
+        check(len(counted) <= 1, f"rank {r} wrote {len(counted)} dumps with NCCLWATCH_MAX_DUMPS=1")
     limit_lines = [l for l in j.ncclwatch_lines() if "NCCLWATCH_MAX_DUMPS=1 reached" in l]
     check(len(limit_lines) <= 2, f"the limit is said once per process at most:\n{j.err}")
 
@@ -801,6 +825,74 @@ def one_line_per_rank_per_event():
     check(len(lines) == dumps, f"one line per dump ({dumps}), no more:\n" + "\n".join(lines))
     for l in lines:
         check(len(l) < 300 and "(dump rank" in l, f"short, naming the dump: {l}")
+
+def first_verdict(j, cause, culprits, seq=None):
+    rc, report = analyze_dir(j.dir)
+    v = report["verdicts"][0]
+    what = json.dumps(report["verdicts"], indent=1)[:2500]
+    check(rc == 1 and v["cause"] == cause and sorted(v["culprit_ranks"]) == culprits,
+          f"{cause} {culprits} (exit {rc}):\n{what}\n{j.err[-1500:]}")
+    if seq is not None:
+        check(v["seq"] == seq, f"at #{seq}:\n{what}")
+    return v
+
+
+@case
+def ending_rank_exits():
+    # Uneven inputs: rank 2 leaves the loop before iteration 5 and exits normally; the others
+    # wait in #6. Its exit record says where it stopped.
+    j = job(4, ["--iters", "20", "--exit-rank", "2", "--exit-at", "5"], env={"NCCLWATCH_TIMEOUT": "2"}, timeout=8)
+    d = j.first(2, "exit")
+    check(d["summary"]["exit_status"] == 0, f"its exit status: {d['summary']['exit_status']}")
+    v = first_verdict(j, "rank_exited", [2], seq=6)
+    check("exited with status 0" in v["culprit_stacks"]["2"]["where"], f"where: {v['culprit_stacks']['2']}")
+
+
+@case
+def ending_nccl_error():
+    # Rank 1's ncclAllReduce #5 returns ncclSystemError (its async error then says
+    # ncclRemoteError); it prints it and exits 3; the others wait in #5.
+    j = job(4, ["--iters", "20"], env={"NCCLWATCH_TIMEOUT": "2", "NCCLWATCH_SIM_FAULT": "error:rank=1,seq=5"},
+            timeout=8)
+    d = j.first(1, "nccl_error")
+    f = d["summary"]["failed"]
+    check(f and f["seq"] == 5 and f["state"] == "error" and f["result"] != 0, f"the failed call is in the dump: {f}")
+    v = first_verdict(j, "nccl_error", [1], seq=5)
+    s = v["culprit_stacks"]["1"]
+    check("returned" in s["where"] and "AllReduce #5" in s["callsite_op"], f"the call, the error, its call site: {s}")
+
+
+@case
+def ending_setup_hang():
+    # Rank 2 never calls ncclCommInitRank; the others block inside it and, past the deadline,
+    # dump: the communicator is `initializing` and rank 2 never joined.
+    j = job(4, ["--iters", "5", "--no-init-rank", "2"], env={"NCCLWATCH_TIMEOUT": "2"}, timeout=8)
+    for r in (0, 1, 3):
+        comms = j.first(r, "stall")["summary"]["comms"] if "stall" in j.reasons(r) else j.dumps()[r][0]["summary"]["comms"]
+        check(any(c["state"] == "initializing" for c in comms), f"rank {r}: the communicator is initializing: {comms}")
+    v = first_verdict(j, "init_hang", [2])
+    check(sorted(v["waiting_ranks"]) == [0, 1, 3], f"waiting: {v['waiting_ranks']}")
+
+
+@case
+def ending_framework_abort_then_sigabrt():
+    # As PyTorch tears down: the waiting ranks abort their communicators, then abort() (SIGABRT:
+    # a fatal_signal dump after the abort dump). The busy rank is still the culprit.
+    j = job(4, ["--iters", "20", "--busy-rank", "0", "--busy-at", "5", "--busy-ms", "-1", "--abort-after-ms", "2000",
+                "--abort-signal"], env={"NCCLWATCH_TIMEOUT": "600"}, timeout=10)
+    for r in (1, 2, 3):
+        check(j.reasons(r)[:2] == ["abort", "fatal_signal"], f"rank {r}: abort then SIGABRT: {j.reasons(r)}")
+    v = first_verdict(j, "rank_missing", [0], seq=6)
+
+@case
+def ending_graph_then_missing():
+    # An all-reduce captured into a CUDA graph and replayed, then plain all-reduces; rank 3 stops
+    # before the third of them. The captured one is never "not reached": rank 3 is missing from
+    # the next collective.
+    j = job(4, ["--graph", "--graph-then-loop", "--iters", "5", "--busy-rank", "3", "--busy-at", "2", "--busy-ms", "-1"],
+            env={"NCCLWATCH_TIMEOUT": "2"}, timeout=8)
+    v = first_verdict(j, "rank_missing", [3])
+    check(v["seq"] > 1, f"not at the captured operation (#1): #{v['seq']}")
 
 
 def main():

@@ -112,7 +112,7 @@ TEST_CASE("dump file names: one rule for writer and readers") {
   CHECK(RankFromFileName("other.json") == -1);
 }
 
-TEST_CASE("the job-wide dump request round-trips; foreign text is not a request") {
+TEST_CASE("the job-wide dump request round-trips, and foreign text is not a request") {
   DumpRequest r{"node1-77-3", 5, "node1", "stall", "torchelastic:abc:1", 1700000000123456789};
   DumpRequest back;
   REQUIRE(ParseRequest(WriteRequest(r), &back));

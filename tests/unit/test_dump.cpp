@@ -196,9 +196,28 @@ TEST_CASE("dumps are never overwritten and never more than the bound") {
   CHECK(Read(a) == "{\"a\":1}\n");
   CHECK(Read(b) == "{\"b\":2}\n");
   CHECK(!d.Write("x", "{}").empty());
-  CHECK(d.Write("y", "{}").empty());  // bound reached
-  CHECK(List(dir).size() == 3);       // no temp files left behind either
+  // At the bound the first dump and the latest stay: the oldest other one makes room.
+  std::string y = d.Write("y", "{\"y\":1}\n");
+  REQUIRE(!y.empty());
+  CHECK(List(dir).size() == 3);  // bounded, and no temp files left behind either
+  CHECK(Read(a) == "{\"a\":1}\n");
+  CHECK(Read(b).empty());
+  CHECK(Read(y) == "{\"y\":1}\n");
   CHECK(WriteFileNoReplace(a, "other") == EEXIST);
+  CHECK(Read(a) == "{\"a\":1}\n");
+  // The exit record is outside the bound and removes nothing.
+  CHECK(!d.Write("exit", "{}", /*counted=*/false).empty());
+  CHECK(List(dir).size() == 4);
+}
+
+TEST_CASE("with NCCLWATCH_MAX_DUMPS=1 the first dump stays and later ones are refused") {
+  std::string dir = TempDir();
+  DumpDirectory d(dir, dir + "-fallback", 1);
+  std::string a = d.Write("first", "{\"a\":1}\n");
+  REQUIRE(!a.empty());
+  CHECK(d.LimitReached());
+  CHECK(d.Write("second", "{}").empty());
+  CHECK(List(dir).size() == 1);
   CHECK(Read(a) == "{\"a\":1}\n");
 }
 
@@ -214,7 +233,7 @@ TEST_CASE("the job-wide dump request is seen once per change") {
   std::string dir = TempDir();
   DumpDirectory writer(dir, dir, 5), reader(dir, dir, 5);
   CHECK_FALSE(reader.PollRequest().has_value());
-  PeerRequest r{"h-1-0", 2, "h", "stall"};
+  PeerRequest r{"h-1-0", 2, "h", "stall", "", 0};
   REQUIRE(writer.WriteRequest(r));
   auto got = reader.PollRequest();
   REQUIRE(got.has_value());
@@ -222,8 +241,77 @@ TEST_CASE("the job-wide dump request is seen once per change") {
   CHECK(got->origin_rank == 2);
   CHECK_FALSE(reader.PollRequest().has_value());
   usleep(20000);
-  REQUIRE(writer.WriteRequest({"h-1-1", 2, "h", "abort"}));
+  REQUIRE(writer.WriteRequest({"h-1-1", 2, "h", "abort", "", 0}));
   got = reader.PollRequest();
   REQUIRE(got.has_value());
   CHECK(got->request == "h-1-1");
+}
+
+TEST_CASE("a request left by an earlier attempt or another job is not served") {
+  std::string dir = TempDir();
+  DumpDirectory writer(dir, dir, 5), reader(dir, dir, 5);
+  const uint64_t start = 2000;
+  REQUIRE(writer.WriteRequest({"old-1", 1, "h", "stall", "torchelastic:x:0", 1000}));  // before we started
+  CHECK_FALSE(reader.PollRequest("torchelastic:x:0", start).has_value());
+  usleep(20000);
+  REQUIRE(writer.WriteRequest({"other-1", 1, "h", "stall", "torchelastic:y:0", 3000}));  // another job
+  CHECK_FALSE(reader.PollRequest("torchelastic:x:0", start).has_value());
+  usleep(20000);
+  REQUIRE(writer.WriteRequest({"ours-1", 1, "h", "stall", "torchelastic:x:0", 3000}));
+  auto got = reader.PollRequest("torchelastic:x:0", start);
+  REQUIRE(got.has_value());
+  CHECK(got->request == "ours-1");
+  usleep(20000);
+  REQUIRE(writer.WriteRequest({"unknown-1", 1, "h", "stall", "", 0}));  // an older writer: served
+  got = reader.PollRequest("torchelastic:x:0", start);
+  REQUIRE(got.has_value());
+  CHECK(got->request == "unknown-1");
+}
+
+TEST_CASE("a link planted under a temporary name is never followed") {
+  std::string dir = TempDir();
+  std::string victim = TempDir() + "/victim";
+  { std::ofstream(victim) << "precious"; }
+  std::string path = dir + "/rank00000-h-1-0-stall.json";
+  std::string tmp = dir + "/.tmp-rank00000-h-1-0-stall.json-" + std::to_string(getpid());
+  REQUIRE(symlink(victim.c_str(), tmp.c_str()) == 0);
+  CHECK(WriteFileNoReplace(path, "{}\n") == 0);
+  CHECK(Read(victim) == "precious");
+  CHECK(Read(path) == "{}\n");
+  // The same for the job-wide request's temporary file.
+  std::string req_tmp = dir + "/.tmp-dump-request-" + std::to_string(getpid());
+  REQUIRE(symlink(victim.c_str(), req_tmp.c_str()) == 0);
+  DumpDirectory d(dir, dir, 5);
+  CHECK(d.WriteRequest({"h-1-0", 0, "h", "stall", "", 0}));
+  CHECK(Read(victim) == "precious");
+}
+
+TEST_CASE("the predictable /tmp fallback is refused when it is not this user's own directory") {
+  std::string name = "ncclwatch-test-planted-" + std::to_string(getpid());
+  std::string shared = "/tmp/" + name + "-" + std::to_string(getuid());
+  std::string elsewhere = TempDir();
+  REQUIRE(symlink(elsewhere.c_str(), shared.c_str()) == 0);
+  char cwd[4096];
+  REQUIRE(getcwd(cwd, sizeof cwd));
+  REQUIRE(chdir("/proc") == 0);  // the relative fallback is not writable either
+  DumpDirectory d("/proc/ncclwatch-cannot-write-here", name, 5);
+  std::string p = d.Write("rank00000-h-1-0-stall", "{}");
+  REQUIRE(chdir(cwd) == 0);
+  CHECK(p.empty());
+  CHECK(List(elsewhere).empty());
+  unlink(shared.c_str());
+}
+
+TEST_CASE("dump directories are never writable by others, whatever the umask") {
+  std::string base = TempDir();
+  mode_t old = umask(0);
+  DumpDirectory d(base + "/a/b", base + "/fallback", 5);
+  std::string p = d.Write("rank00000-h-1-0-stall", "{}");
+  umask(old);
+  REQUIRE(!p.empty());
+  struct stat st {};
+  REQUIRE(stat((base + "/a").c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0755);
+  REQUIRE(stat((base + "/a/b").c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0755);
 }

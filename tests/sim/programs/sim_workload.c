@@ -44,6 +44,14 @@ static const char kUsage[] =
     "  --abort-after-ms T        watchdog thread (as PyTorch's): if an iteration's stream work\n"
     "                            is not finished T ms after it was issued, ncclCommAbort every\n"
     "                            communicator and exit(6)\n"
+    "  --exit-rank R --exit-at I rank R leaves the loop before iteration I and returns from main\n"
+    "                            with status 0 (uneven inputs); the others wait\n"
+    "  --no-init-rank R          rank R never calls ncclCommInitRank (sleeps until killed): a\n"
+    "                            setup hang\n"
+    "  --graph-then-loop         with --graph: after the replays, run the plain iterations too\n"
+    "                            (with their options, --busy-rank included)\n"
+    "  --abort-signal            with --abort-after-ms: abort() (SIGABRT) after ncclCommAbort,\n"
+    "                            as PyTorch's TORCH_NCCL_ASYNC_ERROR_HANDLING does, not exit(6)\n"
     "  --exit-in-flight          after the iterations, issue one all-reduce that can never\n"
     "                            complete (count differs per rank) and exit(0) without waiting\n"
     "  --sigterm-handler         install a SIGTERM handler that prints \"app handler ran\" and\n"
@@ -64,6 +72,7 @@ struct Options {
   int mismatch_rank, mismatch_at;
   int p2p_deadlock, cross_comm_deadlock, deadlock_at;
   int graph, nonblocking, abort_after_ms, exit_in_flight, sigterm_handler, get_version_only;
+  int exit_rank, exit_at, no_init_rank, abort_signal, graph_then_loop;
 };
 
 /* One communicator of the workload and what it takes to check its results. */
@@ -101,6 +110,7 @@ static void* watchdog(void* arg) {
               g_rank, it, opt.abort_after_ms);
       for (i = 0; i < g_ncomms; ++i) ncclCommAbort(g_comms[i].comm);
       if (g_extra_comm) ncclCommAbort(g_extra_comm);
+      if (opt.abort_signal) abort();
       exit(6);
     }
     simutil_sleep_ms(10);
@@ -247,6 +257,7 @@ static void parse(int argc, char** argv) {
   opt.comms = 1;
   opt.sync_every = 1;
   opt.busy_rank = opt.extra_rank = opt.mismatch_rank = opt.slow_kernel_rank = -1;
+  opt.exit_rank = opt.no_init_rank = -1;
   opt.deadlock_at = 1;
   for (i = 1; i < argc; ++i) {
     const char* a = argv[i];
@@ -274,7 +285,9 @@ static void parse(int argc, char** argv) {
     FLAG_OPT("--p2p-deadlock", p2p_deadlock) FLAG_OPT("--cross-comm-deadlock", cross_comm_deadlock)
     FLAG_OPT("--graph", graph) FLAG_OPT("--nonblocking", nonblocking)
     FLAG_OPT("--exit-in-flight", exit_in_flight) FLAG_OPT("--sigterm-handler", sigterm_handler)
-    FLAG_OPT("--get-version-only", get_version_only)
+    FLAG_OPT("--get-version-only", get_version_only) INT_OPT("--exit-rank", exit_rank)
+    INT_OPT("--exit-at", exit_at) INT_OPT("--no-init-rank", no_init_rank) FLAG_OPT("--abort-signal", abort_signal)
+    FLAG_OPT("--graph-then-loop", graph_then_loop)
     else {
       fprintf(stderr, "sim_workload: unknown option %s\n%s", a, kUsage);
       exit(SIMUTIL_EXIT_USAGE);
@@ -370,6 +383,8 @@ int main(int argc, char** argv) {
   if (opt.nonblocking) cfg.blocking = 0;
 
   /* World, then the split communicators. */
+  if (g_rank == opt.no_init_rank)
+    for (;;) simutil_sleep_ms(1000); /* never joins: the others wait inside ncclCommInitRank */
   simutil_exchange_id("world", g_rank, &id);
   {
     ncclResult_t r = ncclCommInitRankConfig(&g_comms[0].comm, g_world, id, g_rank, &cfg);
@@ -396,10 +411,14 @@ int main(int argc, char** argv) {
     pthread_create(&wd, NULL, watchdog, NULL);
   }
 
-  if (opt.graph) {
-    ok = run_graph(stream);
-  } else {
+  if (opt.graph) ok = run_graph(stream);
+  if (!opt.graph || opt.graph_then_loop) {
     for (it = 0; it < opt.iters; ++it) {
+      if (g_rank == opt.exit_rank && it == opt.exit_at) {
+        sync_stream(stream);
+        printf("ok (left before iteration %d)\n", it);
+        return 0; /* uneven inputs: a normal exit while the others go on */
+      }
       if (g_rank == opt.busy_rank && it == opt.busy_at) {
         if (opt.busy_ms < 0)
           for (;;) simutil_sleep_ms(1000);
