@@ -62,6 +62,21 @@ int CreateExclusive(const std::string& path) {
 
 }  // namespace
 
+int WriteFileReplacing(const std::string& path, const std::string& content) {
+  size_t slash = path.rfind('/');
+  std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+  std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  std::string tmp = dir + "/.tmp-" + base + "-" + std::to_string(getpid());
+  int fd = CreateExclusive(tmp);
+  if (fd < 0) return errno;
+  bool ok = write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size());
+  int e = ok ? 0 : errno;
+  if (close(fd) != 0 && e == 0) e = errno;
+  if (e == 0 && rename(tmp.c_str(), path.c_str()) != 0) e = errno;
+  if (e != 0) unlink(tmp.c_str());
+  return e;
+}
+
 int WriteFileNoReplace(const std::string& path, const std::string& content) {
   size_t slash = path.rfind('/');
   std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
@@ -164,19 +179,8 @@ std::string DumpDirectory::Write(const std::string& stem, const std::string& con
 bool DumpDirectory::WriteRequest(const PeerRequest& r) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!EnsureDirectory()) return false;
-  std::string text = trace::WriteRequest(r);
-  std::string path = dir_ + "/" + trace::kDumpRequestFile;
-  std::string tmp = dir_ + "/.tmp-dump-request-" + std::to_string(getpid());
-  int fd = CreateExclusive(tmp);
-  if (fd < 0) return false;
-  bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  ok = close(fd) == 0 && ok;
   // Replacing is intended here: the newest request wins; every rank serves each one once.
-  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
-    unlink(tmp.c_str());
-    return false;
-  }
-  return true;
+  return WriteFileReplacing(dir_ + "/" + trace::kDumpRequestFile, trace::WriteRequest(r)) == 0;
 }
 
 std::string DumpDirectory::RequestPath() {

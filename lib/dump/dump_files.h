@@ -63,6 +63,10 @@ class DumpDirectory {
   ino_t seen_ino_ = 0;
 };
 
+// Writes `content` to `path` atomically, replacing it (a temporary file created exclusively,
+// never through a link, then renamed). errno-style result.
+int WriteFileReplacing(const std::string& path, const std::string& content);
+
 // Writes `content` to `path` atomically without replacing an existing file. errno-style
 // result: 0, or the error of the failing step (EEXIST when `path` exists).
 int WriteFileNoReplace(const std::string& path, const std::string& content);

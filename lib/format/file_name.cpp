@@ -1,6 +1,10 @@
 #include "format/file_name.h"
 
+#include <dirent.h>
+
+#include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 
@@ -36,6 +40,19 @@ bool IsDumpFileName(const std::string& name) {
   size_t p = std::strlen(kDumpFilePrefix), s = std::strlen(kDumpFileSuffix);
   return name.size() > p + s && name.compare(0, p, kDumpFilePrefix) == 0 &&
          name.compare(name.size() - s, s, kDumpFileSuffix) == 0 && name != kDumpRequestFile;
+}
+
+bool ListDumpFiles(const std::string& dir, std::vector<std::string>* names, std::string* error) {
+  DIR* d = opendir(dir.c_str());
+  if (!d) {
+    *error = dir + ": " + std::strerror(errno);
+    return false;
+  }
+  while (dirent* e = readdir(d))
+    if (IsDumpFileName(e->d_name)) names->push_back(e->d_name);
+  closedir(d);
+  std::sort(names->begin(), names->end());
+  return true;
 }
 
 int RankFromFileName(const std::string& name) {

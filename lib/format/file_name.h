@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ncclwatch {
 namespace trace {
@@ -23,6 +24,8 @@ std::string DumpFileStem(int rank, const std::string& host, int64_t pid, int64_t
 std::string DumpFileName(int rank, const std::string& host, int64_t pid, int64_t dump_seq, const std::string& reason);
 // Whether a directory entry is a dump by its name.
 bool IsDumpFileName(const std::string& name);
+// The dump files of `dir` by name, sorted. False (with *error) when `dir` cannot be listed.
+bool ListDumpFiles(const std::string& dir, std::vector<std::string>* names, std::string* error);
 // The global rank a dump file name claims, or -1.
 int RankFromFileName(const std::string& name);
 

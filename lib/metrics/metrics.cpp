@@ -1,11 +1,11 @@
 #include "metrics/metrics.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 
+#include "dump/dump_files.h"
 #include "format/file_name.h"
 
 namespace ncclwatch {
@@ -105,18 +105,9 @@ std::string MetricsWriter::Render(const MetricsInput& in, uint64_t now_mono_ns, 
 }
 
 bool MetricsWriter::Write(const MetricsInput& in, uint64_t now_mono_ns, uint64_t now_unix_ns) {
-  std::string text = Render(in, now_mono_ns, now_unix_ns);
-  std::string tmp = file_ + ".tmp-" + std::to_string(getpid());
-  unlink(tmp.c_str());  // ours from an earlier failed write; O_EXCL below refuses anything else
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) return false;
-  bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  ok = close(fd) == 0 && ok;
-  if (!ok || rename(tmp.c_str(), file_.c_str()) != 0) {
-    unlink(tmp.c_str());
-    return false;
-  }
-  return true;
+  int e = WriteFileReplacing(file_, Render(in, now_mono_ns, now_unix_ns));
+  errno = e;
+  return e == 0;
 }
 
 void MetricsWriter::Remove() { unlink(file_.c_str()); }

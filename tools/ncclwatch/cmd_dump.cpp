@@ -2,7 +2,6 @@
 // request the stall path uses (format/request.h), shows how many ranks answered out of the
 // world size, then analyzes. A snapshot of a healthy job reads `no_hang`.
 #include <dirent.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,6 +15,7 @@
 #include <vector>
 
 #include "analysis/dump_reader.h"
+#include "dump/dump_files.h"
 #include "format/file_name.h"
 #include "format/request.h"
 #include "subcommand.h"
@@ -45,32 +45,10 @@ void DumpHelp(std::FILE* out) {
 }
 
 std::set<std::string> DumpFiles(const std::string& dir) {
-  std::set<std::string> names;
-  if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* e = readdir(d))
-      if (trace::IsDumpFileName(e->d_name)) names.insert(e->d_name);
-    closedir(d);
-  }
-  return names;
-}
-
-// Written atomically, without following a link planted under the temporary name.
-bool WriteRequestFile(const std::string& dir, const std::string& text, std::string* error) {
-  std::string tmp = dir + "/.tmp-dump-request-cli-" + std::to_string(getpid());
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    *error = tmp + ": " + strerror(errno);
-    return false;
-  }
-  bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  ok = close(fd) == 0 && ok;
-  std::string path = dir + "/" + trace::kDumpRequestFile;
-  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
-    *error = path + ": " + strerror(errno);
-    unlink(tmp.c_str());
-    return false;
-  }
-  return true;
+  std::vector<std::string> names;
+  std::string error;
+  trace::ListDumpFiles(dir, &names, &error);  // not there yet: none
+  return {names.begin(), names.end()};
 }
 
 int Run(int argc, char** argv) {
@@ -110,9 +88,9 @@ int Run(int argc, char** argv) {
   req.request = std::string("cli-") + host + "-" + std::to_string(getpid()) + "-" + std::to_string(req.time_unix_ns);
   req.origin_host = host;
   req.reason = trace::DumpReasonName(trace::DumpReason::OnDemand);
-  std::string error;
-  if (!WriteRequestFile(dir, trace::WriteRequest(req), &error)) {
-    std::fprintf(stderr, "ncclwatch dump: cannot write the request: %s\n", error.c_str());
+  std::string path = std::string(dir) + "/" + trace::kDumpRequestFile;
+  if (int e = WriteFileReplacing(path, trace::WriteRequest(req))) {
+    std::fprintf(stderr, "ncclwatch dump: cannot write the request %s: %s\n", path.c_str(), strerror(e));
     return kExitBadInput;
   }
 

@@ -113,13 +113,10 @@ std::string DefaultDir() {
 }
 
 std::set<std::string> DumpFiles(const std::string& dir) {
-  std::set<std::string> names;
-  if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* e = readdir(d))
-      if (trace::IsDumpFileName(e->d_name)) names.insert(e->d_name);
-    closedir(d);
-  }
-  return names;
+  std::vector<std::string> names;
+  std::string error;
+  trace::ListDumpFiles(dir, &names, &error);  // not there yet: none
+  return {names.begin(), names.end()};
 }
 
 // The settings given with --timeout and --set, checked by the library's own parser before

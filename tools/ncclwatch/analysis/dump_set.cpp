@@ -20,21 +20,6 @@ namespace analysis {
 
 namespace {
 
-bool ListDumpFiles(const std::string& dir, std::vector<std::string>* names, std::string* error) {
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) {
-    *error = dir + ": " + std::strerror(errno);
-    return false;
-  }
-  while (struct dirent* e = ::readdir(d)) {
-    std::string name = e->d_name;
-    if (trace::IsDumpFileName(name)) names->push_back(std::move(name));
-  }
-  ::closedir(d);
-  std::sort(names->begin(), names->end());
-  return true;
-}
-
 // A dump whose summary has no rank: its rank in a full-size communicator is its global rank
 // (the writer's own fallback), else in its largest communicator when that is the only hint.
 int InferRank(const DumpSummary& s) {
@@ -52,7 +37,7 @@ int InferRank(const DumpSummary& s) {
 bool DumpSet::Load(const std::string& dir, const LoadOptions& options, std::string* error) {
   dir_ = dir;
   std::vector<std::string> names;
-  if (!ListDumpFiles(dir, &names, error)) return false;
+  if (!trace::ListDumpFiles(dir, &names, error)) return false;
   files_seen_ = names.size();
 
   struct Slot {
