@@ -60,13 +60,18 @@ int CreateExclusive(const std::string& path) {
   return fd;
 }
 
-}  // namespace
-
-int WriteFileReplacing(const std::string& path, const std::string& content) {
+// Hidden temp name beside `path`: readers select "rank*.json" and never see a partial file.
+std::string TempPathFor(const std::string& path) {
   size_t slash = path.rfind('/');
   std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
   std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
-  std::string tmp = dir + "/.tmp-" + base + "-" + std::to_string(getpid());
+  return dir + "/.tmp-" + base + "-" + std::to_string(getpid());
+}
+
+}  // namespace
+
+int WriteFileReplacing(const std::string& path, const std::string& content) {
+  std::string tmp = TempPathFor(path);
   int fd = CreateExclusive(tmp);
   if (fd < 0) return errno;
   bool ok = write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size());
@@ -78,11 +83,7 @@ int WriteFileReplacing(const std::string& path, const std::string& content) {
 }
 
 int WriteFileNoReplace(const std::string& path, const std::string& content) {
-  size_t slash = path.rfind('/');
-  std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
-  std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
-  // Hidden temp name: readers select "rank*.json" and never see a partial file.
-  std::string tmp = dir + "/.tmp-" + base + "-" + std::to_string(getpid());
+  std::string tmp = TempPathFor(path);
   int fd = CreateExclusive(tmp);
   if (fd < 0) return errno;
   const char* p = content.data();
