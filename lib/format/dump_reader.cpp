@@ -411,7 +411,8 @@ Stack StackFromJson(const json& j) {
   Stack s;
   ForEachObject(j, key::kFrames, [&](const json& f) {
     s.native.push_back({ParseIp(f, key::kIp), GetString(f, key::kModule), GetString(f, key::kSymbol),
-                        static_cast<uint64_t>(GetInt(f, key::kOffset, 0))});
+                        static_cast<uint64_t>(GetInt(f, key::kOffset, 0)), GetString(f, key::kBuildId),
+                        ParseIp(f, key::kModuleOffset)});
   });
   ForEachObject(j, key::kPython, [&](const json& f) {
     s.python.push_back({GetString(f, key::kFile), GetInt(f, key::kLine, 0),
@@ -617,7 +618,7 @@ Detail DetailFromJson(const json& top) {
   });
   ForEachObject(top, key::kThreads, [&](const json& t) {
     d.threads.push_back({GetInt(t, key::kTid, 0), GetString(t, key::kName), StackFromJson(t),
-                         GetString(t, key::kNote)});
+                         GetString(t, key::kNote), GetBool(t, key::kOwn, false)});
   });
   ForEachObject(top, key::kRecoveries, [&](const json& r) {
     d.recoveries.push_back({GetString(r, key::kComm), GetSeq(r, key::kSeq),

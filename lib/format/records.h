@@ -179,7 +179,11 @@ struct NativeFrame {
   std::string module;  // path of the object file, empty when unknown
   std::string symbol;  // demangled; empty when unknown
   uint64_t offset = 0;  // ip - symbol start when `symbol` is set, else ip - module load base
-  auto Tie() const { return std::tie(ip, module, symbol, offset); }
+  std::string build_id;  // the module's NT_GNU_BUILD_ID as hex, empty when unknown
+  // ip - the module's load bias: the address in the module's own ELF address space, what
+  // `addr2line -e MODULE` takes (less 1 for a return address); 0 when the module is unknown.
+  uint64_t module_offset = 0;
+  auto Tie() const { return std::tie(ip, module, symbol, offset, build_id, module_offset); }
   NCCLWATCH_RECORD_EQUALITY(NativeFrame)
 };
 
@@ -213,7 +217,8 @@ struct Thread {
   std::string name;
   Stack stack;
   std::string note;
-  auto Tie() const { return std::tie(tid, name, stack, note); }
+  bool own = false;  // one of ncclwatch's own threads (its watchdog, its GIL helper), not the application's
+  auto Tie() const { return std::tie(tid, name, stack, note, own); }
   NCCLWATCH_RECORD_EQUALITY(Thread)
 };
 

@@ -58,6 +58,8 @@ void WriteStack(JsonWriter& w, const Stack& s) {
     w.Field(k::kModule, f.module);
     w.Field(k::kSymbol, f.symbol);
     w.Field(k::kOffset, f.offset);
+    w.Field(k::kBuildId, f.build_id);
+    w.Key(k::kModuleOffset).Hex(f.module_offset);
   });
   ObjectArray(w, k::kPython, s.python, [&](const PythonFrame& f) {
     w.Field(k::kFile, f.file);
@@ -175,13 +177,15 @@ void WriteCommunicator(JsonWriter& w, const Communicator& c) {
   w.EndObject();
 }
 
+// `own`: threads only (null for call sites).
 void WriteThreadLike(JsonWriter& w, const char* id_key, int64_t id, const std::string* name, const Stack& stack,
-                     const std::string& note) {
+                     const std::string& note, const bool* own) {
   w.BeginObject();
   w.Field(id_key, id);
   if (name) w.Field(k::kName, *name);
   WriteStack(w, stack);
   w.Field(k::kNote, note);
+  if (own) w.Field(k::kOwn, *own);
   w.EndObject();
 }
 
@@ -220,10 +224,10 @@ std::string WriteDocument(const Document& doc, const OpSource& ring_entries) {
     w.EndArray();
     w.EndObject();
     w.Key(k::kCallsites).BeginArray();
-    for (const auto& c : d.callsites) WriteThreadLike(w, k::kId, c.id, nullptr, c.stack, c.note);
+    for (const auto& c : d.callsites) WriteThreadLike(w, k::kId, c.id, nullptr, c.stack, c.note, nullptr);
     w.EndArray();
     w.Key(k::kThreads).BeginArray();
-    for (const auto& t : d.threads) WriteThreadLike(w, k::kTid, t.tid, &t.name, t.stack, t.note);
+    for (const auto& t : d.threads) WriteThreadLike(w, k::kTid, t.tid, &t.name, t.stack, t.note, &t.own);
     w.EndArray();
   }
   ObjectArray(w, k::kRecoveries, d.recoveries, [&](const Recovery& r) {

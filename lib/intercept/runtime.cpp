@@ -111,6 +111,13 @@ bool Runtime::Start() {
     else
       LogWarn("NCCLWATCH_METRICS=%s: %s; no metrics file", config_.metrics.c_str(), strerror(errno));
   }
+  // Our frames on top of a stack (a dumping thread's) say nothing about the application.
+  stacks::SetOwnModule(reinterpret_cast<const void*>(&WakeWatchdog));
+  stacks::SetPythonCallsites(config_.python);
+  if (config_.callsites && config_.python) {
+    const std::string problem = stacks::PythonCallsiteProblem();
+    if (!problem.empty()) LogWarn("%s", problem.c_str());
+  }
   if (config_.stacks && config_.stack_signal && !stacks::InstallThreadStackSignal(config_.stack_signal))
     LogInfo("signal %s is in use; thread stacks in dumps are limited to the dumping thread",
             SignalName(config_.stack_signal).c_str());
@@ -262,7 +269,10 @@ void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const st
       std::string note;
       for (auto& t : stacks::CaptureAllThreads(timing::Ms(timing::kThreadStackWait), config_.python,
                                                static_cast<int>(config_.gil_timeout_ms), &note))
-        in.threads.push_back({t.tid, t.name, {Symbolized(WithoutOwnHandler(t.ips)), std::move(t.python)}, t.note});
+        in.threads.push_back({t.tid, t.name,
+                              {Symbolized(t.own ? t.ips : stacks::WithoutOwnFrames(WithoutOwnHandler(t.ips))),
+                               std::move(t.python)},
+                              t.note, t.own});
     }
   }
   in.time_unix_ns = UnixNs();
@@ -407,6 +417,11 @@ void Runtime::CheckInits(uint64_t now) {
 void Runtime::OnTick() {
   static std::once_flag tid_once;
   std::call_once(tid_once, [] { SetWatchdogTid(CurrentTid()); });
+  static thread_local bool marked_own = false;  // per thread: a forked child's watchdog is a new one
+  if (!marked_own) {
+    stacks::MarkOwnThread();
+    marked_own = true;
+  }
   trace::DumpReason reason;
   if (int sig = TakePendingSignal(&reason)) {
     Dump(reason, "signal " + SignalName(sig) + " (" + std::string(sigdescr_np(sig) ? sigdescr_np(sig) : "") + ")");

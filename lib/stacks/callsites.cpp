@@ -3,6 +3,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <type_traits>
 #include <unordered_map>
@@ -81,16 +82,27 @@ class PythonFrameCache {
     const detail::GilResult status = detail::RunWithGil(
         [named, missing](const detail::PythonApi& api) {
           const std::string stdlib_dir = detail::StandardLibraryDir(api);
-          std::unordered_map<uintptr_t, detail::CodeNames> names;
+          std::unordered_map<uintptr_t, std::optional<detail::CodeNames>> names;  // nullopt: not live
           for (const Location& location : missing) {
             auto* code = reinterpret_cast<detail::PyObject*>(location.first);
             auto found = names.find(location.first);
-            if (found == names.end()) found = names.emplace(location.first, detail::NamesOfCode(api, code)).first;
-            PythonFrame frame;
-            frame.file = found->second.file;
-            frame.function = found->second.function;
-            frame.line = api.LineOf(code, location.second);
-            frame.library = detail::IsLibraryFile(frame.file, stdlib_dir);
+            if (found == names.end()) {
+              // Captured without the GIL, a code object was only borrowed (stacks.h): name it
+              // only if it is still a live one, and keep it so from now on.
+              std::optional<detail::CodeNames> code_names;
+              if (detail::IsLiveCodeObject(api.code_type, location.first)) {
+                api.Py_IncRef(code);
+                code_names = detail::NamesOfCode(api, code);
+              }
+              found = names.emplace(location.first, std::move(code_names)).first;
+            }
+            PythonFrame frame;  // unnamed: empty file and function, line 0
+            if (found->second) {
+              frame.file = found->second->file;
+              frame.function = found->second->function;
+              frame.line = api.LineOf(code, location.second);
+              frame.library = detail::IsLibraryFile(frame.file, stdlib_dir);
+            }
             named->push_back(std::move(frame));
           }
         },
@@ -125,7 +137,9 @@ __attribute__((noinline)) int32_t CaptureCallsite(int skip, int max_depth) {
   detail::CallPathCache* paths = kUseCallPaths && wanted <= detail::kMaxPathFrames + 1 ? &detail::ThreadCallPaths() : nullptr;
   const detail::CallPath* known = paths ? detail::FindCallPath(*paths, sp, skip, max_depth) : nullptr;
   detail::CallsiteKey key;
-  key.python_depth = static_cast<uint16_t>(detail::CapturePythonFrames(key.py_code, key.py_position, kMaxPythonFrames));
+  bool gil_held = false;
+  key.python_depth =
+      static_cast<uint16_t>(detail::CapturePythonFrames(key.py_code, key.py_position, kMaxPythonFrames, &gil_held));
   // The same native path as before and no Python: its id is known, nothing to copy or hash.
   if (known && known->native_id >= 0 && key.python_depth == 0) {
     ++paths->hits;
@@ -166,8 +180,8 @@ __attribute__((noinline)) int32_t CaptureCallsite(int skip, int max_depth) {
     if (native > 0) key.native_depth = static_cast<uint16_t>(native);
   }
   const detail::CallsiteTable::InternResult result = g_table.Intern(key);
-  // Still under the GIL: the code objects are alive, and only a GIL holder can read them.
-  if (result.inserted && key.python_depth > 0) detail::RetainCodeObjects(key.py_code, key.python_depth);
+  // Under the GIL the code objects can be kept alive right away; otherwise at dump time (stacks.h).
+  if (result.inserted && key.python_depth > 0 && gil_held) detail::RetainCodeObjects(key.py_code, key.python_depth);
   if (paths && !known && detail::ShouldLearn(*paths)) {
     unw_context_t context;  // taken here: frame 0 of the path is this function
     unw_getcontext(&context);
@@ -180,7 +194,7 @@ __attribute__((noinline)) int32_t CaptureCallsite(int skip, int max_depth) {
 bool GetCallsite(int32_t id, Callsite* out, int gil_timeout_ms) {
   detail::CallsiteKey key;
   if (!g_table.Get(id, &key)) return false;
-  out->ips.assign(key.ips, key.ips + key.native_depth);
+  out->ips = WithoutOwnFrames(std::vector<uintptr_t>(key.ips, key.ips + key.native_depth));
   out->python.clear();
   out->note.clear();
   if (key.python_depth == 0) return true;
@@ -195,6 +209,9 @@ bool GetCallsite(int32_t id, Callsite* out, int gil_timeout_ms) {
                                      [](const PythonFrameCache::Location& location) { return cache->Has(location); });
   if (!all_named) out->note = cache->NameAll(gil_timeout_ms);
   for (const auto& location : locations) out->python.push_back(cache->Frame(location));
+  const bool some_unnamed = std::any_of(out->python.begin(), out->python.end(),
+                                        [](const PythonFrame& f) { return f.file.empty() && f.function.empty(); });
+  if (some_unnamed && out->note.empty()) out->note = "python frames not named: their code no longer exists";
   return true;
 }
 

@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstring>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
@@ -22,6 +24,7 @@ namespace {
 enum ApiState : int { kUnresolved, kResolving, kAbsent, kPresent };
 std::atomic<int> g_api_state{kUnresolved};
 PythonApi g_api;  // written once, before g_api_state becomes kAbsent/kPresent
+std::atomic<bool> g_python_callsites{true};
 
 template <typename Fn>
 bool Lookup(Fn* slot, const char* name) {
@@ -55,6 +58,66 @@ void FindInterpreterCode(PythonApi* api) {
   api->interpreter_code_end = search.end;
 }
 
+// 3.13 publishes its own layout in _PyRuntime.debug_offsets (Include/internal/pycore_runtime.h,
+// struct _Py_DebugOffsets, stable within 3.13). The table must agree with it; this also refuses
+// a free-threaded build, whose objects have another header. Positions of the fields in that
+// struct: offsetof() against the 3.13.0 headers, as pystack reads them.
+bool DebugOffsetsAgree(const FrameLayout& layout, char* problem, size_t size) {
+  const auto* runtime = static_cast<const unsigned char*>(dlsym(RTLD_DEFAULT, "_PyRuntime"));
+  const auto field = [runtime](size_t offset) {
+    uint64_t value;
+    std::memcpy(&value, runtime + offset, sizeof value);
+    return value;
+  };
+  const char* why = nullptr;
+  if (runtime == nullptr || std::memcmp(runtime, "xdebugpy", 8) != 0) {
+    why = "no _PyRuntime.debug_offsets";
+  } else if (((field(8) >> 16) & 0xff) != static_cast<uint64_t>(layout.minor)) {
+    why = "_PyRuntime.debug_offsets is of another version";
+  } else if (field(16) != 0) {
+    why = "a free-threaded build";
+  } else if (field(184) != static_cast<uint64_t>(layout.tstate_frame) ||
+             field(232) != static_cast<uint64_t>(layout.frame_back) ||
+             field(240) != static_cast<uint64_t>(layout.frame_code) ||
+             field(248) != static_cast<uint64_t>(layout.frame_instr) ||
+             field(264) != static_cast<uint64_t>(layout.frame_owner) ||
+             field(344) != static_cast<uint64_t>(layout.code_adaptive) || field(360) != 8) {
+    why = "its frame layout differs from the one this ncclwatch knows";
+  }
+  if (why != nullptr) std::snprintf(problem, size, "Python 3.%d: %s", layout.minor, why);
+  return why == nullptr;
+}
+
+// Chooses the frame walker's layout from the running interpreter's version; on failure leaves
+// the walker off and says why in frames_problem.
+void SetUpFrameWalker(PythonApi* api) {
+  int major = 0, minor = 0;
+  if (const auto* hex = static_cast<const unsigned long*>(dlsym(RTLD_DEFAULT, "Py_Version"))) {  // 3.11+
+    major = static_cast<int>((*hex >> 24) & 0xff);
+    minor = static_cast<int>((*hex >> 16) & 0xff);
+  } else if (const auto version = reinterpret_cast<const char* (*)()>(dlsym(RTLD_DEFAULT, "Py_GetVersion"))) {
+    if (std::sscanf(version(), "%d.%d", &major, &minor) != 2) major = minor = 0;
+  }
+  const size_t size = sizeof api->frames_problem;
+  const FrameLayout* layout = FrameLayoutFor(major, minor);
+  const uintptr_t code_type = reinterpret_cast<uintptr_t>(dlsym(RTLD_DEFAULT, "PyCode_Type"));
+  const uintptr_t frame_type = reinterpret_cast<uintptr_t>(dlsym(RTLD_DEFAULT, "PyFrame_Type"));
+  api->code_type = code_type;
+  if (layout == nullptr) {
+    std::snprintf(api->frames_problem, size, "Python %d.%d: its frame layout is not known to this ncclwatch", major,
+                  minor);
+  } else if (dlsym(RTLD_DEFAULT, "_Py_PrintReferences") != nullptr) {  // objects carry 2 more pointers
+    std::snprintf(api->frames_problem, size, "Python %d.%d: a Py_TRACE_REFS build", major, minor);
+  } else if (code_type == 0 || frame_type == 0) {
+    std::snprintf(api->frames_problem, size, "Python %d.%d: no PyCode_Type or PyFrame_Type", major, minor);
+  } else if (minor < 13 || DebugOffsetsAgree(*layout, api->frames_problem, size)) {
+    api->walker = FrameWalker{layout, code_type, frame_type};
+    return;
+  }
+  std::strncat(api->frames_problem, ": call sites show Python frames only where the caller holds the GIL",
+               size - std::strlen(api->frames_problem) - 1);
+}
+
 // Fills g_api; false when a required function is missing (no CPython, or one older than 3.9).
 bool ResolvePythonApi() {
   PythonApi& a = g_api;
@@ -81,7 +144,11 @@ bool ResolvePythonApi() {
   Lookup(&a.IsFinalizing, "Py_IsFinalizing") || Lookup(&a.IsFinalizing, "_Py_IsFinalizing");
   Lookup(&a.UncheckedThreadState, "PyThreadState_GetUnchecked") ||
       Lookup(&a.UncheckedThreadState, "_PyThreadState_UncheckedGet");
-  if (ok) FindInterpreterCode(&a);
+  if (ok) {
+    FindInterpreterCode(&a);
+    SetUpFrameWalker(&a);
+    a.positions_are_offsets = a.walker.layout != nullptr || a.PyFrame_GetLasti != nullptr;
+  }
   return ok;
 }
 
@@ -152,7 +219,9 @@ class GilHelper {
 
   static void* Main(void* self) {
     pthread_setname_np(pthread_self(), "ncclwatch-gil");
+    MarkOwnThread();
     static_cast<GilHelper*>(self)->Serve();
+    UnmarkOwnThread();  // its tid may be another thread's next
     return nullptr;
   }
 
@@ -210,7 +279,7 @@ bool PythonApi::InterpreterUsable() const {
 }
 
 bool PythonApi::ThisThreadHoldsGil() const {
-  if (!InterpreterUsable() || PyGILState_Check() == 0) return false;
+  if (PyGILState_Check() == 0) return false;
   if (UncheckedThreadState == nullptr) return true;
   void* attached = UncheckedThreadState();
   return attached != nullptr && attached == PyGILState_GetThisThreadState();
@@ -229,9 +298,19 @@ const PythonApi* GetPythonApi() {
   return state == kPresent ? &g_api : nullptr;
 }
 
-int CapturePythonFrames(uintptr_t* code, int32_t* position, int max) {
+int CapturePythonFrames(uintptr_t* code, int32_t* position, int max, bool* gil_held) {
+  *gil_held = false;
+  if (!g_python_callsites.load(std::memory_order_relaxed)) return 0;
   const PythonApi* api = GetPythonApi();
-  if (api == nullptr || !api->ThisThreadHoldsGil()) return 0;
+  if (api == nullptr || !api->InterpreterUsable()) return 0;
+  *gil_held = api->ThisThreadHoldsGil();
+  if (api->walker.layout != nullptr) {
+    // This thread's own state (PyGILState's TLS key: no GIL needed). Its frames cannot change
+    // while it is here, inside our wrapper, whoever holds the GIL.
+    const auto tstate = reinterpret_cast<uintptr_t>(api->PyGILState_GetThisThreadState());
+    return WalkPythonFrames(api->walker, tstate, code, position, max);
+  }
+  if (!*gil_held) return 0;
   PyObject* frame = api->PyEval_GetFrame();  // borrowed
   PyObject* owned = nullptr;                 // PyFrame_GetBack returns new references
   int count = 0;
@@ -248,6 +327,19 @@ int CapturePythonFrames(uintptr_t* code, int32_t* position, int max) {
   if (owned != nullptr) api->Py_DecRef(owned);
   return count;
 }
+
+void SetPythonCallsitesEnabled(bool enabled) { g_python_callsites.store(enabled, std::memory_order_relaxed); }
+
+}  // namespace detail
+
+void SetPythonCallsites(bool enabled) { detail::SetPythonCallsitesEnabled(enabled); }
+
+std::string PythonCallsiteProblem() {
+  const detail::PythonApi* api = detail::GetPythonApi();
+  return api != nullptr ? std::string(api->frames_problem) : std::string();
+}
+
+namespace detail {
 
 void RetainCodeObjects(const uintptr_t* code, int count) {
   const PythonApi* api = GetPythonApi();

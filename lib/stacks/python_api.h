@@ -3,7 +3,8 @@
 // libpython is never linked: the few public C-API functions used are looked up once with
 // dlsym(RTLD_DEFAULT), so a process without CPython pays nothing and a process with it works
 // whatever its Python version (3.9+, which has PyFrame_GetCode/PyFrame_GetBack). PyObject is
-// opaque here; only functions are called, never struct fields read.
+// opaque here: only functions are called, except on the hot path, where the frames of the
+// calling thread are read without the GIL at offsets known per version (python_frames.h).
 #pragma once
 
 #include <sys/types.h>
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "python_frames.h"
 #include "stacks.h"
 
 namespace ncclwatch {
@@ -55,15 +57,23 @@ struct PythonApi {
   void (*PyErr_Restore)(PyObject*, PyObject*, PyObject*);
   int (*PyCode_Addr2Line)(PyObject*, int);
 
-  // Where a frame is in its code, as stored in call sites: the offset of its last instruction
-  // where the API has it (cheap), else its line number (a scan of the line table per frame,
-  // which would cost ~20 ns per small frame on the hot path and more for long functions).
+  // Reads the calling thread's frames without the GIL; walker.layout is null when this
+  // CPython's layout is not known (then frames_problem says why, once, for the log).
+  FrameWalker walker;
+  char frames_problem[192] = {};
+  uintptr_t code_type = 0;  // &PyCode_Type
+
+  // Where a frame is in its code, as stored in call sites: the byte offset of its current
+  // instruction where the walker or the API gives it (cheap), else its line number (a scan of
+  // the line table per frame, which would cost ~20 ns per small frame on the hot path and more
+  // for long functions). One kind per process: positions_are_offsets.
+  bool positions_are_offsets = false;
   int PositionOf(PyObject* frame) const {
     return PyFrame_GetLasti != nullptr ? PyFrame_GetLasti(frame) : PyFrame_GetLineNumber(frame);
   }
-  // The line of a position returned by PositionOf (GIL held).
+  // The line of a position stored in a call site (GIL held).
   int LineOf(PyObject* code, int position) const {
-    return PyFrame_GetLasti != nullptr ? PyCode_Addr2Line(code, position) : position;
+    return positions_are_offsets ? PyCode_Addr2Line(code, position) : position;
   }
 
   // The interpreter's machine code (the executable segment holding PyEval_GetFrame: libpython,
@@ -74,7 +84,8 @@ struct PythonApi {
 
   // True when the interpreter is initialized and not finalizing.
   bool InterpreterUsable() const;
-  // True when the calling thread holds the GIL of the main interpreter. PyGILState_Check alone
+  // True when the calling thread holds the GIL of the main interpreter (call it only while
+  // InterpreterUsable()). PyGILState_Check alone
   // answers 1 when it is disabled (once subinterpreters exist), so its answer is confirmed by
   // comparing the attached thread state with this thread's GILState thread state.
   bool ThisThreadHoldsGil() const;
@@ -85,12 +96,16 @@ struct PythonApi {
 const PythonApi* GetPythonApi();
 
 // Hot path: the innermost `max` Python frames of the calling thread as (code object, position
-// (see PositionOf)), when the thread holds the GIL; returns how many were stored (0 without
-// CPython or the GIL). The code pointers are borrowed (alive while the frames are); see
+// (see PositionOf)); returns how many were stored (0 without CPython, when the thread runs no
+// Python code, or when Python call sites are off). With the frame walker, whether the thread
+// holds the GIL or not; without it, only when it does (through the C API). *gil_held says
+// whether it held the GIL. The code pointers are borrowed (alive while the frames are); see
 // RetainCodeObjects.
-int CapturePythonFrames(uintptr_t* code, int32_t* position, int max);
+int CapturePythonFrames(uintptr_t* code, int32_t* position, int max, bool* gil_held);
 // Takes one reference on each code object so that it outlives its frames (GIL held).
 void RetainCodeObjects(const uintptr_t* code, int count);
+// Python frames in call sites on (the default) or off, for the whole process.
+void SetPythonCallsitesEnabled(bool enabled);
 // How many of `ips` (innermost first) come before the first frame of the interpreter's code.
 // Outside of that, a call site with Python frames has only interpreter frames, which add nothing
 // to the Python frames and change as CPython specializes its bytecode (the same Python line

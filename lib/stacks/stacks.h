@@ -9,21 +9,37 @@
 //    A path a thread takes again (a training loop) is not unwound again: each thread remembers
 //    its recent paths with the stack slots their return addresses were read from, and a call
 //    whose slots all still hold them is the same path (call_paths.h says why that is exact).
-//  - Python: only when the process embeds CPython 3.9+ (found with dlsym; libpython is never
-//    linked) and the calling thread holds the GIL right now. Then the innermost
-//    kMaxPythonFrames frames are recorded as (code object, position) pairs, the position being
-//    the frame's last instruction offset (3.11+; turned into a line number at dump time,
-//    because computing lines scans line tables) or else its line number. They are part of the
-//    key, so the same native path reached from different Python lines gives different ids.
+//  - Python: when the process embeds CPython 3.9+ (found with dlsym; libpython is never
+//    linked), the calling thread's innermost kMaxPythonFrames frames, whether it holds the GIL
+//    or not: PyTorch's c10d bindings release the GIL around every collective, and DDP/FSDP
+//    issue them from autograd threads. The thread's frames are read from the interpreter's
+//    structures (python_frames.h): its thread state comes from PyGILState's TLS key, which needs
+//    no GIL, and its frame chain cannot change while the thread is inside our wrapper. The
+//    offsets are one small table per CPython minor version (3.9 to 3.13), chosen once from the
+//    running interpreter's version; every pointer is checked (aligned, in range, frame and code
+//    objects of the right type) and the walk is bounded. Another version (or a free-threaded
+//    or Py_TRACE_REFS build) gets no walker: one log line (PythonCallsiteProblem), and Python
+//    frames only for callers that hold the GIL, through the C API. A thread running no Python
+//    code (autograd's, NCCL's own) records none. Frames are (code object, byte offset of the
+//    current instruction) pairs, turned into lines at dump time, because computing lines scans
+//    line tables (without the walker, before 3.11, the API gives the line number itself). They
+//    are part of the key, so the same native path reached from different Python lines gives
+//    different ids.
 //    The native frames then stop where the interpreter's own code begins: the Python frames
 //    say what the interpreter was running, and its frames change as CPython specializes
 //    bytecode, which would otherwise give one Python line several ids.
-//    A newly interned call site takes one reference (Py_IncRef) on its code objects and never
-//    drops it, so they are still valid at dump time, when their file and function names are
-//    read under the GIL. Python's frame API materializes frame objects for those frames, as
-//    sys._getframe() does: CPython's allocation, under the GIL, never ours.
-//  - Without the GIL (PyTorch releases it around collectives) no Python object is touched:
-//    the call site has native frames only, through the interpreter up to its outermost frames.
+//    Keeping code objects valid until dump time: a call site interned by a thread holding the
+//    GIL takes one reference (Py_IncRef) on its code objects and never drops it. A thread
+//    without the GIL may not touch reference counts, so its code objects are only borrowed:
+//    they live as long as their functions do, normally the whole job. At dump time, under the
+//    GIL, each code object is first checked to still be a live code object (its header read
+//    with process_vm_readv, so that freed and unmapped memory is an answer, not a fault), then
+//    named and given one reference, so that it stays valid for later dumps. A code object freed
+//    before the first dump leaves its frames unnamed, with a note; one freed and replaced by
+//    another code object at the same address (code compiled again and again, exec) would give
+//    the new one's name: the one case this cannot tell.
+//    Frames are named under the GIL at dump time; Python's frame API, when used, materializes
+//    frame objects for those frames, as sys._getframe() does: CPython's allocation, never ours.
 //  - The interned call sites live in a fixed, lock-free table (kCallsiteCapacity entries);
 //    when it is full, CaptureCallsite returns -1 for new call sites (known ones still work).
 #pragma once
@@ -53,6 +69,28 @@ constexpr int kMaxThreadPythonFrames = 64;  // Python frames per thread in Captu
 // lets libunwind map its per-thread trace cache.)
 int32_t CaptureCallsite(int skip, int max_depth);
 
+// Python frames in call sites on (the default) or off (NCCLWATCH_PYTHON=0), for the process.
+void SetPythonCallsites(bool enabled);
+// Why call sites get Python frames only where the caller holds the GIL (this CPython's frame
+// layout is not known), for one log line; empty when they get them always, or when the process
+// runs no CPython. Looks the interpreter up (a few dlsym) on first use.
+std::string PythonCallsiteProblem();
+
+// ---- ncclwatch's own code and threads ----
+// Frames in the object file that holds `address` are ncclwatch's own (libncclwatch.so passes
+// one of its functions at start). GetCallsite drops them from the top of the call sites it
+// returns, and WithoutOwnFrames from a thread's stack, so that a stack starts with the
+// application's code, not with ncclwatch's dump code.
+void SetOwnModule(const void* address);
+bool IsOwnFrame(uintptr_t ip);  // ip: a return address
+// `ips` without its own frames at the top (innermost first); unchanged when every frame is own.
+std::vector<uintptr_t> WithoutOwnFrames(const std::vector<uintptr_t>& ips);
+// Marks the calling thread as ncclwatch's own (the watchdog, the GIL helper), until it calls
+// UnmarkOwnThread: CaptureAllThreads sets ThreadStack::own for it.
+void MarkOwnThread();
+void UnmarkOwnThread();
+bool IsOwnThread(int tid);
+
 // ---- dump time: normal thread context only, never a signal handler (they allocate, lock,
 // and may run Python code under the GIL) ----
 // The trace format's frame types (format/records.h): capture, dump and report share them.
@@ -67,11 +105,12 @@ struct Callsite {
   std::string note;                   // set when Python frames exist but could not be named (GIL unavailable)
 };
 
-// Resolves call site `id`. The names of its Python frames are read under the GIL, taken on a
-// helper thread with a bounded wait (gil_timeout_ms); the results are cached, so a dump that
-// walks all call sites takes the GIL about once, and when the GIL is stuck the dump waits about
-// one gil_timeout_ms in all. Unnamed frames keep an empty file and function (and line 0 on
-// Python 3.11+), with `note` saying why. Returns false for an unknown id.
+// Resolves call site `id`, without ncclwatch's own frames at the top (SetOwnModule). The names
+// of its Python frames are read under the GIL, taken on a helper thread with a bounded wait
+// (gil_timeout_ms); the results are cached, so a dump that walks all call sites takes the GIL
+// about once, and when the GIL is stuck the dump waits about one gil_timeout_ms in all.
+// Unnamed frames keep an empty file and function (and line 0), with `note` saying why (the GIL
+// was not had in time, or the code object no longer exists). Returns false for an unknown id.
 bool GetCallsite(int32_t id, Callsite* out, int gil_timeout_ms = 1000);
 // Ids are dense, from 0 in insertion order; CallsiteCount() is one past the last. A few ids
 // may never be published (two threads inserting the same new call site at the same moment both
@@ -83,11 +122,22 @@ size_t CallsiteTableBytes();
 
 // Names `ip` with dladdr and abi::__cxa_demangle; cached. `ip` is a return address: the lookup
 // uses ip - 1 so that a call at the very end of a function is attributed to that function.
+// A name is given only when ip - 1 lies inside the symbol (its st_size, or for a symbol without
+// a size the unwind table's function that starts there): a stripped library's nearest exported
+// symbol can be far away, and then the frame is module+offset, never a wrong name. Every
+// frame that has a module also has its build id (NT_GNU_BUILD_ID, hex) and module_offset
+// (ip - the module's load bias: the address `addr2line -e MODULE` takes), for later
+// symbolization.
 NativeFrame Symbolize(uintptr_t ip);
 
 struct ThreadStack {
   int tid = 0;  // -1 for a Python thread that could not be matched to a native thread
   std::string name;              // /proc/self/task/<tid>/comm
+  bool own = false;              // one of ncclwatch's own threads (MarkOwnThread)
+  // pthread_self() of the thread (what Python's threading.get_ident() returns), 0 when unknown:
+  // matches Python threads to native ones where Thread.native_id cannot (a forked child keeps
+  // its parent's native_id).
+  uint64_t pthread_id = 0;
   // Innermost first. For a signalled thread ips[0] is the exact interrupted pc (Symbolize's
   // ip - 1 still names the right function unless the pc is a function's first byte); all
   // other ips are return addresses.
@@ -111,7 +161,8 @@ int ThreadStackSignal();
 // that blocks the signal or is stopped is not signalled; one that does not answer in time gets
 // an empty stack and a note. The calling thread captures itself directly (frame 0 = its caller).
 // With `python`, when the process embeds CPython, the Python stack of every Python thread is
-// added (matched by Thread.native_id), read under the GIL with a bounded wait (gil_timeout_ms);
+// added (matched by its ident to the pthread_self() each thread reports, else by
+// Thread.native_id), read under the GIL with a bounded wait (gil_timeout_ms);
 // if the GIL cannot be had in time, native stacks only are returned and a note says so, on the
 // main thread's entry and in *note. Calls are serialized: a call that cannot start within
 // per_thread_timeout_ms returns no threads (*note says why). Never blocks longer than the

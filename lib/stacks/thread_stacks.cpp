@@ -50,6 +50,7 @@ constexpr uint64_t Word(pid_t tid, Phase phase) { return (uint64_t{static_cast<u
 struct StackSlot {
   std::atomic<uint64_t> state;
   int count;
+  uint64_t pthread_id;  // the thread's pthread_self(): Python's thread ident
   uintptr_t frames[kMaxThreadFrames];
 };
 StackSlot g_slots[kSlots];
@@ -84,6 +85,7 @@ void OnStackSignal(int, siginfo_t*, void* ucontext) {
     }
     slot.count = detail::UnwindContext(static_cast<unw_context_t*>(ucontext), /*signal_frame=*/true, slot.frames,
                                        kMaxThreadFrames);
+    slot.pthread_id = static_cast<uint64_t>(pthread_self());
     slot.state.store(Word(tid, kDone), std::memory_order_release);
     break;
   }
@@ -250,6 +252,7 @@ void CaptureBatch(ThreadStack* const* threads, int count, int signo, int timeout
       continue;  // the handler releases the slot's frames when done; ArmSlot recycles it
     }
     threads[i]->ips.assign(slot.frames, slot.frames + slot.count);
+    threads[i]->pthread_id = slot.pthread_id;
     slot.state.store(kIdle, std::memory_order_release);
   }
 }
@@ -262,6 +265,7 @@ __attribute__((noinline)) void CaptureSelf(ThreadStack* thread, uintptr_t caller
   const int count = detail::UnwindContext(&context, /*signal_frame=*/false, frames, kMaxThreadFrames);
   const int first = detail::FindFrame(frames, count, caller, /*window=*/8);
   thread->ips.assign(frames + std::max(first, 0), frames + count);
+  thread->pthread_id = static_cast<uint64_t>(pthread_self());
 }
 
 void AddPythonStacks(std::vector<ThreadStack>* threads, int gil_timeout_ms, std::string* note) {
@@ -282,13 +286,28 @@ void AddPythonStacks(std::vector<ThreadStack>* threads, int gil_timeout_ms, std:
     if (note != nullptr) AppendNote(note, message);
     return;
   }
+  // A Python thread's ident is its pthread_self(), which every thread that answered reported:
+  // exact, also where Thread.native_id is stale (a forked child keeps its parent's) or absent
+  // (threads the threading module does not know). native_id is for threads that did not answer.
+  std::unordered_map<uint64_t, ThreadStack*> by_pthread;
   std::unordered_map<int, ThreadStack*> by_tid;
-  for (ThreadStack& thread : *threads) by_tid[thread.tid] = &thread;
+  for (ThreadStack& thread : *threads) {
+    by_tid[thread.tid] = &thread;
+    if (thread.pthread_id != 0) by_pthread[thread.pthread_id] = &thread;
+  }
   std::vector<ThreadStack> unmatched;
   for (detail::PythonThread& python : *collected) {
-    const auto found = python.native_id > 0 ? by_tid.find(static_cast<int>(python.native_id)) : by_tid.end();
-    if (found != by_tid.end()) {
-      found->second->python = std::move(python.frames);
+    ThreadStack* match = nullptr;
+    const auto by_ident = by_pthread.find(python.ident);
+    if (by_ident != by_pthread.end()) {
+      match = by_ident->second;
+    } else if (python.native_id > 0) {
+      const auto found = by_tid.find(static_cast<int>(python.native_id));
+      // A thread that reported another ident is another thread (the tid of one that exited).
+      if (found != by_tid.end() && found->second->pthread_id == 0) match = found->second;
+    }
+    if (match != nullptr) {
+      match->python = std::move(python.frames);
       continue;
     }
     ThreadStack thread;
@@ -348,6 +367,7 @@ __attribute__((noinline)) std::vector<ThreadStack> CaptureAllThreads(int per_thr
   std::unordered_set<int> gone;
   std::vector<ThreadStack*> to_signal;
   for (ThreadStack& thread : threads) {
+    thread.own = IsOwnThread(thread.tid);
     if (thread.tid == self) {
       CaptureSelf(&thread, caller);
     } else if (!signal_problem.empty()) {

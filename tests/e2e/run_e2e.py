@@ -129,8 +129,14 @@ def healthy_run_leaves_only_exit_records():
         path = os.path.join(j.dir, f)
         check(os.path.getsize(path) < 64 * 1024, f"{f} is small: {os.path.getsize(path)} bytes")
         with open(path) as fh:
-            s = json.load(fh)["summary"]
+            d = json.load(fh)
+        s = d["summary"]
         check(s["reason"] == "exit" and s["exit_status"] == 0 and not s["in_flight"], f"{f}: a clean exit: {s['reason']}")
+        # Written by the exiting thread itself: its stack starts where the application exits,
+        # not in ncclwatch's own dump code.
+        top = [t["frames"][0] for t in d["threads"] if t["name"] == "exiting thread" and t["frames"]]
+        check(top and not top[0]["module"].endswith("libncclwatch.so") and top[0]["build_id"],
+              f"{f}: the exiting thread's stack starts outside ncclwatch: {top[:1]}")
         check(all(c["last_completed"] == c["last_enqueued"] for c in s["comms"]), f"{f}: everything completed")
     check(not j.ncclwatch_lines(), f"no output from ncclwatch: {j.ncclwatch_lines()}")
     rc, report = analyze_dir(j.dir)

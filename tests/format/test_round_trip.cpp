@@ -88,7 +88,7 @@ Op RandomOp(Random& r, bool in_flight) {
 Stack RandomStack(Random& r) {
   Stack s;
   s.native = r.List<NativeFrame>(4, [&] {
-    return NativeFrame{r.U64(), r.Text(30), r.Text(), r.U64() >> 1};
+    return NativeFrame{r.U64(), r.Text(30), r.Text(), r.U64() >> 1, r.Text(40), r.U64()};
   });
   s.python = r.List<PythonFrame>(4, [&] { return PythonFrame{r.Text(30), r.Any(), r.Text(), r.Coin()}; });
   return s;
@@ -173,7 +173,7 @@ Document RandomDocument(Random& r) {
   t.ring.overwritten = r.Any();
   t.ring.entries = r.List<Op>(6, [&] { return RandomOp(r, false); });
   t.callsites = r.List<Callsite>(3, [&] { return Callsite{r.Any(), RandomStack(r), r.Text()}; });
-  t.threads = r.List<Thread>(3, [&] { return Thread{r.Any(), r.Text(), RandomStack(r), r.Text()}; });
+  t.threads = r.List<Thread>(3, [&] { return Thread{r.Any(), r.Text(), RandomStack(r), r.Text(), r.Coin()}; });
   return d;
 }
 

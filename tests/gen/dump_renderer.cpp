@@ -230,13 +230,18 @@ std::string HostOf(int rank) {
   return b;
 }
 
-// Addresses that look like a process's: one base per module, one offset per symbol.
+// Addresses that look like a process's: one base and one build id (20 bytes, as GNU ld's
+// sha1) per module, one offset per symbol.
 trace::Stack ToStack(const StackDef& s) {
   trace::Stack out;
   for (const auto& f : s.native) {
-    uint64_t base = 0x7f0000000000ULL + (Mix(std::hash<std::string>()(f.module)) & 0xffffff000ULL);
+    const uint64_t module_hash = Mix(std::hash<std::string>()(f.module));
+    uint64_t base = 0x7f0000000000ULL + (module_hash & 0xffffff000ULL);
     uint64_t ip = base + (Mix(std::hash<std::string>()(f.symbol)) & 0xffff0ULL) + static_cast<uint64_t>(f.offset);
-    out.native.push_back({ip, f.module, f.symbol, static_cast<uint64_t>(f.offset)});
+    char build_id[41];
+    std::snprintf(build_id, sizeof build_id, "%016llx%016llx%08x", static_cast<unsigned long long>(module_hash),
+                  static_cast<unsigned long long>(Mix(module_hash)), static_cast<unsigned>(Mix(module_hash + 1)));
+    out.native.push_back({ip, f.module, f.symbol, static_cast<uint64_t>(f.offset), build_id, ip - base});
   }
   for (const auto& f : s.python) out.python.push_back({f.file, f.line, f.function, f.library});
   return out;

@@ -1,9 +1,12 @@
 """A Python training loop in miniature, driving the simulated NCCL through ctypes, with
-libncclwatch.so preloaded. NCCL calls are looked up globally (ctypes.PyDLL(None): dlsym of the
-process, where the preloaded ncclwatch comes first) and made with the GIL held, so ncclwatch
-records this file's line as each operation's Python call site. Rank BUSY_RANK "saves a
+libncclwatch.so preloaded. NCCL calls are looked up globally (dlsym of the process, where the
+preloaded ncclwatch comes first). NCCL_API=pydll (the default) makes them with the GIL held
+(ctypes.PyDLL), NCCL_API=cdll releases it around each call (ctypes.CDLL), as PyTorch's c10d
+bindings do; POOL=1 runs each training step on a worker of a ThreadPoolExecutor. Either way
+ncclwatch records this file's line as each operation's Python call site. Rank BUSY_RANK "saves a
 checkpoint" at step BUSY_STEP; the other ranks wait in an all-reduce.
 """
+import concurrent.futures
 import ctypes
 import os
 import time
@@ -13,7 +16,8 @@ BUSY_RANK, BUSY_STEP = int(os.environ.get("BUSY_RANK", "1")), int(os.environ.get
 
 ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
 ctypes.CDLL("libnccl.so.2", mode=ctypes.RTLD_GLOBAL)
-api = ctypes.PyDLL(None)    # NCCL calls keep the GIL: their Python call site is recorded
+# NCCL calls keep the GIL (PyDLL) or release it (CDLL): their Python call site is recorded either way.
+api = ctypes.CDLL(None) if os.environ.get("NCCL_API") == "cdll" else ctypes.PyDLL(None)
 sync_api = ctypes.CDLL(None)  # waits release the GIL, as PyTorch does
 
 
@@ -63,10 +67,14 @@ def main():
     uid = UniqueId.from_buffer_copy(exchange_id().raw)
     comm = ctypes.c_void_p()
     check(api.ncclCommInitRank(ctypes.byref(comm), WORLD, uid, RANK), "ncclCommInitRank")
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1) if os.environ.get("POOL") == "1" else None
     for step in range(50):
         if step == BUSY_STEP and RANK == BUSY_RANK:
             save_checkpoint()
-        train_step(comm, ctypes.c_void_p(buf.value), count, stream)
+        if pool:
+            pool.submit(train_step, comm, ctypes.c_void_p(buf.value), count, stream).result()
+        else:
+            train_step(comm, ctypes.c_void_p(buf.value), count, stream)
     print("ok", flush=True)
 
 

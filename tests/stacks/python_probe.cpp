@@ -79,10 +79,28 @@ __attribute__((visibility("default"))) int nw_threads_json(int per_thread_ms, in
   return Answer(answer, out, size);
 }
 
+// A call site captured on a thread of its own that never ran Python code.
+__attribute__((visibility("default"))) int nw_capture_on_native_thread(int depth) {
+  int id = -1;
+  std::thread([&id, depth] { id = nw_capture_callsite(0, depth); }).join();
+  return id;
+}
+
+__attribute__((visibility("default"))) void nw_set_python_callsites(int enabled) { SetPythonCallsites(enabled != 0); }
+
+__attribute__((visibility("default"))) int nw_python_callsite_problem(char* out, int size) {
+  return Answer(PythonCallsiteProblem(), out, size);
+}
+
 // Spins without ever releasing the GIL when called through ctypes.PyDLL.
+// Nearly all its time in its own loop, which touches no memory (nothing for a sanitizer to
+// instrument): the stack signal lands here, not in a callee (clock reads, TSan's hooks) that
+// libunwind may fail to unwind from.
 __attribute__((visibility("default"), noinline)) void nw_spin_holding_gil(double seconds) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < end) asm volatile("" ::: "memory");
+  do {
+    for (long i = 0; i < 10000000; ++i) asm volatile("" : "+r"(i));
+  } while (std::chrono::steady_clock::now() < end);
 }
 
 // Mean cost of CaptureCallsite (from one call site, Python frames included when the GIL is

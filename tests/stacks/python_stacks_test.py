@@ -1,13 +1,19 @@
 """lib/stacks inside a real CPython process (run by ctest with the probe library's path).
 
-Loads the probe through ctypes: PyDLL calls keep the GIL (CaptureCallsite then records Python
-frames; a spin there holds the GIL), CDLL calls release it (as PyTorch does around
-collectives). Checks the script's own file and exact lines in call sites and thread stacks,
-and that a thread holding the GIL only costs the bounded wait. Prints what it got as JSON.
+Loads the probe through ctypes: PyDLL calls keep the GIL (a spin there holds the GIL), CDLL
+calls release it (as PyTorch does around collectives); CaptureCallsite records the caller's
+Python frames either way. Checks the script's own file and exact lines in call sites (from the
+main thread, a thread pool, a native thread) and thread stacks (in a forked child too), that a
+call site whose code object was freed is never named after it, and that a thread holding the
+GIL only costs the bounded wait. Prints what it got as JSON.
 """
+import concurrent.futures
 import ctypes
+import gc
 import json
+import multiprocessing
 import os
+import weakref
 import signal
 import sys
 import threading
@@ -28,6 +34,7 @@ for lib in (keep_gil, drop_gil):
     lib.nw_spin_holding_gil.argtypes = [ctypes.c_double]
     lib.nw_capture_cost_ns.argtypes = [ctypes.c_int, ctypes.c_int]
     lib.nw_capture_cost_ns.restype = ctypes.c_double
+    lib.nw_python_callsite_problem.argtypes = [ctypes.c_char_p, ctypes.c_int]
 
 failures = []
 
@@ -78,15 +85,30 @@ def training_step(lib):
     return issue_collective(lib)  # LINE:step
 
 
+def check_python_frames(site, expected, what):
+    """`site`'s innermost Python frames are `expected` [(function, line tag)], in this file."""
+    python = site["python"]
+    check(site["note"] == "", what + ": call site names resolved: " + site["note"])
+    check(len(python) >= len(expected), what + ": call site has Python frames: %s" % python)
+    for frame, (function, tag) in zip(python, expected):
+        check(same_file(frame["file"]) and frame["function"] == function and frame["line"] == line_of(tag)
+              and not frame["library"], "%s: call-site frame %s line %d: got %s" % (what, function, line_of(tag), frame))
+    check(not any("PyEval" in s or "PyObject_" in s for s in site["symbols"]),
+          what + ": native frames stop at the interpreter when Python frames are recorded: %s" % site["symbols"])
+
+
 def check_callsites():
     ids = []
     for _ in range(3):
         ids.append(training_step(keep_gil))  # LINE:loop
     other_line = training_step(keep_gil)  # LINE:other
-    without_gil = training_step(drop_gil)
+    without_gil = []
+    for _ in range(3):
+        without_gil.append(training_step(drop_gil))  # LINE:nogil
     check(ids[0] >= 0 and ids.count(ids[0]) == 3, "same Python line, same id: %s" % ids)
     check(other_line >= 0 and other_line != ids[0], "another Python line, another id")
-    check(without_gil >= 0 and without_gil not in ids, "without the GIL: a native-only call site")
+    check(without_gil[0] >= 0 and without_gil.count(without_gil[0]) == 3 and without_gil[0] not in ids,
+          "without the GIL: same line, same id, another than with it: %s" % without_gil)
 
     site = call_json(drop_gil.nw_callsite_json, ids[0], 2000)
     print(json.dumps({"callsite": site}, indent=1))
@@ -101,8 +123,52 @@ def check_callsites():
     check(not any("PyEval" in s or "PyObject_" in s for s in site["symbols"]),
           "native frames stop at the interpreter when Python frames are recorded: %s" % site["symbols"])
 
-    native_only = call_json(drop_gil.nw_callsite_json, without_gil, 2000)
-    check(native_only["python"] == [], "no Python frames without the GIL")
+    # The GIL released around the call, as PyTorch does: the caller's frames all the same.
+    gil_free = call_json(drop_gil.nw_callsite_json, without_gil[0], 2000)
+    print(json.dumps({"callsite_without_gil": gil_free}, indent=1))
+    check_python_frames(gil_free, [("issue_collective", "capture"), ("training_step", "step"),
+                                   ("check_callsites", "nogil")], "without the GIL")
+    check("nw_capture_callsite" in gil_free["symbols"][0], "native frame 0 is the probe: %s" % gil_free["symbols"][:2])
+
+    # A thread that never ran Python code (autograd's, NCCL's own) records none.
+    native = call_json(drop_gil.nw_callsite_json, drop_gil.nw_capture_on_native_thread(16), 2000)
+    check(native["python"] == [] and native["symbols"], "a native thread's call site has native frames only: %s" % native)
+
+
+def pooled_step():
+    return training_step(drop_gil)  # LINE:pooled
+
+
+def check_thread_pool():
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        site = pool.submit(pooled_step).result()
+    pooled = call_json(drop_gil.nw_callsite_json, site, 2000)
+    print(json.dumps({"callsite_in_pool": pooled}, indent=1))
+    check_python_frames(pooled, [("issue_collective", "capture"), ("training_step", "step"), ("pooled_step", "pooled")],
+                        "thread pool")
+    outer = pooled["python"][3:4]
+    check(outer and outer[0]["library"] and outer[0]["file"].endswith(os.path.join("concurrent", "futures", "thread.py")),
+          "thread pool: the pool's worker below, as library code: %s" % outer)
+
+
+def check_code_freed():
+    """A call site made without the GIL only borrows its code objects: once freed, never named."""
+    namespace = {}
+    exec(compile("def ephemeral(lib):\n    return lib.nw_capture_callsite(0, 16)\n", "<ephemeral>", "exec"), namespace)
+    code = weakref.ref(namespace["ephemeral"].__code__)
+    site = namespace["ephemeral"](drop_gil)  # LINE:ephemeral
+    del namespace
+    gc.collect()
+    check(code() is None, "the exec'd function's code object is freed")
+    freed = call_json(drop_gil.nw_callsite_json, site, 2000)
+    print(json.dumps({"callsite_code_freed": freed}, indent=1))
+    python = freed["python"]
+    check(len(python) >= 2 and python[0]["function"] != "ephemeral" and python[0]["file"] != "<ephemeral>",
+          "a freed code object is not named after it: %s" % python[:1])
+    check(not python or python[0]["function"] != "" or "no longer exists" in freed["note"],
+          "an unnamed frame has a note: %s" % freed["note"])
+    check(len(python) >= 2 and same_file(python[1]["file"]) and python[1]["function"] == "check_code_freed"
+          and python[1]["line"] == line_of("ephemeral"), "its live caller is still named: %s" % python[1:2])
 
 
 # ---- thread stacks ----
@@ -163,6 +229,27 @@ def check_thread_stacks():
         t.join()
 
 
+def in_forked_child(conn):
+    conn.send(call_json(drop_gil.nw_threads_json, 1000, 2000, 0, -1))  # LINE:forked
+    conn.close()
+
+
+def check_forked_child():
+    """multiprocessing with fork: the child's threading module still says its parent's native_id."""
+    context = multiprocessing.get_context("fork")
+    receiver, sender = context.Pipe(duplex=False)
+    child = context.Process(target=in_forked_child, args=(sender,))
+    child.start()
+    capture = receiver.recv() if receiver.poll(60) else {"threads": [], "note": "no answer from the child"}
+    child.join(60)
+    print(json.dumps({"forked_child": capture}, indent=1))
+    main = thread_entry(capture, child.pid)
+    check(main is not None and has_frame(main["python"], "in_forked_child", "forked"),
+          "forked child: its main thread's Python stack: %s" % (main and main["python"][:3]))
+    check(all(t["tid"] != -1 for t in capture["threads"]),
+          "forked child: no Python thread left unmatched: %s" % [t["note"] for t in capture["threads"] if t["tid"] == -1])
+
+
 def check_gil_held_elsewhere():
     per_thread_ms, gil_ms, spin_s = 200, 300, 3.0
     result = {}
@@ -215,8 +302,13 @@ def report_cost():
 
 
 check(drop_gil.nw_install(signal.SIGRTMIN + 5) == 1, "stack signal installed")
+problem = call_json(drop_gil.nw_python_callsite_problem)
+check(problem == "", "Python %s's frame layout is known: %s" % (sys.version.split()[0], problem))
 check_callsites()
+check_thread_pool()
+check_code_freed()
 check_thread_stacks()
+check_forked_child()
 check_gil_held_elsewhere()
 report_cost()
 if failures:

@@ -308,3 +308,33 @@ TEST_CASE("a child forked in the middle of a capture captures its own stacks") {
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);  // 1: the child waited for its parent's capture
 }
+
+TEST_CASE("ncclwatch's own threads are marked as such") {
+  EnsureStackSignal();
+  std::atomic<int> step{0};
+  std::atomic<pid_t> tid{0};
+  std::thread own([&] {
+    tid = Tid();
+    MarkOwnThread();
+    step = 1;
+    while (step.load() != 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    UnmarkOwnThread();
+    step = 3;
+    while (step.load() != 4) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  while (step.load() != 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const auto own_flag = [&](pid_t which) {
+    for (const ThreadStack& thread : CaptureAllThreads(2000, false, 0))
+      if (thread.tid == which) return thread.own ? 1 : 0;
+    return -1;
+  };
+  CHECK(IsOwnThread(tid));
+  CHECK(own_flag(tid) == 1);
+  CHECK(own_flag(Tid()) == 0);
+  step = 2;
+  while (step.load() != 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  CHECK(!IsOwnThread(tid));
+  CHECK(own_flag(tid) == 0);
+  step = 4;
+  own.join();
+}

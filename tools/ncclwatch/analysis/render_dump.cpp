@@ -160,6 +160,7 @@ std::string RenderDumpText(const Dump& dump, const ShowOptions& options) {
   out << "\n" << st.Bold("threads") << "\n";
   for (const auto& th : d->threads) {
     out << "  " << st.Bold(th.name.empty() ? "thread" : th.name) << " (tid " << th.tid << ")";
+    if (th.own) out << "  " << st.Dim("ncclwatch's own");
     if (!th.note.empty()) out << "  " << st.Dim(th.note);
     out << "\n";
     RenderStack(out, st, th.stack, "      ");

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 
 #include "ncclwatch/trace_format.h"
+#include "symbolize_debug.h"
 
 namespace ncclwatch {
 namespace analysis {
@@ -58,20 +60,24 @@ std::string FormatPythonFrame(const PythonFrame& f) {
 }
 
 std::string FormatNativeFrame(const NativeFrame& f) {
+  const std::optional<SourceLine> source = SourceLineOf(f);  // where this build's debug info is here
+  const size_t slash = f.module.rfind('/');
+  const std::string module = slash == std::string::npos ? f.module : f.module.substr(slash + 1);
+  const auto hex = [](uint64_t v) {
+    char b[24];
+    std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
+    return std::string(b);
+  };
   std::string s;
-  if (!f.symbol.empty()) {
-    char off[32];
-    std::snprintf(off, sizeof off, "+0x%llx", static_cast<unsigned long long>(f.offset));
-    s = f.symbol + off;
+  if (!f.symbol.empty() || (source && !source->function.empty())) {
+    s = f.symbol.empty() ? source->function : f.symbol + "+" + hex(f.offset);
+    if (!module.empty()) s += " (" + module + ")";
+  } else if (!module.empty()) {  // no name rather than a wrong one: where in the module it is
+    s = module + "+" + hex(f.module_offset != 0 ? f.module_offset : f.offset);
   } else {
-    char ip[24];
-    std::snprintf(ip, sizeof ip, "0x%llx", static_cast<unsigned long long>(f.ip));
-    s = f.ip ? ip : "?";
+    s = f.ip ? hex(f.ip) : "?";
   }
-  if (!f.module.empty()) {
-    size_t slash = f.module.rfind('/');
-    s += " (" + (slash == std::string::npos ? f.module : f.module.substr(slash + 1)) + ")";
-  }
+  if (source && !source->file.empty()) s += " at " + source->file + ":" + std::to_string(source->line);
   return Printable(s);
 }
 

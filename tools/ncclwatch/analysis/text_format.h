@@ -21,7 +21,9 @@ std::string FormatBytes(int64_t bytes);
 // line stays one line and never drives the terminal.
 std::string Printable(const std::string& s);
 std::string FormatPythonFrame(const PythonFrame& f);
-// "ncclAllReduce+0x1c (libnccl.so.2)", or the ip when the symbol is unknown.
+// "ncclAllReduce+0x1c (libnccl.so.2)"; "libc.so.6+0x8a3c4" (its module offset) when the symbol is
+// unknown, the ip when the module is too; " at file:line" after it where this build's debug info
+// is here (symbolize_debug.h), which also names a frame that has no symbol.
 std::string FormatNativeFrame(const NativeFrame& f);
 // A stack as lines, Python frames first (innermost first within each), as the report prints it.
 std::vector<std::string> FormatStack(const Stack& s);
