@@ -421,6 +421,8 @@ constexpr const char* kLine = "line";
 constexpr const char* kModule = "module";
 constexpr const char* kOffset = "offset";
 constexpr const char* kIp = "ip";
+constexpr const char* kBuildId = "build_id";
+constexpr const char* kModuleOffset = "module_offset";
 constexpr const char* kLibrary = "library";
 }  // namespace report_key
 

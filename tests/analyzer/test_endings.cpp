@@ -264,3 +264,30 @@ TEST_CASE("ranks sharing host and pid (separate PID namespaces) are told apart",
   CHECK(report.verdicts[0].cause == Cause::RankMissing);
   CHECK(report.verdicts[0].culprit_ranks == Ranks({2}));
 }
+
+TEST_CASE("a culprit's current stack is the application's, never ncclwatch's own thread", "[endings]") {
+  // Rank 1 is busy outside NCCL; its dump lists ncclwatch's watchdog first (marked own), then a
+  // worker thread with native frames only. The main thread is not in the dump.
+  TempDir dir;
+  Document busy = Dump(1, 2, {Comm(kWorld, 2, 1, 5, 5, 5)}, {}, Name(R::PeerRequest));
+  trace::Thread watchdog;
+  watchdog.tid = 4242;
+  watchdog.name = "ncclwatch";
+  watchdog.own = true;
+  watchdog.stack.native = {{0x1000, "/lib/libncclwatch.so", "ncclwatch::Runtime::Dump", 16, "", 0x1000}};
+  trace::Thread worker;
+  worker.tid = 4343;
+  worker.name = "trainer";
+  worker.stack.native = {{0x2000, "/opt/app/train", "save_checkpoint", 8, "", 0x2000}};
+  busy.detail.threads = {watchdog, worker};
+  Document waiting = Dump(0, 2, {Comm(kWorld, 2, 0, 6, 6, 5)}, {Op(kWorld, 6, "AllReduce", "gpu_reached", 650)},
+                          Name(R::Stall));
+  auto report = Analyze(dir, {waiting, busy});
+  REQUIRE(report.verdicts.size() == 1);
+  const auto& v = report.verdicts[0];
+  CHECK(v.culprit_ranks == Ranks({1}));
+  REQUIRE(v.evidence.size() == 1);
+  CHECK(v.evidence[0].current_thread == "trainer (tid 4343)");
+  REQUIRE(v.evidence[0].current.native.size() == 1);
+  CHECK(v.evidence[0].current.native[0].symbol == "save_checkpoint");
+}

@@ -52,13 +52,16 @@ void Evidence::FillEvidence(const Unit* u, int dump, CulpritEvidence* e) {
                      CommLabel(op->comm, cit == g_.comm_by_id_.end() ? "" : g_.comms_[cit->second].name);
     if (const Callsite* cs = det->FindCallsite(op->callsite)) e->callsite = cs->stack;
   }
-  // Current stack: the thread inside NCCL, else the main thread, else one with Python frames.
+  // Current stack: the thread inside NCCL, else the main thread, else one with Python frames,
+  // else any; never one of ncclwatch's own threads (its watchdog says nothing about the job).
   const ThreadStack* t = nullptr;
   if (!s.in_nccl.empty()) t = det->FindThread(s.in_nccl.front().tid);
   if (!t) t = det->FindThread(s.pid);
+  if (t && t->own) t = nullptr;
   for (const auto& th : det->threads)
-    if (!t && !th.stack.python.empty()) t = &th;
-  if (!t && !det->threads.empty()) t = &det->threads.front();
+    if (!t && !th.own && !th.stack.python.empty()) t = &th;
+  for (const auto& th : det->threads)
+    if (!t && !th.own) t = &th;
   if (t) {
     e->current_thread = (t->name.empty() ? "thread" : t->name) + " (tid " + std::to_string(t->tid) + ")";
     e->current = t->stack;

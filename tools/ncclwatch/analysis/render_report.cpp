@@ -1,9 +1,11 @@
 #include "render_report.h"
+#include "symbolize_debug.h"
 
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <sstream>
 
 #include "text_format.h"
@@ -170,17 +172,25 @@ void RenderNotes(std::ostream& out, const Style& st, const Report& report) {
 }
 
 // Frames as objects, Python first, innermost first: kind, function, file, line (0 unknown),
-// module, offset and ip (native), library (Python: a library frame, not the user's code).
+// module, offset, ip, build_id and module_offset (native), library (Python: a library frame, not
+// the user's code). A native frame's file and line come from the debug info of exactly its
+// build, where it is here (symbolize_debug.h), else stay empty and 0.
 json StackFrames(const Stack& s) {
   json a = json::array();
   for (const auto& f : s.python)
     a.push_back({{rk::kKind, "python"}, {rk::kFunction, f.function}, {rk::kFile, f.file}, {rk::kLine, f.line},
                  {rk::kLibrary, f.library}});
+  const auto hex = [](uint64_t v) {
+    char b[24];
+    std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
+    return std::string(b);
+  };
   for (const auto& f : s.native) {
-    char ip[24];
-    std::snprintf(ip, sizeof ip, "0x%llx", static_cast<unsigned long long>(f.ip));
-    a.push_back({{rk::kKind, "native"}, {rk::kFunction, f.symbol}, {rk::kFile, ""}, {rk::kLine, 0},
-                 {rk::kModule, f.module}, {rk::kOffset, f.offset}, {rk::kIp, ip}});
+    const std::optional<SourceLine> source = SourceLineOf(f);
+    const std::string function = !f.symbol.empty() || !source ? f.symbol : source->function;
+    a.push_back({{rk::kKind, "native"}, {rk::kFunction, function}, {rk::kFile, source ? source->file : ""},
+                 {rk::kLine, source ? source->line : 0}, {rk::kModule, f.module}, {rk::kOffset, f.offset},
+                 {rk::kIp, hex(f.ip)}, {rk::kBuildId, f.build_id}, {rk::kModuleOffset, hex(f.module_offset)}});
   }
   return a;
 }
