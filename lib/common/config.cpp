@@ -10,6 +10,8 @@
 namespace ncclwatch {
 namespace {
 
+constexpr double kMaxMultiplier = 1e4;
+
 std::string Trim(const std::string& s) {
   size_t b = s.find_first_not_of(" \t");
   if (b == std::string::npos) return "";
@@ -47,8 +49,20 @@ bool ParseSeconds(const std::string& t, double* out, std::string* err) {
   char* end = nullptr;
   errno = 0;
   double v = strtod(t.c_str(), &end);
-  if (t.empty() || errno != 0 || end == t.c_str() || *end != '\0' || !(v >= 0) || v > 1e7) {
-    *err = "expected a number of seconds >= 0";
+  if (t.empty() || errno != 0 || end == t.c_str() || *end != '\0' || !(v >= 0) || v > kMaxSettingSeconds) {
+    *err = "expected a number of seconds from 0 to 10000000";
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+bool ParseMultiplier(const std::string& t, double* out, std::string* err) {
+  char* end = nullptr;
+  errno = 0;
+  double v = strtod(t.c_str(), &end);
+  if (t.empty() || errno != 0 || end == t.c_str() || *end != '\0' || !(v >= 0) || v > kMaxMultiplier) {
+    *err = "expected a multiplier from 0 (off) to 10000";
     return false;
   }
   *out = v;
@@ -76,7 +90,9 @@ bool ParseLevel(const std::string& t, LogLevel* out, std::string* err) {
 }
 
 bool ParseSignalSetting(const std::string& t, int* out, std::string* err) {
-  return ParseSignal(t, out, err);
+  if (!ParseSignal(t, out, err)) return false;
+  *err = SignalNotTakenOver(*out);
+  return err->empty();
 }
 
 }  // namespace
@@ -126,13 +142,26 @@ bool ParseSignal(const std::string& text, int* signo, std::string* error) {
     }
     return *signo = v, true;
   }
-  static const std::pair<const char*, int> kNames[] = {
-      {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"HUP", SIGHUP},   {"QUIT", SIGQUIT},
-      {"PWR", SIGPWR},   {"URG", SIGURG},   {"WINCH", SIGWINCH}, {"PROF", SIGPROF}};
-  for (auto& n : kNames)
-    if (strcasecmp(name.c_str(), n.first) == 0) return *signo = n.second, true;
+  for (int s = 1; s < SIGRTMIN; ++s) {
+    const char* abbrev = sigabbrev_np(s);
+    if (abbrev && strcasecmp(name.c_str(), abbrev) == 0) return *signo = s, true;
+  }
   *error = "unknown signal (use a name like SIGUSR2, RTMIN+5, a number, or none)";
   return false;
+}
+
+std::string SignalNotTakenOver(int signo) {
+  // Their meaning belongs to the launcher, the terminal, the kernel or the C library: taking
+  // one over would stop a job from ending (SIGTERM) or hide a crash (SIGSEGV).
+  static const int kKeepTheirMeaning[] = {SIGTERM, SIGINT,  SIGHUP,  SIGQUIT, SIGKILL, SIGSTOP,
+                                          SIGTSTP, SIGTTIN, SIGTTOU, SIGCONT, SIGSEGV, SIGBUS,
+                                          SIGILL,  SIGFPE,  SIGABRT, SIGTRAP, SIGSYS,  SIGCHLD,
+                                          SIGPIPE, SIGALRM, SIGVTALRM, SIGPROF, SIGXCPU, SIGXFSZ};
+  for (int s : kKeepTheirMeaning)
+    if (s == signo)
+      return SignalName(signo) +
+             " ends, stops or reports on the process and is never taken over (use SIGUSR1, SIGUSR2 or RTMIN+n)";
+  return "";
 }
 
 std::string SignalName(int signo) {
@@ -149,7 +178,7 @@ bool ParseDeadlineSpec(const std::string& text, DeadlineSpec* out, std::string* 
   std::string ignored;
   if (t.find('=') == std::string::npos) {
     if (!ParseSeconds(t, &plain, error) || plain <= 0) {
-      *error = "expected seconds > 0, or a list like AllGather=120,Send=600,default=300";
+      *error = "expected seconds above 0 and at most 10000000, or a list like AllGather=120,Send=600,default=300";
       return false;
     }
     spec.default_s = plain;
@@ -170,7 +199,7 @@ bool ParseDeadlineSpec(const std::string& text, DeadlineSpec* out, std::string* 
     double v = 0;
     std::string verr;
     if (!ParseSeconds(Trim(item.substr(eq + 1)), &v, &verr) || v <= 0) {
-      *error = "'" + item + "': expected seconds > 0";
+      *error = "'" + item + "': expected seconds above 0 and at most 10000000";
       return false;
     }
     if (strcasecmp(name.c_str(), "default") == 0) {
@@ -221,12 +250,14 @@ ConfigResult ParseConfig(EnvLookup getenv_fn) {
 #define ParseStringSetting ParseString
 #define ParseCountSetting ParseCount
 #define ParseSecondsSetting ParseSeconds
+#define ParseMultiplierSetting ParseMultiplier
 #define ParseLevelSetting ParseLevel
   NCCLWATCH_FOR_EACH_SETTING(NCCLWATCH_PARSE_SETTING)
 #undef ParseBoolSetting
 #undef ParseStringSetting
 #undef ParseCountSetting
 #undef ParseSecondsSetting
+#undef ParseMultiplierSetting
 #undef ParseLevelSetting
 #undef NCCLWATCH_PARSE_SETTING
 
@@ -254,10 +285,13 @@ ConfigResult ParseConfig(EnvLookup getenv_fn) {
   uint64_t p = 1;
   while (p < c.ring) p <<= 1;
   c.ring = p;
+  // Stack sampling needs its signal; the on-demand dump gives way, to its default if that is
+  // free, else to none. One line, naming the setting that changes.
   if (c.dump_signal != 0 && c.dump_signal == c.stack_signal) {
-    report("NCCLWATCH_STACK_SIGNAL", SignalName(c.stack_signal),
-           "is the same as NCCLWATCH_DUMP_SIGNAL", SignalName(d.stack_signal));
-    c.stack_signal = d.stack_signal;
+    int fallback = d.dump_signal != c.stack_signal ? d.dump_signal : 0;
+    report("NCCLWATCH_DUMP_SIGNAL", SignalName(c.dump_signal),
+           "is the signal ncclwatch samples stacks with (NCCLWATCH_STACK_SIGNAL)", SignalName(fallback));
+    c.dump_signal = fallback;
   }
   return r;
 }
@@ -282,6 +316,7 @@ std::vector<std::pair<std::string, std::string>> DescribeConfig(const Config& c)
 #define NCCLWATCH_DESCRIBE_String(v) fmt(v)
 #define NCCLWATCH_DESCRIBE_Count(v) fmt(v)
 #define NCCLWATCH_DESCRIBE_Seconds(v) fmt(v)
+#define NCCLWATCH_DESCRIBE_Multiplier(v) fmt(v)
 #define NCCLWATCH_DESCRIBE_Level(v) fmt(v)
 #define NCCLWATCH_DESCRIBE_Signal(v) SignalName(v)
   NCCLWATCH_FOR_EACH_SETTING(NCCLWATCH_DESCRIBE_SETTING)

@@ -26,7 +26,7 @@ struct DeadlineSpec {
   X(ring, RING, Count, 4096, "flight-record entries per process (rounded up to a power of 2)")   \
   X(poll_ms, POLL_MS, Count, 100, "watchdog poll interval, ms")                                   \
   X(peer_poll_ms, PEER_POLL_MS, Count, 1000, "how often the job-wide dump request is checked, ms") \
-  X(adaptive, ADAPTIVE, Seconds, 20.0, "adaptive deadline = this x slowest healthy completion; 0 off") \
+  X(adaptive, ADAPTIVE, Multiplier, 20.0, "adaptive deadline = this x slowest healthy completion; 0 off") \
   X(adaptive_floor_s, ADAPTIVE_FLOOR, Seconds, 10.0, "the adaptive deadline is never below this, s") \
   X(adaptive_min_samples, ADAPTIVE_MIN_SAMPLES, Count, 3, "completions needed before adapting")  \
   X(gpu_timing, GPU_TIMING, Bool, false, "1: timing events, exact GPU durations (breaks overlap)") \
@@ -41,6 +41,7 @@ struct DeadlineSpec {
   X(stack_signal, STACK_SIGNAL, Signal, "SIGRTMIN+5", "signal used to sample thread stacks")       \
   X(max_dumps, MAX_DUMPS, Count, 8, "dumps per process at most (bounds disk use)")                \
   X(exit_record, EXIT_RECORD, Bool, true, "a small record of where the rank stopped at a normal exit") \
+  X(cmdline, CMDLINE, Bool, true, "record the command line in dumps (secret-looking values redacted); 0: none") \
   X(job_instance, JOB_INSTANCE, String, "", "this attempt's id (default from the launcher's variables)") \
   X(metrics, METRICS, String, "", "directory for a Prometheus textfile per process; empty: off")   \
   X(log, LOG, Level, "warn", "quiet, warn, info or debug")                                          \
@@ -54,12 +55,14 @@ LogLevel DefaultLevel(const char* text);
 #define NCCLWATCH_SETTING_TYPE_String std::string
 #define NCCLWATCH_SETTING_TYPE_Count uint64_t
 #define NCCLWATCH_SETTING_TYPE_Seconds double
+#define NCCLWATCH_SETTING_TYPE_Multiplier double
 #define NCCLWATCH_SETTING_TYPE_Signal int
 #define NCCLWATCH_SETTING_TYPE_Level LogLevel
 #define NCCLWATCH_SETTING_INIT_Bool(d) d
 #define NCCLWATCH_SETTING_INIT_String(d) d
 #define NCCLWATCH_SETTING_INIT_Count(d) d
 #define NCCLWATCH_SETTING_INIT_Seconds(d) d
+#define NCCLWATCH_SETTING_INIT_Multiplier(d) d
 #define NCCLWATCH_SETTING_INIT_Signal(d) DefaultSignal(d)
 #define NCCLWATCH_SETTING_INIT_Level(d) DefaultLevel(d)
 
@@ -83,6 +86,11 @@ ConfigResult ParseConfig(EnvLookup getenv_fn);
 // Pieces exposed for tests and for the tools.
 bool ParseDeadlineSpec(const std::string& text, DeadlineSpec* out, std::string* error);
 bool ParseSignal(const std::string& text, int* signo, std::string* error);
+// Why `signo` may not serve as an on-demand dump or stack-sampling signal ("" when it may):
+// terminating, fatal, job-control and process-machinery signals keep their own meaning.
+std::string SignalNotTakenOver(int signo);
+// The largest number of seconds any NCCLWATCH_ setting accepts.
+constexpr double kMaxSettingSeconds = 1e7;
 std::string SignalName(int signo);
 // "key=value" lines of the effective settings (for dumps and --help).
 std::vector<std::pair<std::string, std::string>> DescribeConfig(const Config& c);

@@ -30,12 +30,24 @@ ProcessIdentity ReadProcessIdentity();
 // Default dump directory: ./ncclwatch-<job id> ("job" when the launcher gives none).
 std::string DefaultDumpDir(const ProcessIdentity& id);
 
-// Environment variables worth keeping in a dump (NCCL_*, TORCH_NCCL_*, launcher ids, ...).
+// The environment variables docs/trace-format.md lists (NCCL_*, TORCH_NCCL_*, launcher ids,
+// ...) and no other; a secret-looking value is redacted.
 std::vector<std::pair<std::string, std::string>> RelevantEnvironment();
 
-// Executable path, argv, working directory.
+// Executable path, argv (secret-looking values redacted: RedactCommandLine), working directory.
 std::string ExecutablePath();
 std::vector<std::string> CommandLine();
 std::string WorkingDirectory();
+
+// What stands in for a value that must not reach a dump.
+constexpr const char* kRedacted = "<redacted>";
+// True for an argument or variable name that says its value is a secret (token, key, secret,
+// password, credential, auth...), in any case and with any separators.
+bool NameLooksSecret(const std::string& name);
+// True for a value shaped like a well-known credential (hf_..., ghp_..., sk-..., AKIA...).
+bool ValueLooksSecret(const std::string& value);
+// argv with the values of secret-looking options (--x=v, --x v, x=v), credential-shaped values
+// and the password of URLs (scheme://user:password@host) replaced by kRedacted.
+std::vector<std::string> RedactCommandLine(const std::vector<std::string>& args);
 
 }  // namespace ncclwatch

@@ -32,6 +32,11 @@ bool MakeDirs(const std::string& path, std::string* why) {
       return false;
     }
   }
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {  // mkdir said EEXIST about a file
+    *why = strerror(ENOTDIR);
+    return false;
+  }
   if (access(path.c_str(), W_OK | X_OK) != 0) {
     *why = std::string(strerror(errno));
     return false;
@@ -82,7 +87,18 @@ int WriteFileReplacing(const std::string& path, const std::string& content) {
   return e;
 }
 
+namespace {
+std::string g_fail_writes_matching;  // test seam: a write to a path containing this fails like a full disk
+int g_fail_writes_errno = 0;
+}  // namespace
+
+void FailWritesForTest(const std::string& path_part, int err) {
+  g_fail_writes_matching = path_part;
+  g_fail_writes_errno = err;
+}
+
 int WriteFileNoReplace(const std::string& path, const std::string& content) {
+  if (g_fail_writes_errno != 0 && path.find(g_fail_writes_matching) != std::string::npos) return g_fail_writes_errno;
   std::string tmp = TempPathFor(path);
   int fd = CreateExclusive(tmp);
   if (fd < 0) return errno;
@@ -114,23 +130,25 @@ int WriteFileNoReplace(const std::string& path, const std::string& content) {
 DumpDirectory::DumpDirectory(std::string configured, std::string fallback_name, uint64_t max_dumps)
     : configured_(std::move(configured)), fallback_name_(std::move(fallback_name)), max_dumps_(max_dumps) {}
 
-bool DumpDirectory::EnsureDirectory() {
+bool DumpDirectory::EnsureDirectory(std::string first_error, bool quiet) {
   if (dir_ready_) return true;
   const std::string shared = "/tmp/" + fallback_name_ + "-" + std::to_string(getuid());
-  std::string candidates[] = {configured_, fallback_name_, shared};
-  std::string first_error;
-  for (const std::string& c : candidates) {
+  const std::string candidates[] = {configured_, fallback_name_, shared};
+  for (size_t i = next_candidate_; i < 3; ++i) {
+    const std::string& c = candidates[i];
     if (c.empty()) continue;
     std::string why;
     if ((c != shared || SafeSharedDir(c, &why)) && MakeDirs(c, &why) && (c != shared || SafeSharedDir(c, &why))) {
-      if (!first_error.empty()) LogWarn("%s; writing dumps to %s instead", first_error.c_str(), c.c_str());
+      if (!first_error.empty() && !quiet) LogWarn("%s; writing dumps to %s instead", first_error.c_str(), c.c_str());
       dir_ = c;
+      dir_index_ = i;
       dir_ready_ = true;
       return true;
     }
     if (first_error.empty()) first_error = "cannot write dump directory '" + c + "': " + why;
   }
-  LogWarn("%s, and no fallback directory is writable; no dump written", first_error.c_str());
+  if (!quiet) LogWarn("%s, and no fallback directory is writable; no dump written", first_error.c_str());
+  next_candidate_ = 0;  // the next dump tries them all again: space may have been freed
   return false;
 }
 
@@ -160,21 +178,36 @@ std::string DumpDirectory::Write(const std::string& stem, const std::string& con
     unlink(kept_[1].c_str());  // only a file this process wrote
     kept_.erase(kept_.begin() + 1);
   }
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    std::string path = dir_ + "/" + stem + (attempt ? "-" + std::to_string(attempt) : "") + ".json";
-    int e = WriteFileNoReplace(path, content);
+  // A directory that stops taking files (disk full, quota, I/O error, removed) hands the dump
+  // to the next fallback directory at once: the evidence is written now or never. One line.
+  std::string refused;  // the first directory's failure
+  for (;;) {
+    std::string path;
+    int e = WriteUnique(stem, content, &path);
     if (e == 0) {
+      if (!refused.empty()) LogWarn("%s; written to %s instead", refused.c_str(), path.c_str());
       ++written_;
       if (counted) kept_.push_back(path);
       return path;
     }
-    if (e != EEXIST) {
-      LogWarn("cannot write dump %s: %s", path.c_str(), strerror(e));
-      dir_ready_ = false;  // try the fallbacks next time
+    if (refused.empty()) refused = "cannot write dump " + path + ": " + strerror(e);
+    dir_ready_ = false;
+    next_candidate_ = dir_index_ + 1;
+    if (next_candidate_ >= 3 || !EnsureDirectory(refused, /*quiet=*/true)) {
+      next_candidate_ = 0;  // the next dump tries them all again: space may have been freed
+      LogWarn("%s, nor in a fallback directory; no dump written", refused.c_str());
       return "";
     }
   }
-  return "";
+}
+
+int DumpDirectory::WriteUnique(const std::string& stem, const std::string& content, std::string* path) {
+  int e = EEXIST;
+  for (int attempt = 0; attempt < 100 && e == EEXIST; ++attempt) {
+    *path = dir_ + "/" + stem + (attempt ? "-" + std::to_string(attempt) : "") + ".json";
+    e = WriteFileNoReplace(*path, content);
+  }
+  return e;
 }
 
 bool DumpDirectory::WriteRequest(const PeerRequest& r) {

@@ -44,7 +44,11 @@ class DumpDirectory {
   double RequestAgeS();
 
  private:
-  bool EnsureDirectory();
+  // Makes the first usable directory from the candidate `next_candidate_` on (configured,
+  // ./fallback, /tmp/fallback-uid); `first_error` says why an earlier one was left. `quiet`:
+  // the caller says what happened.
+  bool EnsureDirectory(std::string first_error = "", bool quiet = false);
+  int WriteUnique(const std::string& stem, const std::string& content, std::string* path);
   bool LimitReachedLocked();  // mu_ held
   std::string RequestPath();
 
@@ -52,6 +56,8 @@ class DumpDirectory {
   std::string fallback_name_;
   std::string dir_;
   bool dir_ready_ = false;
+  size_t dir_index_ = 0;       // which candidate dir_ is
+  size_t next_candidate_ = 0;  // where EnsureDirectory starts looking
   uint64_t max_dumps_;
   uint64_t written_ = 0;
   std::vector<std::string> kept_;  // counted dumps of this process still on disk, oldest first
@@ -70,5 +76,9 @@ int WriteFileReplacing(const std::string& path, const std::string& content);
 // Writes `content` to `path` atomically without replacing an existing file. errno-style
 // result: 0, or the error of the failing step (EEXIST when `path` exists).
 int WriteFileNoReplace(const std::string& path, const std::string& content);
+
+// Test seam: WriteFileNoReplace to a path containing `path_part` fails with `err` (0: never),
+// as on a full disk.
+void FailWritesForTest(const std::string& path_part, int err);
 
 }  // namespace ncclwatch

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cerrno>
 
+#include "common/config.h"
 #include "common/log.h"
 
 namespace ncclwatch {
@@ -107,9 +108,11 @@ void InstallSignalHandlers(bool terminate_and_fatal, int dump_signal, uint64_t w
     struct sigaction cur {};
     sigaction(dump_signal, nullptr, &cur);
     bool app_owns = (cur.sa_flags & SA_SIGINFO) ? cur.sa_sigaction != nullptr : cur.sa_handler != SIG_DFL;
-    if (app_owns) {
-      LogWarn("the application already handles signal %d (NCCLWATCH_DUMP_SIGNAL); on-demand dumps disabled",
-              dump_signal);
+    bool ours = (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == Handler;
+    if (app_owns && !ours) {
+      LogWarn("the application already handles %s (NCCLWATCH_DUMP_SIGNAL): on-demand dumps off; "
+              "choose another signal with NCCLWATCH_DUMP_SIGNAL",
+              SignalName(dump_signal).c_str());
     } else {
       g_dump_signal = dump_signal;
       Install(dump_signal);

@@ -245,7 +245,7 @@ void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const st
   if (!light) {
     in.environment = RelevantEnvironment();
     in.exe = ExecutablePath();
-    in.cmdline = CommandLine();
+    if (config_.cmdline) in.cmdline = CommandLine();
     in.cwd = WorkingDirectory();
     in.ring = ring_->Snapshot();
     if (extra.exit_record && in.ring.size() > kExitRecordRingTail)  // what it did last is enough

@@ -279,6 +279,31 @@ def sigterm_dumps_and_keeps_status():
 
 
 @case
+def secrets_never_reach_a_dump():
+    secrets = ["abc123secretvalue", "xyz987secretvalue", "wandbkeyvalue42", "hf_abcdefghijklmnopqrstuvwxyz0123"]
+    j = job(2, ["--iters", "20", "--busy-rank", "0", "--busy-at", "5", "--busy-ms", "-1", "--",
+                "--hf_token=" + secrets[0], "--api-key", secrets[1], secrets[3], "--lr", "0.1"],
+            env={"NCCLWATCH_TIMEOUT": "600", "WANDB_API_KEY": secrets[2], "PMI_FD": "7"}, timeout=4)
+    files = glob.glob(os.path.join(j.dir, "rank*.json"))
+    check(len(files) >= 2, f"every rank dumped on SIGTERM: {files}\n{j.err[-1500:]}")
+    for path in files:
+        with open(path) as f:
+            text = f.read()
+        for s in secrets:
+            check(s not in text, f"{path} holds the secret {s}")
+        check("PMI_FD" not in text and "WANDB_API_KEY" not in text, f"{path}: undocumented variables recorded")
+    d = j.first(1, "signal")
+    cmd = d["process"]["cmdline"]
+    check("--hf_token=<redacted>" in cmd and "--lr" in cmd and "0.1" in cmd, f"the rest of argv is kept: {cmd}")
+    check(oct(os.stat(files[0]).st_mode & 0o777) == "0o644", "dumps are 0644 as documented")
+    # NCCLWATCH_CMDLINE=0: no argv at all.
+    j = job(2, ["--iters", "20", "--busy-rank", "0", "--busy-at", "5", "--busy-ms", "-1", "--", "--lr", "0.1"],
+            env={"NCCLWATCH_TIMEOUT": "600", "NCCLWATCH_CMDLINE": "0"}, timeout=4)
+    d = j.first(1, "signal")
+    check(d["process"]["cmdline"] == [], f"NCCLWATCH_CMDLINE=0 records no command line: {d['process']['cmdline']}")
+
+
+@case
 def sigterm_chains_to_app_handler():
     j = job(2, ["--iters", "20", "--busy-rank", "0", "--busy-at", "5", "--busy-ms", "-1", "--sigterm-handler"],
             env={"NCCLWATCH_TIMEOUT": "600"}, timeout=4)

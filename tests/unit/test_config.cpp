@@ -90,8 +90,59 @@ TEST_CASE("signals by name, number, real-time offset or none") {
   CHECK((ParseSignal("none", &s, &err) && s == 0));
   CHECK_FALSE(ParseSignal("SIGFOO", &s, &err));
   CHECK_FALSE(ParseSignal("RTMIN+999", &s, &err));
-  auto r = Parse({{"NCCLWATCH_DUMP_SIGNAL", "RTMIN+5"}});  // clashes with the stack signal
-  CHECK(r.errors.size() == 1);
+  CHECK((ParseSignal("SIGWINCH", &s, &err) && s == SIGWINCH));  // every name the C library knows
+  CHECK((ParseSignal("term", &s, &err) && s == SIGTERM));
+}
+
+TEST_CASE("a dump signal that is the stack signal gives one line about the dump signal") {
+  auto r = Parse({{"NCCLWATCH_DUMP_SIGNAL", "SIGRTMIN+5"}});
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].rfind("NCCLWATCH_DUMP_SIGNAL='SIGRTMIN+5': is the signal ncclwatch samples stacks with", 0) == 0);
+  CHECK(r.errors[0].find("(SIGUSR2)") != std::string::npos);
+  CHECK(r.config.dump_signal == SIGUSR2);
+  CHECK(r.config.stack_signal == SIGRTMIN + 5);
+  // Both moved onto the default dump signal: stack sampling keeps it, on-demand dumps are off.
+  r = Parse({{"NCCLWATCH_STACK_SIGNAL", "SIGUSR2"}});
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.config.stack_signal == SIGUSR2);
+  CHECK(r.config.dump_signal == 0);
+}
+
+TEST_CASE("terminating, fatal and job-control signals are never taken over for dumps or stacks") {
+  for (const char* v : {"15", "SIGTERM", "SIGINT", "9", "SIGKILL", "SIGHUP", "SIGQUIT", "SIGSEGV", "SIGABRT",
+                        "SIGCHLD", "SIGSTOP", "SIGCONT", "SIGPROF", "SIGALRM", "SIGPIPE"}) {
+    for (const char* var : {"NCCLWATCH_DUMP_SIGNAL", "NCCLWATCH_STACK_SIGNAL"}) {
+      INFO(var << "=" << v);
+      auto r = Parse({{var, v}});
+      REQUIRE(r.errors.size() == 1);
+      CHECK(r.errors[0].find("is never taken over") != std::string::npos);
+      CHECK(r.errors[0].find("already handles") == std::string::npos);
+      CHECK(r.config.dump_signal == SIGUSR2);
+      CHECK(r.config.stack_signal == SIGRTMIN + 5);
+    }
+  }
+  CHECK(Parse({{"NCCLWATCH_DUMP_SIGNAL", "SIGUSR1"}}).errors.empty());
+  CHECK(Parse({{"NCCLWATCH_DUMP_SIGNAL", "RTMIN+2"}}).errors.empty());
+}
+
+TEST_CASE("out-of-range seconds name the real range, a multiplier is called one") {
+  auto r = Parse({{"NCCLWATCH_TIMEOUT", "1e99"}});
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].find("above 0 and at most 10000000") != std::string::npos);
+  r = Parse({{"NCCLWATCH_TIMEOUT", "AllReduce=1e99"}});
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].find("at most 10000000") != std::string::npos);
+  r = Parse({{"NCCLWATCH_ADAPTIVE_FLOOR", "1e99"}});
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].find("from 0 to 10000000") != std::string::npos);
+  r = Parse({{"NCCLWATCH_ADAPTIVE", "-1"}});
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].find("multiplier") != std::string::npos);
+  CHECK(r.errors[0].find("seconds") == std::string::npos);
+  CHECK(r.config.adaptive == 20.0);
+  r = Parse({{"NCCLWATCH_ADAPTIVE", "2.5"}});
+  CHECK(r.errors.empty());
+  CHECK(r.config.adaptive == 2.5);
 }
 
 TEST_CASE("every setting is described for dumps and docs") {

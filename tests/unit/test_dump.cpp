@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
@@ -314,4 +315,75 @@ TEST_CASE("dump directories are never writable by others, whatever the umask") {
   CHECK((st.st_mode & 0777) == 0755);
   REQUIRE(stat((base + "/a/b").c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0755);
+}
+
+namespace {
+// Runs `fn` with stderr sent to a file; returns what was written there.
+template <typename Fn>
+std::string CaptureStderr(Fn fn) {
+  char tmpl[] = "/tmp/ncclwatch-test-stderr-XXXXXX";
+  int fd = mkstemp(tmpl);
+  int saved = dup(2);
+  dup2(fd, 2);
+  fn();
+  dup2(saved, 2);
+  close(saved);
+  close(fd);
+  std::string text = Read(tmpl);
+  unlink(tmpl);
+  return text;
+}
+}  // namespace
+
+TEST_CASE("a full disk hands the dump to the fallback directory, with one line naming both") {
+  std::string dir = TempDir();
+  std::string fallback = TempDir() + "/fallback";
+  DumpDirectory d(dir, fallback, 5);
+  REQUIRE(!d.Write("before", "{}").empty());  // the directory was fine until now
+  FailWritesForTest(dir + "/", ENOSPC);
+  std::string p;
+  std::string err = CaptureStderr([&] { p = d.Write("rank00000-h-1-0-stall", "{\"x\":1}\n"); });
+  FailWritesForTest("", 0);
+  REQUIRE(!p.empty());
+  CHECK(p.rfind(fallback + "/", 0) == 0);
+  CHECK(Read(p) == "{\"x\":1}\n");
+  CHECK(std::count(err.begin(), err.end(), '\n') == 1);
+  CHECK(err.find(dir + "/rank00000-h-1-0-stall.json") != std::string::npos);
+  CHECK(err.find("No space left on device") != std::string::npos);
+  CHECK(err.find(fallback) != std::string::npos);
+  // Later dumps go on to the fallback without a line each.
+  err = CaptureStderr([&] { p = d.Write("later", "{}"); });
+  CHECK(p.rfind(fallback + "/", 0) == 0);
+  CHECK(err.empty());
+}
+
+TEST_CASE("when every directory is full the dump is lost with a line, and the next dump tries again") {
+  std::string token = "full-" + std::to_string(getpid());
+  std::string dir = TempDir() + "/" + token;
+  std::string fallback_name = "ncclwatch-test-" + token;  // ./ and /tmp/...-uid: both contain the token
+  DumpDirectory d(dir, fallback_name, 5);
+  FailWritesForTest(token, EDQUOT);
+  std::string p;
+  std::string err = CaptureStderr([&] { p = d.Write("rank00000-h-1-0-stall", "{}"); });
+  FailWritesForTest("", 0);
+  CHECK(p.empty());
+  CHECK(err.find("Disk quota exceeded") != std::string::npos);
+  CHECK(err.find("no dump written") != std::string::npos);
+  CHECK(std::count(err.begin(), err.end(), '\n') == 1);
+  p = d.Write("rank00000-h-1-1-stall", "{}");  // space is back
+  CHECK(p.rfind(dir + "/", 0) == 0);
+  rmdir(fallback_name.c_str());
+  rmdir(("/tmp/" + fallback_name + "-" + std::to_string(getuid())).c_str());
+}
+
+TEST_CASE("a regular file as the dump directory is reported as not a directory") {
+  std::string file = TempDir() + "/plain-file";
+  { std::ofstream(file) << "x"; }
+  std::string fallback = TempDir() + "/fallback";
+  DumpDirectory d(file, fallback, 5);
+  std::string p;
+  std::string err = CaptureStderr([&] { p = d.Write("rank00000-h-1-0-stall", "{}"); });
+  CHECK(p.rfind(fallback + "/", 0) == 0);
+  CHECK(err.find("Not a directory") != std::string::npos);
+  CHECK(err.find("Permission denied") == std::string::npos);
 }

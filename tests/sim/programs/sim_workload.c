@@ -263,7 +263,9 @@ static void parse(int argc, char** argv) {
     const char* a = argv[i];
 #define INT_OPT(name, field) else if (strcmp(a, name) == 0) opt.field = parse_int(argc, argv, &i);
 #define FLAG_OPT(name, field) else if (strcmp(a, name) == 0) opt.field = 1;
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+    if (strcmp(a, "--") == 0) {
+      break;  /* the rest stands for a training script's own arguments: ignored */
+    } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
       fputs(kUsage, stdout);
       exit(0);
     } else if (strcmp(a, "--op") == 0) {
