@@ -5,6 +5,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -97,11 +99,40 @@ void FailWritesForTest(const std::string& path_part, int err) {
   g_fail_writes_errno = err;
 }
 
+namespace {
+// The temporary file of the dump being written, for a signal handler that gives up on it while
+// the process ends (AbandonDumpInProgress): set before the file exists, cleared once renamed.
+char g_tmp_in_progress[4096];
+std::atomic<bool> g_tmp_in_progress_set{false};
+std::atomic<bool> g_abandoned{false};
+
+void SetTmpInProgress(const std::string& tmp) {
+  g_tmp_in_progress_set.store(false);
+  size_t n = std::min(tmp.size(), sizeof g_tmp_in_progress - 1);
+  memcpy(g_tmp_in_progress, tmp.data(), n);
+  g_tmp_in_progress[n] = '\0';
+  g_tmp_in_progress_set.store(tmp.size() < sizeof g_tmp_in_progress);
+}
+}  // namespace
+
+void AbandonDumpInProgress() {
+  // Flag first: a writer that creates its file after this sees the flag and removes it itself.
+  g_abandoned.store(true);
+  if (g_tmp_in_progress_set.load()) unlink(g_tmp_in_progress);
+}
+
 int WriteFileNoReplace(const std::string& path, const std::string& content) {
   if (g_fail_writes_errno != 0 && path.find(g_fail_writes_matching) != std::string::npos) return g_fail_writes_errno;
   std::string tmp = TempPathFor(path);
+  SetTmpInProgress(tmp);
+  if (g_abandoned.load()) return ECANCELED;
   int fd = CreateExclusive(tmp);
   if (fd < 0) return errno;
+  if (g_abandoned.load()) {  // the process is ending without this dump: leave nothing behind
+    close(fd);
+    unlink(tmp.c_str());
+    return ECANCELED;
+  }
   const char* p = content.data();
   size_t left = content.size();
   while (left > 0) {
@@ -111,6 +142,7 @@ int WriteFileNoReplace(const std::string& path, const std::string& content) {
       int e = errno;
       close(fd);
       unlink(tmp.c_str());
+      g_tmp_in_progress_set.store(false);
       return e;
     }
     p += n;
@@ -118,12 +150,16 @@ int WriteFileNoReplace(const std::string& path, const std::string& content) {
   }
   fdatasync(fd);  // the node may be torn down right after a hang dump
   close(fd);
-  if (renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) == 0) return 0;
+  if (renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) == 0) {
+    g_tmp_in_progress_set.store(false);
+    return 0;
+  }
   int e = errno;
   if (e == EINVAL || e == ENOSYS) {  // file system without RENAME_NOREPLACE: link is no-replace too
     e = link(tmp.c_str(), path.c_str()) == 0 ? 0 : errno;
   }
   unlink(tmp.c_str());
+  g_tmp_in_progress_set.store(false);
   return e;
 }
 
@@ -190,6 +226,7 @@ std::string DumpDirectory::Write(const std::string& stem, const std::string& con
       if (counted) kept_.push_back(path);
       return path;
     }
+    if (e == ECANCELED) return "";  // abandoned by an ending signal, which said so
     if (refused.empty()) refused = "cannot write dump " + path + ": " + strerror(e);
     dir_ready_ = false;
     next_candidate_ = dir_index_ + 1;

@@ -77,6 +77,10 @@ int WriteFileReplacing(const std::string& path, const std::string& content);
 // result: 0, or the error of the failing step (EEXIST when `path` exists).
 int WriteFileNoReplace(const std::string& path, const std::string& content);
 
+// Async-signal-safe, for a signal handler whose process ends before the dump being written is
+// done: removes its temporary file, and no dump file is created from then on.
+void AbandonDumpInProgress();
+
 // Test seam: WriteFileNoReplace to a path containing `path_part` fails with `err` (0: never),
 // as on a full disk.
 void FailWritesForTest(const std::string& path_part, int err);

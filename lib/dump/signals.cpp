@@ -8,9 +8,11 @@
 
 #include <atomic>
 #include <cerrno>
+#include <initializer_list>
 
 #include "common/config.h"
 #include "common/log.h"
+#include "dump/dump_files.h"
 
 namespace ncclwatch {
 namespace {
@@ -21,6 +23,7 @@ constexpr int kFatal[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
 struct sigaction g_previous[NSIG];
 std::atomic<bool> g_installed[NSIG];
 std::atomic<bool> g_dumped_once[NSIG];  // a second SIGTERM chains at once
+std::atomic<int> g_leader{0};           // the ending signal being handled first (0: none)
 int g_owner_pid = 0;                     // forked children chain at once
 int g_dump_signal = 0;
 uint64_t g_wait_ms = 0;
@@ -62,23 +65,104 @@ void ChainToPrevious(int sig, siginfo_t* info, void* uctx) {
   old.sa_handler(sig);
 }
 
-void Handler(int sig, siginfo_t* info, void* uctx) {
-  int saved_errno = errno;
-  bool owner = getpid() == g_owner_pid;
-  bool first = !g_dumped_once[sig].exchange(true);
-  if (sig == g_dump_signal) g_dumped_once[sig].store(false);  // on demand: every time
-  if (owner && first && g_hooks.wake) {
+// The previous action of `sig` is the default one: chaining to it ends the process.
+bool EndsProcess(int sig) {
+  const struct sigaction& old = g_previous[sig];
+  return !(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_DFL;
+}
+
+// Waits for the dump of `ticket` at most NCCLWATCH_SIGNAL_WAIT_MS; false when it did not finish.
+bool WaitForDump(uint64_t ticket) {
+  for (uint64_t waited = 0; g_done.load() < ticket; waited += 10) {
+    if (waited >= g_wait_ms) return false;
+    SleepMs(10);
+  }
+  return true;
+}
+
+// Async-signal-safe "ncclwatch[pid P]: <parts...>" line.
+void WriteLine(std::initializer_list<const char*> parts) {
+  char line[512];
+  size_t n = 0;
+  auto put = [&](const char* s) {
+    while (*s && n < sizeof line - 1) line[n++] = *s++;
+  };
+  auto put_uint = [&](uint64_t v) {
+    char digits[24];
+    int k = 0;
+    do digits[k++] = static_cast<char>('0' + v % 10); while ((v /= 10) && k < 24);
+    while (k > 0 && n < sizeof line - 1) line[n++] = digits[--k];
+  };
+  put("ncclwatch[pid ");
+  put_uint(static_cast<uint64_t>(getpid()));
+  put("]: ");
+  for (const char* p : parts) {
+    if (p == nullptr) put_uint(g_wait_ms);  // nullptr stands for the wait bound
+    else put(p);
+  }
+  line[n++] = '\n';
+  ssize_t ignored = write(STDERR_FILENO, line, n);
+  (void)ignored;
+}
+
+// The dump did not finish within the bound. A process about to end keeps no partial file.
+void GiveUpOnDump(int sig) {
+  const char* name = sigabbrev_np(sig);
+  if (EndsProcess(sig)) {
+    AbandonDumpInProgress();
+    WriteLine({"the dump for SIG", name ? name : "?", " did not finish within NCCLWATCH_SIGNAL_WAIT_MS=", nullptr,
+               " ms: abandoned, no partial file left"});
+  } else {
+    WriteLine({"the dump for SIG", name ? name : "?", " did not finish within NCCLWATCH_SIGNAL_WAIT_MS=", nullptr,
+               " ms: the application's handler runs now, the dump goes on"});
+  }
+}
+
+// Posts a dump request for `sig` (after an on-demand dump being written, if any); 0 if none
+// could be posted.
+uint64_t RequestDump(int sig) {
+  for (int attempt = 0; attempt < 2; ++attempt) {
     int expected = 0;
     if (g_pending.compare_exchange_strong(expected, sig)) {
       uint64_t ticket = g_requested.fetch_add(1) + 1;
       g_hooks.wake(g_hooks.arg);
-      bool on_watchdog = static_cast<int>(syscall(SYS_gettid)) == g_watchdog_tid.load();
-      if (sig != g_dump_signal && !on_watchdog) {
-        for (uint64_t waited = 0; g_done.load() < ticket && waited < g_wait_ms; waited += 10) SleepMs(10);
-      }
+      return ticket;
     }
+    if (sig == g_dump_signal || !WaitForDump(g_requested.load())) return 0;
   }
-  if (sig != g_dump_signal) ChainToPrevious(sig, info, uctx);
+  return 0;
+}
+
+void Handler(int sig, siginfo_t* info, void* uctx) {
+  int saved_errno = errno;
+  bool owner = getpid() == g_owner_pid && g_hooks.wake;  // forked children chain at once
+  if (sig == g_dump_signal) {  // on demand: a request, never a wait, never chained
+    if (owner) RequestDump(sig);
+    errno = saved_errno;
+    return;
+  }
+  bool on_watchdog = static_cast<int>(syscall(SYS_gettid)) == g_watchdog_tid.load();
+  int leader = 0;
+  bool leading = owner && !on_watchdog && g_leader.compare_exchange_strong(leader, sig);
+  if (owner && !on_watchdog && !leading) {
+    // Another ending signal is being handled (Ctrl-C, then the launcher's SIGTERM): it leads.
+    // Its dump finishes first; if its action ends the process, that is the exit status, and
+    // this signal waits for the end instead of ending the process early with its own.
+    WaitForDump(g_requested.load());
+    if (EndsProcess(leader) && !IsFatal(sig))
+      for (uint64_t waited = 0; waited < g_wait_ms + 2000; waited += 10) SleepMs(10);
+    ChainToPrevious(sig, info, uctx);  // the leader did not end it: as without ncclwatch
+    errno = saved_errno;
+    return;
+  }
+  // On the watchdog thread (a crash there) nobody could write the dump: chain at once.
+  if (owner && !on_watchdog && !g_dumped_once[sig].exchange(true)) {
+    uint64_t ticket = RequestDump(sig);
+    if (ticket && !WaitForDump(ticket)) GiveUpOnDump(sig);
+  }
+  bool ends = EndsProcess(sig);
+  ChainToPrevious(sig, info, uctx);  // the default action: delivered as this handler returns
+  if (leading && !ends) g_leader.store(0);  // the application's handler kept the process alive
   errno = saved_errno;
 }
 
@@ -87,6 +171,10 @@ bool Install(int sig) {
   sa.sa_sigaction = Handler;
   sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
   sigemptyset(&sa.sa_mask);
+  // A second ending signal never interrupts the first one's handler on the same thread: it goes
+  // to another thread or waits, and the first keeps the lead.
+  if (!IsFatal(sig) && sig != g_dump_signal)
+    for (int s : kTerminate) sigaddset(&sa.sa_mask, s);
   if (sigaction(sig, &sa, &g_previous[sig]) != 0) return false;
   g_installed[sig].store(true);
   struct sigaction now {};
@@ -148,6 +236,7 @@ void UninstallSignalHandlers() {
     if (g_installed[s].exchange(false)) sigaction(s, &g_previous[s], nullptr);
     g_dumped_once[s].store(false);
   }
+  g_leader.store(0);
   g_dump_signal = 0;
 }
 

@@ -303,6 +303,52 @@ def secrets_never_reach_a_dump():
     check(d["process"]["cmdline"] == [], f"NCCLWATCH_CMDLINE=0 records no command line: {d['process']['cmdline']}")
 
 
+def leftover_temporaries(j):
+    return glob.glob(os.path.join(j.dir, ".tmp-*"))
+
+
+@case
+def second_signal_keeps_first_dump_and_status():
+    # Ctrl-C, then the launcher's SIGTERM a moment later: the first signal's dump is written and
+    # the ranks end as the first signal would have ended them.
+    for gap_ms in (0, 5, 20, 0, 20):
+        def poke(p, gap=gap_ms):
+            time.sleep(2.0)
+            pids = rank_pids(p.pid)
+            for sig, pause in ((signal.SIGINT, gap / 1000.0), (signal.SIGTERM, 0)):
+                for pid in pids:
+                    try:
+                        os.kill(pid, sig)
+                    except ProcessLookupError:
+                        pass  # already ended by the first signal: nothing left to race
+                time.sleep(pause)
+        j = job(3, ["--iters", "20", "--busy-rank", "0", "--busy-at", "5", "--busy-ms", "-1"],
+                env={"NCCLWATCH_TIMEOUT": "600"}, timeout=30, after_start=poke)
+        for r in range(3):
+            d = j.first(r, "signal")
+            check("SIGINT" in d["summary"]["detail"], f"gap {gap_ms} ms: rank {r}'s dump is the first signal's: "
+                  f"{d['summary']['detail']}")
+            check(f"rank {r} killed by SIGINT" in j.err, f"gap {gap_ms} ms: rank {r} ended by SIGINT:\n{j.err[-2000:]}")
+        check(not leftover_temporaries(j), f"gap {gap_ms} ms: temporary files left: {leftover_temporaries(j)}")
+
+
+@case
+def abandoned_signal_dump_leaves_no_file():
+    for wait_ms in ("0", "0", "1", "2", "4"):
+        j = job(3, ["--iters", "20", "--busy-rank", "0", "--busy-at", "5", "--busy-ms", "-1"],
+                env={"NCCLWATCH_TIMEOUT": "600", "NCCLWATCH_SIGNAL_WAIT_MS": wait_ms}, timeout=4)
+        check(not leftover_temporaries(j), f"wait {wait_ms} ms: temporary files left: {leftover_temporaries(j)}")
+        abandoned = [l for l in j.ncclwatch_lines() if "did not finish within NCCLWATCH_SIGNAL_WAIT_MS" in l]
+        for r in range(3):
+            check(f"rank {r} killed by SIGTERM" in j.err, f"wait {wait_ms} ms: rank {r} still ended by SIGTERM")
+        dumped = sum(1 for r in range(3) if "signal" in j.reasons(r))
+        check(dumped + len(abandoned) >= 3, f"wait {wait_ms} ms: each rank dumped or said it abandoned its dump "
+              f"({dumped} dumps, lines {abandoned})")
+        if wait_ms == "0":
+            check(len(abandoned) == 3 and dumped == 0, f"no wait: every rank says so, once ({abandoned})")
+            check("abandoned, no partial file left" in abandoned[0], abandoned[0])
+
+
 @case
 def sigterm_chains_to_app_handler():
     j = job(2, ["--iters", "20", "--busy-rank", "0", "--busy-at", "5", "--busy-ms", "-1", "--sigterm-handler"],
