@@ -157,13 +157,25 @@ TEST_CASE("InstallThreadStackSignal takes only a signal with its default action"
   CHECK_FALSE(InstallThreadStackSignal(SIGRTMIN + 7));
 }
 
+// The busy thread was interrupted right inside its loop: frame 0 is that exact pc. (Under TSan
+// signals arrive late, at its own safe points; under ASan the loop's instrumentation calls can be
+// the interrupted frame, with the loop a few frames below.)
+static bool BusyLoopOnTop(const ThreadStack& stack) {
+#if !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+  return !stack.ips.empty() && Symbolize(stack.ips[0]).symbol.find("ParkInBusyLoop") != std::string::npos;
+#else
+  for (size_t i = 0; i < stack.ips.size() && i < 8; ++i)
+    if (Symbolize(stack.ips[i]).symbol.find("ParkInBusyLoop") != std::string::npos) return true;
+  return false;
+#endif
+}
+
 TEST_CASE("every thread shows its own function in its stack") {
   EnsureStackSignal();
   ParkedThread condvar("park-condvar", ParkInCondvarWait);
   ParkedThread sleeper("park-sleep", ParkInSleep);
   ParkedThread busy("park-busy", ParkInBusyLoop);
 
-  const std::vector<ThreadStack> threads = CaptureAllFromHere(2000, /*python=*/true);
   const struct {
     const ParkedThread& thread;
     const char* name;
@@ -171,6 +183,23 @@ TEST_CASE("every thread shows its own function in its stack") {
   } expected[] = {{condvar, "park-condvar", "ParkInCondvarWait"},
                   {sleeper, "park-sleep", "ParkInSleep"},
                   {busy, "park-busy", "ParkInBusyLoop"}};
+  // Under load a sanitizer's runtime delivers the signal late, at its own safe points, where a
+  // sample can miss the thread's function (seen once under TSan on 2 busy cores): sample again,
+  // up to 8 times, as someone re-running `ncclwatch dump` would. A broken sampler fails all 8.
+  std::vector<ThreadStack> threads;
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    threads = CaptureAllFromHere(2000, /*python=*/true);
+    bool all_found = true;
+    for (const auto& e : expected) {
+      const ThreadStack* stack = nullptr;
+      for (const ThreadStack& t : threads)
+        if (t.tid == e.thread.tid()) stack = &t;
+      all_found = all_found && stack && stack->note.empty() && StackContains(stack->ips, e.function);
+      if (stack && &e.thread == &busy) all_found = all_found && BusyLoopOnTop(*stack);
+    }
+    if (all_found) break;
+    WARN("sample " << attempt + 1 << " missed a parked thread's function: sampling again");
+  }
   for (const auto& e : expected) {
     const ThreadStack& stack = Find(threads, e.thread.tid());
     INFO(e.name << ": " << stack.note);
@@ -183,18 +212,7 @@ TEST_CASE("every thread shows its own function in its stack") {
   const ThreadStack& self = Find(threads, Tid());
   REQUIRE(!self.ips.empty());
   CHECK(Symbolize(self.ips[0]).symbol.find("CaptureAllFromHere") != std::string::npos);
-#if !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
-  // The busy thread was interrupted right inside its loop: frame 0 is that exact pc. (Under
-  // TSan signals arrive late, at its own safe points; under ASan the loop's instrumentation
-  // calls can be the interrupted frame, with the loop one frame below.)
-  CHECK(Symbolize(Find(threads, busy.tid()).ips[0]).symbol.find("ParkInBusyLoop") != std::string::npos);
-#else
-  const ThreadStack& busy_stack = Find(threads, busy.tid());
-  bool found = false;
-  for (size_t i = 0; i < busy_stack.ips.size() && i < 4; ++i)
-    found = found || Symbolize(busy_stack.ips[i]).symbol.find("ParkInBusyLoop") != std::string::npos;
-  CHECK(found);
-#endif
+  CHECK(BusyLoopOnTop(Find(threads, busy.tid())));
 }
 
 TEST_CASE("a thread that blocks the signal gets a note and costs no waiting") {
