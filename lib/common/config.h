@@ -26,6 +26,8 @@ struct DeadlineSpec {
   X(ring, RING, Count, 4096, "flight-record entries per process (rounded up to a power of 2)")   \
   X(poll_ms, POLL_MS, Count, 100, "watchdog poll interval, ms")                                   \
   X(peer_poll_ms, PEER_POLL_MS, Count, 1000, "how often the job-wide dump request is checked, ms") \
+  X(relay_dir, RELAY_DIR, String, "/dev/shm", "node-local directory where one process per host relays the request; none: off") \
+  X(host, HOST, String, "", "this host's name in dumps and for the relay (default: the system's host name)") \
   X(adaptive, ADAPTIVE, Multiplier, 20.0, "adaptive deadline = this x slowest healthy completion; 0 off") \
   X(adaptive_floor_s, ADAPTIVE_FLOOR, Seconds, 10.0, "the adaptive deadline is never below this, s") \
   X(adaptive_min_samples, ADAPTIVE_MIN_SAMPLES, Count, 3, "completions needed before adapting")  \

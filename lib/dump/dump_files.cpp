@@ -268,12 +268,17 @@ double DumpDirectory::RequestAgeS() {
 }
 
 std::optional<PeerRequest> DumpDirectory::PollRequest(const std::string& own_instance, uint64_t own_start_unix_ns) {
-  std::string path = RequestPath();
+  return request_watch_.Poll(RequestPath(), own_instance, own_start_unix_ns);
+}
+
+std::optional<PeerRequest> RequestFileWatch::Poll(const std::string& path, const std::string& own_instance,
+                                                  uint64_t own_start_unix_ns, bool own_files_only) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  if (own_files_only && st.st_uid != getuid()) return std::nullopt;
   int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   if (mtime == seen_mtime_ns_ && st.st_size == seen_size_ && st.st_ino == seen_ino_) return std::nullopt;
-  int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
   char buf[4096];
   ssize_t n = read(fd, buf, sizeof buf);

@@ -18,6 +18,22 @@ namespace ncclwatch {
 // The job-wide dump request: a format record (format/request.h).
 using PeerRequest = trace::DumpRequest;
 
+// Change detection over one request file (the shared one, or a host's relay): a request is
+// returned once per change of the file. A request of another job instance (both known) or
+// written before `own_start_unix_ns` (left in a reused directory by an earlier attempt) is seen
+// and ignored. `own_files_only`: a file not owned by this user is ignored (a world-writable
+// node-local directory).
+class RequestFileWatch {
+ public:
+  std::optional<PeerRequest> Poll(const std::string& path, const std::string& own_instance, uint64_t own_start_unix_ns,
+                                   bool own_files_only = false);
+
+ private:
+  int64_t seen_mtime_ns_ = -1;  // identity of the file last seen
+  off_t seen_size_ = -1;
+  ino_t seen_ino_ = 0;
+};
+
 class DumpDirectory {
  public:
   DumpDirectory(std::string configured, std::string fallback_name, uint64_t max_dumps);
@@ -36,12 +52,12 @@ class DumpDirectory {
 
   // The job-wide dump request (docs/trace-format.md).
   bool WriteRequest(const PeerRequest& r);
-  // A request whose file changed since the last call, if any. A request of another job
-  // instance (both known) or written before `own_start_unix_ns` (left in a reused directory by
-  // an earlier attempt) is not one: it is seen and ignored.
+  // A request whose file changed since the last call, if any (RequestFileWatch's rules).
   std::optional<PeerRequest> PollRequest(const std::string& own_instance = "", uint64_t own_start_unix_ns = 0);
   // Seconds since the request file was last written (by any rank); negative if there is none.
   double RequestAgeS();
+  // Where the job-wide request file is (or will be).
+  std::string RequestPath();
 
  private:
   // Makes the first usable directory from the candidate `next_candidate_` on (configured,
@@ -50,7 +66,6 @@ class DumpDirectory {
   bool EnsureDirectory(std::string first_error = "", bool quiet = false);
   int WriteUnique(const std::string& stem, const std::string& content, std::string* path);
   bool LimitReachedLocked();  // mu_ held
-  std::string RequestPath();
 
   std::string configured_;
   std::string fallback_name_;
@@ -63,10 +78,7 @@ class DumpDirectory {
   std::vector<std::string> kept_;  // counted dumps of this process still on disk, oldest first
   bool limit_logged_ = false;
   std::mutex mu_;
-  // Identity of the request file last seen (mtime, size, inode).
-  int64_t seen_mtime_ns_ = -1;
-  off_t seen_size_ = -1;
-  ino_t seen_ino_ = 0;
+  RequestFileWatch request_watch_;
 };
 
 // Writes `content` to `path` atomically, replacing it (a temporary file created exclusively,

@@ -89,6 +89,7 @@ bool Runtime::Start() {
 
   identity_ = ReadProcessIdentity();
   if (!config_.job_instance.empty()) identity_.job_instance = config_.job_instance;
+  if (!config_.host.empty()) identity_.host = config_.host;
   start_mono_ns_ = MonoNs();
   if (identity_.env_rank >= 0) {
     global_rank_.store(identity_.env_rank);
@@ -105,6 +106,7 @@ bool Runtime::Start() {
     LogWarn("%s: operations are recorded but not followed on the GPU", why.c_str());
 
   dumps_ = std::make_unique<DumpDirectory>(config_.dir, DefaultDumpDir(identity_), config_.max_dumps);
+  relay_ = std::make_unique<RequestRelay>(config_.relay_dir, identity_.host);
   if (!config_.metrics.empty()) {
     if (access(config_.metrics.c_str(), W_OK) == 0)
       metrics_ = std::make_unique<MetricsWriter>(config_.metrics + "/" + MetricsFileName(identity_.host, identity_.pid));
@@ -163,6 +165,10 @@ void Runtime::AtExit(int status) {
     usleep(static_cast<useconds_t>(timing::Ms(timing::kExitSettleInterval)) * 1000);
   }
   watchdog_->Stop(timing::Ms(timing::kWatchdogStopWait));
+  LogDebug("job-wide request: %llu checks of the shared dump directory%s",
+           static_cast<unsigned long long>(relay_->shared_checks()),
+           relay_->watcher() ? " (this host's watcher)" : "");
+  if (!watchdog_->running()) relay_->Leave();  // a watchdog stuck in the driver may still poll it
   if (metrics_) metrics_->Remove();  // a process that left must not look alive to the collector
   if (!pending.empty()) {
     std::string detail = std::to_string(pending.size()) + " operation(s) still in flight at exit, oldest " +
@@ -432,7 +438,7 @@ void Runtime::OnTick() {
   CheckInits(now);
   if (now - last_peer_poll_ns_ < config_.peer_poll_ms * 1000000ull) return;
   last_peer_poll_ns_ = now;
-  std::optional<PeerRequest> req = dumps_->PollRequest(identity_.job_instance, identity_.start_unix_ns);
+  std::optional<PeerRequest> req = relay_->Poll(dumps_.get(), identity_.job_instance, identity_.start_unix_ns);
   if (!req) return;
   {
     std::lock_guard<std::mutex> lock(request_mu_);

@@ -14,6 +14,7 @@
 #include "common/config.h"
 #include "common/process_info.h"
 #include "dump/dump_files.h"
+#include "dump/request_relay.h"
 #include "gpu/driver.h"
 #include "gpu/markers.h"
 #include "metrics/metrics.h"
@@ -99,6 +100,7 @@ class Runtime {
   ThreadRegistry threads_;
   std::unique_ptr<Watchdog> watchdog_;
   std::unique_ptr<DumpDirectory> dumps_;
+  std::unique_ptr<RequestRelay> relay_;  // used by the watchdog thread only
   std::unique_ptr<MetricsWriter> metrics_;  // NCCLWATCH_METRICS set
   uint64_t next_metrics_ns_ = 0;
   bool metrics_warned_ = false;

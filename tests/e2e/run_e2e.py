@@ -67,7 +67,8 @@ class Job:
         return [l for l in self.err.splitlines() if l.startswith("ncclwatch")]
 
 
-def job(n, args, env=None, timeout=30, preload=True, program="sim_workload", cwd=None, after_start=None):
+def job(n, args, env=None, timeout=30, preload=True, program="sim_workload", cwd=None, after_start=None,
+        launcher_args=()):
     tmp = tempfile.mkdtemp(prefix="ncclwatch-e2e-")
     e = dict(os.environ)
     e.pop("LD_PRELOAD", None)
@@ -79,8 +80,8 @@ def job(n, args, env=None, timeout=30, preload=True, program="sim_workload", cwd
     if preload:
         e["LD_PRELOAD"] = os.path.join(B, "lib", "libncclwatch.so")
     e.update(env or {})
-    cmd = [os.path.join(B, "bin", "simlaunch"), "-n", str(n), "--timeout", str(timeout), "--",
-           os.path.join(B, "bin", program)] + args
+    cmd = [os.path.join(B, "bin", "simlaunch"), "-n", str(n), "--timeout", str(timeout)] + list(launcher_args) + \
+          ["--", os.path.join(B, "bin", program)] + args
     p = subprocess.Popen(cmd, env=e, cwd=cwd or tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if after_start:
         after_start(p)
@@ -220,6 +221,55 @@ def busy_rank_every_rank_dumps():
     check(lag < 5, f"the busy rank dumped within a few seconds of the first stall dump ({lag:.1f} s)")
     check(any(t["frames"] for t in d0["threads"]), "the busy rank's dump has native stacks")
     check(len(d0["ring"]["entries"]) == 5, "its ring holds its five operations")
+
+
+def shared_checks_by_rank(j):
+    """{rank: checks of the shared dump directory} from each rank's debug line at exit."""
+    out = {}
+    for line in j.err.splitlines():
+        m = re.search(r"\[rank (\d+) pid \d+\]: job-wide request: (\d+) checks of the shared dump directory", line)
+        if m:
+            out[int(m.group(1))] = int(m.group(2))
+    return out
+
+
+@case
+def relay_one_reader_per_host():
+    relay = tempfile.mkdtemp(prefix="ncclwatch-e2e-relay-")
+    hosts = {"simhost0": range(0, 4), "simhost1": range(4, 8)}
+    # Idle for 3 s: one process per host reads the shared directory, the others the relay.
+    j = job(8, ["--iters", "5", "--linger-ms", "3000"], launcher_args=["--hosts", "2"], timeout=30,
+            env={"NCCLWATCH_PEER_POLL_MS": "100", "NCCLWATCH_LOG": "debug", "NCCLWATCH_RELAY_DIR": relay})
+    check(j.rc == 0, f"the job ran: {j.rc}\n{j.err[-1500:]}")
+    checks = shared_checks_by_rank(j)
+    check(sorted(checks) == list(range(8)), f"every rank said how often it read the shared directory: {checks}")
+    for host, ranks in hosts.items():
+        readers = [r for r in ranks if checks[r] >= 10]
+        check(len(readers) == 1, f"{host}: one rank reads the shared directory: {checks}")
+        # A rank that outlives the watcher by a poll or two takes over for those polls only.
+        check(all(checks[r] <= 3 for r in ranks if r not in readers), f"{host}: the others read the relay: {checks}")
+    check(os.listdir(relay) == [], f"the watchers left nothing behind: {os.listdir(relay)}")
+    # A request still reaches every rank, on both hosts, through the relays.
+    j = job(8, ["--iters", "20", "--busy-rank", "0", "--busy-at", "5", "--busy-ms", "-1"],
+            launcher_args=["--hosts", "2"], env={"NCCLWATCH_TIMEOUT": "3", "NCCLWATCH_RELAY_DIR": relay}, timeout=15)
+    dumps = j.dumps()
+    check(sorted(dumps) == list(range(8)), f"every rank dumped: {sorted(dumps)}\n{j.err[-1500:]}")
+    j.first(0, "peer_request")
+    for host, ranks in hosts.items():
+        for r in ranks:
+            check(dumps[r][0]["summary"]["host"] == host, f"rank {r} is on {host} (NCCLWATCH_HOST)")
+
+
+@case
+def relay_missing_dir_each_rank_reads():
+    j = job(4, ["--iters", "20", "--busy-rank", "0", "--busy-at", "5", "--busy-ms", "-1"],
+            launcher_args=["--hosts", "2"], timeout=12,
+            env={"NCCLWATCH_TIMEOUT": "3", "NCCLWATCH_RELAY_DIR": "/nonexistent/ncclwatch-relay"})
+    lines = [l for l in j.ncclwatch_lines() if "NCCLWATCH_RELAY_DIR" in l]
+    check(len(lines) == 4 and all("reads the job-wide dump request in the dump directory itself" in l for l in lines),
+          f"one line per rank: {lines}")
+    check(sorted(j.dumps()) == [0, 1, 2, 3], "the request still reached every rank")
+    j.first(0, "peer_request")
 
 
 @case

@@ -39,6 +39,8 @@ const char kUsage[] =
     "  --sim-dir DIR     directory of libnccl.so.2 / libcuda.so.1 (default: the build's)\n"
     "  --session NAME    session name (default: unique); [A-Za-z0-9] only\n"
     "  --keep-shm        do not remove /dev/shm/ncclsim-<session>-* at the end (for tests)\n"
+    "  --hosts H         spread the ranks over H simulated hosts, in blocks of N/H (rounded up):\n"
+    "                    NCCLWATCH_HOST=simhost<k>, LOCAL_RANK and LOCAL_WORLD_SIZE per host\n"
     "\n"
     "SIGINT and SIGTERM are forwarded to every rank. One line per rank that exited non-zero or\n"
     "was killed. Exit status: 0 if every rank exited 0; 124 on --timeout; else, for the first\n"
@@ -88,6 +90,7 @@ int RemoveEntry(const char* path, const struct stat*, int, struct FTW*) {
 int main(int argc, char** argv) {
   int n = 0;
   double timeout = 0;
+  int hosts = 0;  // 0: one real host, NCCLWATCH_HOST left alone
   bool quiet = false, cleanup = true;  // cleanup: of /dev/shm
   std::string sim_dir = SIMLAUNCH_SIM_DIR, session;
   std::vector<std::string> envs;
@@ -123,6 +126,8 @@ int main(int argc, char** argv) {
       session = value("--session");
     } else if (a == "--keep-shm") {
       cleanup = false;
+    } else if (a == "--hosts") {
+      hosts = atoi(value("--hosts").c_str());
     } else if (a == "-h" || a == "--help") {
       fputs(kUsage, stdout);
       return 0;
@@ -131,7 +136,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (n < 1 || n > 1024 || cmd < 0 || cmd >= argc || timeout < 0) {
+  if (n < 1 || n > 1024 || cmd < 0 || cmd >= argc || timeout < 0 || hosts < 0 || hosts > n) {
     fputs(kUsage, stderr);
     return 2;
   }
@@ -177,8 +182,15 @@ int main(int argc, char** argv) {
       auto set = [](const char* k, const std::string& v) { setenv(k, v.c_str(), 1); };
       set("RANK", std::to_string(r));
       set("WORLD_SIZE", std::to_string(n));
-      set("LOCAL_RANK", std::to_string(r));
-      set("LOCAL_WORLD_SIZE", std::to_string(n));
+      if (hosts > 0) {
+        const int per_host = (n + hosts - 1) / hosts;
+        set("NCCLWATCH_HOST", "simhost" + std::to_string(r / per_host));
+        set("LOCAL_RANK", std::to_string(r % per_host));
+        set("LOCAL_WORLD_SIZE", std::to_string(std::min(per_host, n - r / per_host * per_host)));
+      } else {
+        set("LOCAL_RANK", std::to_string(r));
+        set("LOCAL_WORLD_SIZE", std::to_string(n));
+      }
       set("GROUP_RANK", "0");
       set("MASTER_ADDR", "127.0.0.1");
       set("NCCLWATCH_SIM_SESSION", session);

@@ -1,0 +1,98 @@
+#include "dump/request_relay.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "common/log.h"
+#include "format/request.h"
+
+namespace ncclwatch {
+
+std::string RelayFileName(const std::string& shared_request_path, const std::string& host) {
+  // FNV-1a: a short stable name; the uid keeps users apart in a directory all of them share.
+  uint64_t h = 1469598103934665603ull;
+  for (char c : shared_request_path + '\0' + host) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  char name[96];
+  snprintf(name, sizeof name, "ncclwatch-relay-%u-%016llx", static_cast<unsigned>(getuid()),
+           static_cast<unsigned long long>(h));
+  return name;
+}
+
+RequestRelay::RequestRelay(std::string relay_dir, std::string host)
+    : relay_dir_(std::move(relay_dir)), host_(std::move(host)) {}
+
+RequestRelay::~RequestRelay() {
+  if (lock_fd_ >= 0) close(lock_fd_);  // releases the lock: another rank takes over
+}
+
+void RequestRelay::Leave() {
+  // The watcher tidies the node-local directory at a normal exit. A rank still running keeps
+  // the old lock and may take it over; one starting later makes a new one: two watchers at
+  // worst, until the job ends, never none.
+  if (watcher_) {
+    unlink(relay_path_.c_str());
+    unlink((relay_path_ + ".lock").c_str());
+  }
+  if (lock_fd_ >= 0) close(lock_fd_);
+  lock_fd_ = -1;
+  watcher_ = false;
+  usable_ = false;
+}
+
+bool RequestRelay::Open(const std::string& shared_request_path) {
+  tried_ = true;
+  if (relay_dir_ == "none") return false;
+  std::string absolute = shared_request_path;
+  if (absolute.empty() || absolute[0] != '/') {
+    char cwd[4096];
+    if (getcwd(cwd, sizeof cwd)) absolute = std::string(cwd) + "/" + absolute;
+  }
+  const std::string base = relay_dir_ + "/" + RelayFileName(absolute, host_);
+  const std::string lock_path = base + ".lock";
+  // Never through a link, and only our own file: the directory is usually world-writable.
+  lock_fd_ = open(lock_path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  struct stat st;
+  const char* problem = nullptr;
+  if (lock_fd_ < 0)
+    problem = strerror(errno);
+  else if (fstat(lock_fd_, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != getuid())
+    problem = "not a file of this user";
+  if (problem) {
+    LogWarn("NCCLWATCH_RELAY_DIR: cannot use %s (%s); this process reads the job-wide dump request in the "
+            "dump directory itself",
+            lock_path.c_str(), problem);
+    if (lock_fd_ >= 0) close(lock_fd_);
+    lock_fd_ = -1;
+    return false;
+  }
+  relay_path_ = base;
+  return true;
+}
+
+std::optional<PeerRequest> RequestRelay::Poll(DumpDirectory* shared, const std::string& own_instance,
+                                              uint64_t own_start_unix_ns) {
+  if (!tried_) usable_ = Open(shared->RequestPath());
+  if (usable_ && !watcher_) watcher_ = flock(lock_fd_, LOCK_EX | LOCK_NB) == 0;
+  if (!usable_ || watcher_) {
+    ++shared_checks_;
+    std::optional<PeerRequest> r = shared->PollRequest(own_instance, own_start_unix_ns);
+    // Relayed before it is served here, so the host's other ranks dump as soon as this one.
+    if (r && usable_) {
+      int e = WriteFileReplacing(relay_path_, trace::WriteRequest(*r));
+      if (e != 0) LogInfo("cannot relay the job-wide dump request to %s: %s", relay_path_.c_str(), strerror(e));
+    }
+    return r;
+  }
+  return relay_watch_.Poll(relay_path_, own_instance, own_start_unix_ns, /*own_files_only=*/true);
+}
+
+}  // namespace ncclwatch
