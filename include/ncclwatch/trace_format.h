@@ -35,7 +35,40 @@ constexpr const char* kFormatName = "ncclwatch-trace";
     return false;                                                                      \
   }
 // Bump on any change a reader could notice; readers accept every version they know.
-constexpr int kTraceVersion = 1;
+// 2: the ring as columns and delta-encoded rows (docs/trace-format.md, "The ring").
+constexpr int kTraceVersion = 2;
+constexpr int kOldestTraceVersion = 1;  // the oldest version this reader still reads
+
+// Version 2's ring (docs/trace-format.md, "The ring"): what repeats from one operation to the
+// next (op, communicator, size, type, stream, thread, call site) is a *shape*, defined once by
+// an object among the rows; each row is an array of integers in this column order, the most
+// often non-zero first, so that trailing zeros can be left out.
+#define NCCLWATCH_FOR_EACH_RING_COLUMN(X)                        \
+  X(Shape, "shape")                                              \
+  X(Seq, "seq")                                                  \
+  X(EnqueueNs, "enqueue_ns")                                     \
+  X(GpuReachedMinusEnqueueNs, "gpu_reached_minus_enqueue_ns")    \
+  X(CompletedMinusEnqueueNs, "completed_minus_enqueue_ns")       \
+  X(State, "state")                                              \
+  X(P2pSeq, "p2p_seq")                                           \
+  X(Group, "group")                                              \
+  X(Result, "result")                                            \
+  X(GpuMs, "gpu_ms")
+// Shapes live in slots: the k-th shape object defines slot k % kRingShapeSlots (bounded memory
+// on both sides, however many shapes a ring holds).
+constexpr int64_t kRingShapeSlots = 4096;
+
+enum class RingColumn : uint8_t {
+#define NCCLWATCH_ENUM_RING_COLUMN(name, text) name,
+  NCCLWATCH_FOR_EACH_RING_COLUMN(NCCLWATCH_ENUM_RING_COLUMN)
+#undef NCCLWATCH_ENUM_RING_COLUMN
+      Count
+};
+inline constexpr const char* kRingColumnNames[] = {
+#define NCCLWATCH_RING_COLUMN_NAME(name, text) text,
+    NCCLWATCH_FOR_EACH_RING_COLUMN(NCCLWATCH_RING_COLUMN_NAME)
+#undef NCCLWATCH_RING_COLUMN_NAME
+};
 
 // Operation kinds. X(kind, bus-bandwidth factor kind). The NCCL function list in
 // nccl_abi.h names one of these per wrapped data-moving function.
@@ -327,7 +360,9 @@ constexpr const char* kDeadlineS = "deadline_s";
 constexpr const char* kCapacity = "capacity";
 constexpr const char* kRecorded = "recorded";
 constexpr const char* kOverwritten = "overwritten";
-constexpr const char* kEntries = "entries";
+constexpr const char* kEntries = "entries";  // version 1; version 2 readers rebuild it
+constexpr const char* kColumns = "columns";
+constexpr const char* kRows = "rows";
 // stacks
 constexpr const char* kFrames = "frames";
 constexpr const char* kPython = "python";

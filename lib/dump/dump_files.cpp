@@ -121,32 +121,41 @@ void AbandonDumpInProgress() {
   if (g_tmp_in_progress_set.load()) unlink(g_tmp_in_progress);
 }
 
-int WriteFileNoReplace(const std::string& path, const std::string& content) {
+int WriteFileNoReplace(const std::string& path, const ContentWriter& produce) {
   if (g_fail_writes_errno != 0 && path.find(g_fail_writes_matching) != std::string::npos) return g_fail_writes_errno;
   std::string tmp = TempPathFor(path);
   SetTmpInProgress(tmp);
   if (g_abandoned.load()) return ECANCELED;
   int fd = CreateExclusive(tmp);
   if (fd < 0) return errno;
-  if (g_abandoned.load()) {  // the process is ending without this dump: leave nothing behind
+  int e = 0;
+  bool produced = produce([&](std::string* piece) {
+    if (g_abandoned.load()) {  // the process is ending without this dump: stop, leave nothing
+      e = ECANCELED;
+      return false;
+    }
+    const char* p = piece->data();
+    size_t left = piece->size();
+    while (left > 0) {
+      ssize_t n = write(fd, p, left);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        e = errno;
+        return false;
+      }
+      p += n;
+      left -= static_cast<size_t>(n);
+    }
+    piece->clear();
+    return true;
+  });
+  if (e == 0 && !produced) e = EIO;
+  if (e == 0 && g_abandoned.load()) e = ECANCELED;
+  if (e != 0) {
     close(fd);
     unlink(tmp.c_str());
-    return ECANCELED;
-  }
-  const char* p = content.data();
-  size_t left = content.size();
-  while (left > 0) {
-    ssize_t n = write(fd, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      close(fd);
-      unlink(tmp.c_str());
-      g_tmp_in_progress_set.store(false);
-      return e;
-    }
-    p += n;
-    left -= static_cast<size_t>(n);
+    g_tmp_in_progress_set.store(false);
+    return e;
   }
   fdatasync(fd);  // the node may be torn down right after a hang dump
   close(fd);
@@ -154,13 +163,26 @@ int WriteFileNoReplace(const std::string& path, const std::string& content) {
     g_tmp_in_progress_set.store(false);
     return 0;
   }
-  int e = errno;
+  e = errno;
   if (e == EINVAL || e == ENOSYS) {  // file system without RENAME_NOREPLACE: link is no-replace too
     e = link(tmp.c_str(), path.c_str()) == 0 ? 0 : errno;
   }
   unlink(tmp.c_str());
   g_tmp_in_progress_set.store(false);
   return e;
+}
+
+namespace {
+ContentWriter WholeContent(const std::string& content) {
+  return [&content](const trace::TextSink& sink) {
+    std::string copy = content;
+    return sink(&copy);
+  };
+}
+}  // namespace
+
+int WriteFileNoReplace(const std::string& path, const std::string& content) {
+  return WriteFileNoReplace(path, WholeContent(content));
 }
 
 DumpDirectory::DumpDirectory(std::string configured, std::string fallback_name, uint64_t max_dumps)
@@ -203,6 +225,10 @@ bool DumpDirectory::LimitReachedLocked() {
 }
 
 std::string DumpDirectory::Write(const std::string& stem, const std::string& content, bool counted) {
+  return Write(stem, WholeContent(content), counted);
+}
+
+std::string DumpDirectory::Write(const std::string& stem, const ContentWriter& content, bool counted) {
   std::lock_guard<std::mutex> lock(mu_);
   if (counted && LimitReachedLocked()) return "";
   if (!EnsureDirectory()) return "";
@@ -238,7 +264,7 @@ std::string DumpDirectory::Write(const std::string& stem, const std::string& con
   }
 }
 
-int DumpDirectory::WriteUnique(const std::string& stem, const std::string& content, std::string* path) {
+int DumpDirectory::WriteUnique(const std::string& stem, const ContentWriter& content, std::string* path) {
   int e = EEXIST;
   for (int attempt = 0; attempt < 100 && e == EEXIST; ++attempt) {
     *path = dir_ + "/" + stem + (attempt ? "-" + std::to_string(attempt) : "") + ".json";

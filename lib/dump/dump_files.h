@@ -10,13 +10,20 @@
 #include <optional>
 #include <string>
 
+#include <functional>
+
 #include "format/request.h"
+#include "format/trace_writer.h"
 #include <vector>
 
 namespace ncclwatch {
 
 // The job-wide dump request: a format record (format/request.h).
 using PeerRequest = trace::DumpRequest;
+
+// Produces a file's content in pieces, each handed to the sink (which writes it out and clears
+// it): a dump is written in bounded memory. False: stop (the sink failed or the producer did).
+using ContentWriter = std::function<bool(const trace::TextSink& sink)>;
 
 // Change detection over one request file (the shared one, or a host's relay): a request is
 // returned once per change of the file. A request of another job instance (both known) or
@@ -44,6 +51,8 @@ class DumpDirectory {
   // other dump it wrote is removed to make room, so recovered stalls never crowd out the
   // evidence of the latest episode. `counted`: false for the exit record (one per process).
   std::string Write(const std::string& stem, const std::string& content, bool counted = true);
+  // The same, streamed: `content` may be called again for a fallback directory.
+  std::string Write(const std::string& stem, const ContentWriter& content, bool counted = true);
   uint64_t written() const { return written_; }
   // True when no further dump can be written (NCCLWATCH_MAX_DUMPS < 2 and reached); the first
   // such answer logs one line.
@@ -64,7 +73,7 @@ class DumpDirectory {
   // ./fallback, /tmp/fallback-uid); `first_error` says why an earlier one was left. `quiet`:
   // the caller says what happened.
   bool EnsureDirectory(std::string first_error = "", bool quiet = false);
-  int WriteUnique(const std::string& stem, const std::string& content, std::string* path);
+  int WriteUnique(const std::string& stem, const ContentWriter& content, std::string* path);
   bool LimitReachedLocked();  // mu_ held
 
   std::string configured_;
@@ -88,6 +97,7 @@ int WriteFileReplacing(const std::string& path, const std::string& content);
 // Writes `content` to `path` atomically without replacing an existing file. errno-style
 // result: 0, or the error of the failing step (EEXIST when `path` exists).
 int WriteFileNoReplace(const std::string& path, const std::string& content);
+int WriteFileNoReplace(const std::string& path, const ContentWriter& content);
 
 // Async-signal-safe, for a signal handler whose process ends before the dump being written is
 // done: removes its temporary file, and no dump file is created from then on.

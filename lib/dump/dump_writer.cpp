@@ -133,7 +133,7 @@ std::string DumpFileStem(const DumpInput& in) {
                              trace::DumpReasonName(in.reason));
 }
 
-std::string SerializeDump(const DumpInput& in) {
+bool StreamDump(const DumpInput& in, const trace::TextSink& sink) {
   trace::Document doc;
   doc.summary = SummaryOf(in);
   trace::Detail& d = doc.detail;
@@ -141,7 +141,7 @@ std::string SerializeDump(const DumpInput& in) {
   for (auto& r : in.recoveries)
     d.recoveries.push_back({CommIdHex(r.comm_id), static_cast<int64_t>(r.seq), trace::OpKindName(r.kind),
                             r.stalled_after_s, r.recovered_after_s});
-  if (in.light) return trace::WriteDocument(doc);
+  if (in.light) return trace::WriteDocument(doc, nullptr, sink);
   d.process.exe = in.exe;
   d.process.cmdline = in.cmdline;
   d.process.cwd = in.cwd;
@@ -155,13 +155,35 @@ std::string SerializeDump(const DumpInput& in) {
   d.ring.overwritten = static_cast<int64_t>(in.ring_overwritten);
   d.callsites = in.callsites;
   d.threads = in.threads;
-  // The ring is converted one entry at a time: a big ring never exists twice in memory.
-  size_t next = 0;
-  return trace::WriteDocument(doc, [&](trace::Op* op) {
-    if (next >= in.ring.size()) return false;
-    *op = OpRecordOf(in.ring[next++]);
+  // One entry at a time, from the live ring or the given copy: a big ring never exists twice.
+  uint64_t next = in.live_ring ? in.ring_from : 0;
+  return trace::WriteDocument(
+      doc,
+      [&](trace::Op* op) {
+        if (in.live_ring) {
+          OpSnapshot snap;
+          while (next < in.ring_to)
+            if (in.live_ring->Read(next++, &snap)) {
+              *op = OpRecordOf(snap);
+              return true;
+            }
+          return false;
+        }
+        if (next >= in.ring.size()) return false;
+        *op = OpRecordOf(in.ring[next++]);
+        return true;
+      },
+      sink);
+}
+
+std::string SerializeDump(const DumpInput& in) {
+  std::string all;
+  StreamDump(in, [&](std::string* piece) {
+    all += *piece;
+    piece->clear();
     return true;
   });
+  return all;
 }
 
 }  // namespace ncclwatch

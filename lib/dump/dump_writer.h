@@ -12,7 +12,9 @@
 #include "common/process_info.h"
 #include "dump/dump_files.h"
 #include "format/records.h"
+#include "format/trace_writer.h"
 #include "record/comm_registry.h"
+#include "record/flight_ring.h"
 #include "record/op_record.h"
 #include "record/thread_registry.h"
 #include "watchdog/watchdog.h"
@@ -50,11 +52,18 @@ struct DumpInput {
   std::string exe, cwd;
   std::vector<std::string> cmdline;
   uint64_t ring_capacity = 0, ring_recorded = 0, ring_overwritten = 0;
+  // The ring's entries: read from `live_ring` one at a time (indexes [ring_from, ring_to);
+  // entries overwritten meanwhile are skipped), so a dump never copies a big ring; else `ring`.
+  const FlightRing* live_ring = nullptr;
+  uint64_t ring_from = 0, ring_to = 0;
   std::vector<OpSnapshot> ring;
   std::vector<trace::Callsite> callsites;
   std::vector<trace::Thread> threads;
 };
 
+// Streams the dump to `sink` in pieces (trace::WriteDocument): memory stays about one piece
+// whatever the ring's size. False if the sink failed.
+bool StreamDump(const DumpInput& in, const trace::TextSink& sink);
 std::string SerializeDump(const DumpInput& in);
 // The dump's file name without its suffix (format/file_name.h).
 std::string DumpFileStem(const DumpInput& in);

@@ -1,5 +1,7 @@
 #include "format/dump_reader.h"
 
+#include "format/ring_columns.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -201,7 +203,7 @@ class TopLevelCollector {
   bool Room() {
     if (stack_.empty() || !stack_.back()->is_array()) return true;
     json& a = *stack_.back();
-    if (&a == ring_entries_) {
+    if (&a == ring_entries_ || &a == ring_rows_) {
       if (a.size() >= 2 * kRingEntriesKept) {
         a.erase(a.begin(), a.begin() + static_cast<long>(a.size() - kRingEntriesKept));
       }
@@ -220,9 +222,17 @@ class TopLevelCollector {
     ++level_;
     if (skipping_) return true;
     if (!Room()) return false;
-    bool entries = container.is_array() && stack_.size() == 1 && top_key_ == key::kRing && member_key_ == key::kEntries;
+    bool ring_member = container.is_array() && stack_.size() == 1 && top_key_ == key::kRing;
+    bool entries = ring_member && member_key_ == key::kEntries;
+    bool rows = ring_member && member_key_ == key::kRows;
     stack_.push_back(Place(std::move(container)));
     if (entries) ring_entries_ = stack_.back();
+    if (rows) {  // version 2: rows are turned back into operation objects as they close
+      ring_rows_ = stack_.back();
+      ring_reader_ = RingRowReader();
+      if (stack_.front()->is_object() && stack_.front()->contains(key::kColumns))
+        ring_reader_.Columns((*stack_.front())[key::kColumns]);
+    }
     return true;
   }
 
@@ -235,12 +245,21 @@ class TopLevelCollector {
     --level_;
     if (!skipping_) {
       json* closed = stack_.back();
-      if (closed == ring_entries_) {
+      if (closed == ring_entries_ || closed == ring_rows_) {
         if (closed->size() > kRingEntriesKept)
           closed->erase(closed->begin(), closed->begin() + static_cast<long>(closed->size() - kRingEntriesKept));
-        ring_entries_ = nullptr;
+        ring_entries_ = ring_rows_ = nullptr;
       }
+      bool ring_row = ring_rows_ && stack_.size() >= 2 && stack_[stack_.size() - 2] == ring_rows_;
       stack_.pop_back();
+      // A version 2 row becomes the operation object it stands for (so rows can leave the
+      // window like entries); a shape is taken by the row reader and leaves the array.
+      if (ring_row && closed->is_array()) {
+        *closed = ring_reader_.Row(*closed);
+      } else if (ring_row) {
+        ring_reader_.DefineShape(*closed);
+        ring_rows_->erase(ring_rows_->end() - 1);
+      }
     }
     return level_ > 1 || FinishTopValue();
   }
@@ -283,6 +302,8 @@ class TopLevelCollector {
   json current_;              // the top-level value being built
   std::vector<json*> stack_;  // open containers of current_
   json* ring_entries_ = nullptr;  // ring.entries while it is open
+  json* ring_rows_ = nullptr;     // ring.rows (version 2) while it is open
+  RingRowReader ring_reader_;
 };
 
 template <typename Iterator>
@@ -297,6 +318,18 @@ void RunParser(Iterator first, Iterator last, ReadDepth depth, DumpDocument* doc
   if (!collector.complete() && !doc->stopped_early && !doc->syntax_error && !doc->not_an_object) {
     doc->syntax_error = true;  // e.g. empty input: the parser saw no value at all
     doc->error_text = "unexpected end";
+  }
+  // Every reader of the ring (analysis, `show`, `show --json`) sees version 1's shape.
+  if (doc->top.contains(key::kRing)) {
+    json& ring = doc->top[key::kRing];
+    if (ring.is_object() && ring.contains(key::kRows)) {
+      json entries = json::array();
+      for (auto& row : ring[key::kRows])
+        if (row.is_object()) entries.push_back(std::move(row));
+      ring.erase(key::kRows);
+      ring.erase(key::kColumns);
+      ring[key::kEntries] = std::move(entries);
+    }
   }
 }
 
@@ -657,9 +690,9 @@ ReadResult InterpretDocument(const DumpDocument& doc, ReadDepth depth, LoadedDum
       r.problem = "unreadable trace version " + version->dump();
       return r;
     }
-    if (version->get<int64_t>() != kTraceVersion) {
-      r.problem = "unknown trace version " + version->dump() + " (this ncclwatch reads version " +
-                  std::to_string(kTraceVersion) + ")";
+    if (version->get<int64_t>() < kOldestTraceVersion || version->get<int64_t>() > kTraceVersion) {
+      r.problem = "unknown trace version " + version->dump() + " (this ncclwatch reads versions " +
+                  std::to_string(kOldestTraceVersion) + " to " + std::to_string(kTraceVersion) + ")";
       return r;
     }
   }

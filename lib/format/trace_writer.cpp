@@ -1,5 +1,7 @@
 #include "format/trace_writer.h"
 
+#include "format/ring_columns.h"
+
 #include <algorithm>
 
 namespace ncclwatch {
@@ -191,13 +193,16 @@ void WriteThreadLike(JsonWriter& w, const char* id_key, int64_t id, const std::s
 
 }  // namespace
 
-std::string WriteDocument(const Document& doc, const OpSource& ring_entries) {
+bool WriteDocument(const Document& doc, const OpSource& ring_entries, const TextSink& sink) {
   std::string out;
+  out.reserve(kSinkChunkBytes + 4096);
+  bool sink_ok = true;
+  // Hands the text over once a piece is full: memory stays one piece whatever the ring holds.
+  auto piece_done = [&] {
+    if (sink_ok && out.size() >= kSinkChunkBytes) sink_ok = sink(&out);
+    return sink_ok;
+  };
   const Detail& d = doc.detail;
-  // About 360 bytes a ring entry; the capacity as written is only a hint (bounded).
-  int64_t entries = ring_entries ? std::clamp<int64_t>(d.ring.capacity, 0, 1 << 16)
-                                 : static_cast<int64_t>(d.ring.entries.size());
-  out.reserve(d.light ? 4096 : 16384 + 360 * static_cast<size_t>(entries));
   JsonWriter w(&out);
   w.BeginObject();
   w.Field(k::kFormat, kFormatName);
@@ -208,26 +213,45 @@ std::string WriteDocument(const Document& doc, const OpSource& ring_entries) {
     w.Key(k::kProcess);
     WriteProcess(w, d.process);
     w.Key(k::kCommunicators).BeginArray();
-    for (const auto& c : d.communicators) WriteCommunicator(w, c);
+    for (const auto& c : d.communicators) {
+      WriteCommunicator(w, c);
+      if (!piece_done()) return false;
+    }
     w.EndArray();
     w.Key(k::kRing).BeginObject();
     w.Field(k::kCapacity, d.ring.capacity);
     w.Field(k::kRecorded, d.ring.recorded);
     w.Field(k::kOverwritten, d.ring.overwritten);
-    w.Key(k::kEntries).BeginArray();
+    w.Key(k::kColumns).BeginArray();
+    for (const char* c : kRingColumnNames) w.String(c);
+    w.EndArray();
+    w.Key(k::kRows).BeginArray();
+    RingRowWriter rows;
     if (ring_entries) {
       Op op;
-      while (ring_entries(&op)) WriteOp(w, op);
+      while (ring_entries(&op)) {
+        rows.Row(w, op);
+        if (!piece_done()) return false;
+      }
     } else {
-      for (const auto& op : d.ring.entries) WriteOp(w, op);
+      for (const auto& op : d.ring.entries) {
+        rows.Row(w, op);
+        if (!piece_done()) return false;
+      }
     }
     w.EndArray();
     w.EndObject();
     w.Key(k::kCallsites).BeginArray();
-    for (const auto& c : d.callsites) WriteThreadLike(w, k::kId, c.id, nullptr, c.stack, c.note, nullptr);
+    for (const auto& c : d.callsites) {
+      WriteThreadLike(w, k::kId, c.id, nullptr, c.stack, c.note, nullptr);
+      if (!piece_done()) return false;
+    }
     w.EndArray();
     w.Key(k::kThreads).BeginArray();
-    for (const auto& t : d.threads) WriteThreadLike(w, k::kTid, t.tid, &t.name, t.stack, t.note, &t.own);
+    for (const auto& t : d.threads) {
+      WriteThreadLike(w, k::kTid, t.tid, &t.name, t.stack, t.note, &t.own);
+      if (!piece_done()) return false;
+    }
     w.EndArray();
   }
   ObjectArray(w, k::kRecoveries, d.recoveries, [&](const Recovery& r) {
@@ -239,7 +263,17 @@ std::string WriteDocument(const Document& doc, const OpSource& ring_entries) {
   });
   w.EndObject();
   out += '\n';
-  return out;
+  return sink_ok && sink(&out);
+}
+
+std::string WriteDocument(const Document& doc, const OpSource& ring_entries) {
+  std::string all;
+  WriteDocument(doc, ring_entries, [&](std::string* piece) {
+    all += *piece;
+    piece->clear();
+    return true;
+  });
+  return all;
 }
 
 }  // namespace trace

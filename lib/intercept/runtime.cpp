@@ -253,12 +253,16 @@ void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const st
     in.exe = ExecutablePath();
     if (config_.cmdline) in.cmdline = CommandLine();
     in.cwd = WorkingDirectory();
-    in.ring = ring_->Snapshot();
-    if (extra.exit_record && in.ring.size() > kExitRecordRingTail)  // what it did last is enough
-      in.ring.erase(in.ring.begin(), in.ring.end() - kExitRecordRingTail);
-    std::set<int32_t> sites;
-    for (auto& o : in.ring)
-      if (o.callsite >= 0) sites.insert(o.callsite);
+    // The live ring is read one entry at a time, here and while writing: no copy of it.
+    in.live_ring = ring_.get();
+    in.ring_to = ring_->recorded();
+    in.ring_from = in.ring_to > ring_->capacity() ? in.ring_to - ring_->capacity() : 0;
+    if (extra.exit_record && in.ring_to - in.ring_from > kExitRecordRingTail)  // what it did last is enough
+      in.ring_from = in.ring_to - kExitRecordRingTail;
+    std::set<int32_t> sites;  // bounded by the call-site table
+    OpSnapshot entry;
+    for (uint64_t i = in.ring_from; i < in.ring_to; ++i)
+      if (ring_->Read(i, &entry) && entry.callsite >= 0) sites.insert(entry.callsite);
     for (auto& v : in.inflight)
       if (v.op.callsite >= 0) sites.insert(v.op.callsite);
     for (int32_t id : sites) {
@@ -283,7 +287,9 @@ void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const st
   }
   in.time_unix_ns = UnixNs();
   in.time_mono_ns = MonoNs();
-  std::string path = dumps_->Write(DumpFileStem(in), SerializeDump(in), /*counted=*/!extra.exit_record);
+  std::string path = dumps_->Write(
+      DumpFileStem(in), [&](const trace::TextSink& sink) { return StreamDump(in, sink); },
+      /*counted=*/!extra.exit_record);
   last_dump_mono_ns_.store(MonoNs());
   // One short line per rank per event (at 512 ranks the launcher's log is where users look):
   // what happened, then where the dump is; `ncclwatch run` / `analyze` tell the story.

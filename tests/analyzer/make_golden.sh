@@ -3,7 +3,9 @@
 # one writer), each with scenario-truth.json (what a correct analysis says, from how the
 # scenario was built), and their expected analyze output (expected.json; expected.txt for a
 # few). test_golden.cpp checks expected.json against the truth, not only against itself:
-# review `git diff` before committing.
+# review `git diff` before committing. The committed sets hold version 1 dumps (written before
+# version 2): they prove that version 1 still reads; regenerate a set only when its scenario
+# changes.
 # usage: tests/analyzer/make_golden.sh [BIN_DIR]   (default build/bin)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

@@ -160,6 +160,7 @@ def dumps(d):
     for f in sorted(glob.glob(os.path.join(d, "rank*.json"))):
         with open(f) as fh:
             out.append(json.load(fh))
+        out[-1]["_path"] = f
     return out
 
 
@@ -168,7 +169,9 @@ def check_ops(c):
     assert rc == 0 and "ops done" in out, f"worker failed: {err[-2000:]}"
     ds = [x for x in dumps(d) if x["summary"]["reason"] == "on_demand"]
     assert ds, f"no on-demand dump in {d}"
-    ring = ds[0]["ring"]["entries"]
+    # `ncclwatch show --json` gives the ring as operation objects, whatever the trace version.
+    shown = subprocess.run([c.ncclwatch, "show", "--json", ds[0]["_path"]], capture_output=True, text=True)
+    ring = json.loads(shown.stdout)["ring"]["entries"]
     want = [("AllReduce", 1000, "float32"), ("AllGather", 2048, "bfloat16"), ("Broadcast", 10, "int64"),
             ("ReduceScatter", 512, "float16")]
     seen = [(e["op"], e["count"], e["dtype"]) for e in ring]

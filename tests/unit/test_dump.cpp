@@ -15,6 +15,8 @@
 
 #include "dump/dump_files.h"
 #include "dump/dump_writer.h"
+#include "format/dump_reader.h"
+#include "format/ring_columns.h"
 
 using namespace ncclwatch;
 using nlohmann::json;
@@ -129,8 +131,14 @@ TEST_CASE("dump round trip: the documented keys, in order, with the values writt
   CHECK(st[k::kRedop].is_null());
   CHECK(st[k::kState] == "gpu_reached");
   CHECK(st[k::kAgeS] == 12.5);
-  CHECK(j[k::kRing][k::kEntries].size() == 1);
+  CHECK(j[k::kRing][k::kRows].size() == 2);  // version 2: the op's shape, then its row
+  CHECK(j[k::kRing][k::kColumns].size() == trace::kRingColumnCount);
   CHECK(j[k::kRing][k::kCapacity] == 4096);
+  // The reader gives every consumer version 1's shape.
+  json decoded = trace::ParseDocumentFromBuffer(text, trace::ReadDepth::kFull).top;
+  REQUIRE(decoded[k::kRing][k::kEntries].size() == 1);
+  CHECK(decoded[k::kRing][k::kEntries][0][k::kComm] == "0000000000abcdef");
+  CHECK_FALSE(decoded[k::kRing].contains(k::kRows));
   CHECK(j[k::kCallsites][0][k::kPython][0][k::kLine] == 88);
   CHECK(j[k::kThreads][0][k::kFrames][0][k::kSymbol] == "wait");
   CHECK(j[k::kProcess][k::kEnv]["NCCL_DEBUG"] == "WARN");
@@ -150,12 +158,18 @@ TEST_CASE("every key the format document lists is written by the writer") {
     CHECK(j[k::kSummary].contains(key));
     CHECK(doc.find(std::string("`") + key + "`") != std::string::npos);
   }
+  json decoded = trace::ParseDocumentFromBuffer(SerializeDump(s.in), trace::ReadDepth::kFull).top;
   for (const char* key : {k::kComm, k::kSeq, k::kP2pSeq, k::kOp, k::kCount, k::kDtype, k::kBytes, k::kRedop,
                           k::kRoot, k::kPeer, k::kStream, k::kGroup, k::kTid, k::kEnqueueNs, k::kGpuReachedNs,
                           k::kCompletedNs, k::kState, k::kResult, k::kCallsite}) {
-    CHECK(j[k::kRing][k::kEntries][0].contains(key));
+    CHECK(decoded[k::kRing][k::kEntries][0].contains(key));
     CHECK(doc.find(std::string("`") + key + "`") != std::string::npos);
   }
+  for (const char* column : trace::kRingColumnNames) {  // version 2's ring columns
+    INFO(column);
+    CHECK(doc.find(std::string("`") + column + "`") != std::string::npos);
+  }
+  for (const char* key : {k::kColumns, k::kRows}) CHECK(doc.find(std::string("`") + key + "`") != std::string::npos);
 }
 
 TEST_CASE("light dumps hold the summary and recoveries only") {
