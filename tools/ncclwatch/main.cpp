@@ -15,6 +15,7 @@ extern const Subcommand kAnalyzeCommand;
 extern const Subcommand kShowCommand;
 extern const Subcommand kRunCommand;
 extern const Subcommand kDumpCommand;
+extern const Subcommand kTimelineCommand;
 
 namespace {
 
@@ -23,6 +24,7 @@ const Subcommand* const kSubcommands[] = {
     &kShowCommand,
     &kRunCommand,
     &kDumpCommand,
+    &kTimelineCommand,
 };
 
 void Overview(std::FILE* out) {

@@ -69,6 +69,11 @@ class DumpSet {
   // The full dump of dumps()[index], read on first use; null when unreadable. Problems met
   // while reading it are added to problems().
   const DumpDetail* Detail(size_t index);
+  // Frees the full dump of dumps()[index] (read again on the next Detail): for passes over
+  // every rank that keep one full dump in memory at a time.
+  void DropDetail(size_t index) {
+    if (index < dumps_.size() && !dumps_[index].path.empty()) dumps_[index].detail.reset();
+  }
 
   void AddProblem(std::string file, std::string problem);
 

@@ -1,0 +1,179 @@
+// `ncclwatch timeline`: the trace-event structure Perfetto and chrome://tracing read, and
+// clock alignment checked against dump sets whose true host clock offsets are known.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <map>
+#include <random>
+#include <set>
+
+#include "analysis/clock_align.h"
+#include "analysis/timeline.h"
+#include "test_support.h"
+
+using namespace ncclwatch;
+using namespace ncclwatch::testing;
+using analysis::AlignClocks;
+using analysis::CollectRankTimes;
+
+namespace {
+
+// Ranks on hosts whose monotonic clocks start at `host_clock_ns[h]` before true time 0: the
+// same moment reads true + host_clock_ns[h] on host h. `collectives` AllReduces on one
+// communicator of every rank, 1 ms apart; completions within +-30 us of each other.
+std::vector<Document> Job(const std::vector<int>& host_of_rank, const std::vector<int64_t>& host_clock_ns,
+                          int collectives, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const int n = static_cast<int>(host_of_rank.size());
+  std::vector<Document> out;
+  for (int r = 0; r < n; ++r) {
+    const int h = host_of_rank[r];
+    const int64_t clock = host_clock_ns[h];
+    Document d = Dump(r, n, {Comm("00000000000c0ffe", n, r, collectives, collectives, collectives)}, {}, "on_demand");
+    d.summary.host = "host" + std::to_string(h);
+    const int64_t true_dump_ns = 10000000000LL + 1000000LL * collectives;
+    d.summary.time_mono_ns = true_dump_ns + clock;
+    d.summary.time_unix_ns = 1700000000000000000LL + true_dump_ns + static_cast<int64_t>(rng() % 2000000);  // NTP: ms off
+    d.detail.ring.capacity = 4096;
+    d.detail.ring.recorded = collectives;
+    for (int k = 1; k <= collectives; ++k) {
+      trace::Op op = Op("00000000000c0ffe", k, "AllReduce", "completed");
+      op.age_s = op.deadline_s = -1;
+      op.stream = "0x7f00";
+      op.bytes = 4096;
+      op.count = 1024;
+      op.dtype = "float32";
+      const int64_t true_done = 10000000000LL + 1000000LL * k + static_cast<int64_t>(rng() % 60000) - 30000;
+      op.enqueue_ns = true_done - 400000 + clock;
+      op.gpu_reached_ns = true_done - 300000 + clock;
+      op.completed_ns = true_done + clock;
+      d.detail.ring.entries.push_back(op);
+    }
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+analysis::DumpSet Load(const TempDir& dir, const std::vector<Document>& dumps) {
+  for (const auto& d : dumps) dir.Write(DumpFileName(d), Text(d));
+  analysis::DumpSet set;
+  std::string error;
+  REQUIRE(set.Load(dir.path(), {}, &error));
+  REQUIRE(set.dumps().size() == dumps.size());
+  return set;
+}
+
+}  // namespace
+
+TEST_CASE("clock offsets between hosts come back from shared collectives within 50 us", "[timeline]") {
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    // host1's clock is 123.456789012 s ahead of host0's, host2's 987 ms behind.
+    const std::vector<int64_t> clock = {1000, 123456789012LL + 1000, 1000 - 987000000LL};
+    TempDir dir;
+    auto set = Load(dir, Job({0, 0, 1, 1, 2, 2, 2, 2}, clock, 200, seed));
+    auto clocks = AlignClocks(CollectRankTimes(set));
+    INFO("seed " << seed);
+    CHECK(clocks.reference_host == "host0");
+    for (int h = 1; h <= 2; ++h) {
+      const auto& c = clocks.hosts.at("host" + std::to_string(h));
+      CHECK(c.method == "collectives");
+      CHECK(c.samples >= 200);
+      CHECK(std::llabs(c.offset_ns - (clock[0] - clock[h])) < 50000);
+      CHECK(c.spread_ns > 0);
+      CHECK(c.spread_ns < 120000);
+    }
+  }
+}
+
+TEST_CASE("a host sharing no collective is placed by the wall clock and says so", "[timeline]") {
+  TempDir dir;
+  auto dumps = Job({0, 0, 1, 1}, {1000, 5000000000LL}, 50, 3);
+  for (auto& d : dumps)
+    if (d.summary.host == "host1")
+      for (auto& op : d.detail.ring.entries) op.comm = "00000000000beef0";  // another communicator
+  auto set = Load(dir, dumps);
+  auto clocks = AlignClocks(CollectRankTimes(set));
+  const auto& c = clocks.hosts.at("host1");
+  CHECK(c.method == "wall_clock");
+  CHECK(std::llabs(c.offset_ns - (1000 - 5000000000LL)) < 3000000);  // the wall clocks are ms apart
+}
+
+TEST_CASE("the timeline is a Chrome trace-event file: processes, tracks, slices, marks and aligned times", "[timeline]") {
+  const std::vector<int64_t> clock = {1000, 77777777777LL};
+  TempDir dir;
+  auto dumps = Job({0, 0, 1, 1}, clock, 40, 9);
+  dumps[3].detail.ring.entries.back().completed_ns = 0;  // still running at the dump
+  dumps[3].detail.ring.entries.back().state = trace::OpStateValue::Of(trace::OpState::GpuReached);
+  auto set = Load(dir, dumps);
+  auto times = CollectRankTimes(set);
+  auto clocks = AlignClocks(times);
+  std::string text;
+  auto stats = analysis::WriteTimeline(set, times, clocks, [&](const std::string& s) { text += s; });
+  auto t = nlohmann::json::parse(text);  // valid JSON, whole
+  REQUIRE(t["traceEvents"].is_array());
+  CHECK(t["displayTimeUnit"] == "ms");
+  CHECK(t["otherData"]["clock_reference_host"] == "host0");
+  CHECK(t["otherData"]["clock_offsets"]["host1"]["method"] == "collectives");
+  CHECK(stats.ranks == 4);
+  CHECK(stats.events == t["traceEvents"].size());
+  std::map<int, std::string> process_names;
+  std::set<std::pair<int, int>> named_tracks;
+  std::map<int64_t, std::vector<double>> start_by_seq;
+  size_t slices = 0, reached = 0, dumps_marked = 0;
+  for (const auto& e : t["traceEvents"]) {
+    // Every event has the keys the format requires for its phase.
+    REQUIRE(e["ph"].is_string());
+    REQUIRE(e["pid"].is_number_integer());
+    REQUIRE(e["tid"].is_number_integer());
+    REQUIRE(e["name"].is_string());
+    const std::string ph = e["ph"];
+    if (ph == "M") {
+      if (e["name"] == "process_name") process_names[e["pid"].get<int>()] = e["args"]["name"];
+      if (e["name"] == "thread_name") named_tracks.insert({e["pid"].get<int>(), e["tid"].get<int>()});
+      continue;
+    }
+    REQUIRE(e["ts"].is_number());
+    CHECK(e["ts"].get<double>() >= 0);
+    if (ph == "X") {
+      ++slices;
+      REQUIRE(e["dur"].is_number());
+      CHECK(e["dur"].get<double>() >= 0);
+      CHECK(named_tracks.count({e["pid"].get<int>(), e["tid"].get<int>()}) == 1);  // every slice is on a named track
+      for (const char* k : {"seq", "op", "bytes", "dtype", "comm"}) CHECK(e["args"].contains(k));
+      start_by_seq[e["args"]["seq"].get<int64_t>()].push_back(e["ts"].get<double>());
+    } else {
+      REQUIRE(ph == "i");
+      CHECK((e["s"] == "t" || e["s"] == "p"));
+      if (e["name"] == "gpu_reached") ++reached;
+      if (e["name"].get<std::string>().rfind("dump: ", 0) == 0) ++dumps_marked;
+    }
+  }
+  CHECK(process_names.size() == 4);
+  CHECK(process_names[2].rfind("rank 2 (host1", 0) == 0);
+  CHECK(slices == 4 * 40);
+  CHECK(reached == 4 * 40);
+  CHECK(dumps_marked == 4);
+  // Despite a 77 s difference between the hosts' clocks, each collective starts at nearly the
+  // same moment on every rank (within the +-30 us jitter and the estimate's error).
+  for (const auto& [seq, starts] : start_by_seq) {
+    INFO("seq " << seq);
+    CHECK(starts.size() == 4);
+    CHECK(*std::max_element(starts.begin(), starts.end()) - *std::min_element(starts.begin(), starts.end()) < 150);
+  }
+}
+
+TEST_CASE("ncclwatch timeline writes the file, says where, and refuses bad usage", "[timeline]") {
+  TempDir dir;
+  for (const auto& d : Job({0, 1}, {0, 3000000000LL}, 20, 4)) dir.Write(DumpFileName(d), Text(d));
+  std::string out = dir.path() + "/trace.json";
+  auto r = RunCommand("timeline " + dir.path() + " -o " + out);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("wrote " + out) != std::string::npos);
+  CHECK(r.out.find("ui.perfetto.dev") != std::string::npos);
+  CHECK(r.out.find("clock of host1") != std::string::npos);
+  CHECK(nlohmann::json::parse(ReadFile(out))["traceEvents"].size() > 40);
+  CHECK(RunCommand("timeline").status == 2);
+  CHECK(RunCommand("timeline " + dir.path() + " --bogus").status == 2);
+  CHECK(RunCommand("timeline /nonexistent/ncclwatch-dir -o " + out + ".2").status == 2);
+  CHECK(RunCommand("timeline " + dir.path() + " -o /proc/ncclwatch-cannot/trace.json").status == 2);
+}

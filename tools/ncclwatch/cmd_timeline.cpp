@@ -1,0 +1,129 @@
+// `ncclwatch timeline DIR`: every rank's flight record on one clock, for Perfetto.
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "analysis/clock_align.h"
+#include "analysis/dump_set.h"
+#include "analysis/text_format.h"
+#include "analysis/timeline.h"
+#include "subcommand.h"
+
+namespace ncclwatch {
+namespace cli {
+
+namespace {
+
+using namespace analysis;
+
+constexpr const char* kDefaultOutput = "ncclwatch-timeline.json";
+
+void Help(std::FILE* out) {
+  std::fprintf(out,
+               "usage: ncclwatch timeline DIR [-o FILE] [--attempt N]\n\n"
+               "Writes every rank's recorded operations on one clock as a trace that Perfetto\n"
+               "(https://ui.perfetto.dev, \"Open trace file\") and chrome://tracing open: one\n"
+               "process per rank, one track per communicator and stream, a slice per operation\n"
+               "from host enqueue to completion, GPU-reached marks, dump, stall and recovery\n"
+               "instants. Hosts' clocks are aligned on the collectives they share (the median\n"
+               "difference of completion times), else on the wall clock; the offsets, their\n"
+               "spread and the method are in the file's \"otherData\".\n\n"
+               "  -o FILE      where to write it (default ./%s; - for stdout)\n"
+               "  --attempt N  a directory reused by restarts: attempt N (from 1, oldest first)\n"
+               "               instead of the latest\n\n"
+               "exit status: 0 written, 2 no readable dump, bad usage or unwritable FILE.\n",
+               kDefaultOutput);
+}
+
+int Run(int argc, char** argv) {
+  const char* dir = nullptr;
+  std::string output = kDefaultOutput;
+  int attempt = 0;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--attempt") == 0) {
+      char* end = nullptr;
+      long n = i + 1 < argc ? std::strtol(argv[i + 1], &end, 10) : 0;
+      if (i + 1 >= argc || !end || *end || n < 1 || n > 1000000)
+        return UsageError("timeline", "--attempt needs a number from 1 (the oldest attempt)");
+      attempt = static_cast<int>(n);
+      ++i;
+    } else if (std::strcmp(argv[i], "-o") == 0 || std::strcmp(argv[i], "--output") == 0) {
+      if (i + 1 >= argc) return UsageError("timeline", "-o needs a file name");
+      output = argv[++i];
+    } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+      return UsageError("timeline", (std::string("unknown option ") + argv[i]).c_str());
+    } else if (!dir) {
+      dir = argv[i];
+    } else {
+      return UsageError("timeline", "more than one directory given");
+    }
+  }
+  if (!dir) return UsageError("timeline", "no directory given");
+
+  LoadOptions load;
+  load.attempt = attempt;
+  DumpSet set;
+  std::string error;
+  if (!set.Load(dir, load, &error)) {
+    std::fprintf(stderr, "ncclwatch: %s\n", error.c_str());
+    return kExitBadInput;
+  }
+  if (set.dumps().empty()) {
+    for (const auto& p : set.problems())
+      std::fprintf(stderr, "ncclwatch: %s: %s\n", Printable(p.file).c_str(), Printable(p.problem).c_str());
+    std::fprintf(stderr, "ncclwatch: %s: no readable dump (%zu rank*.json files)\n", dir, set.files_seen());
+    return kExitBadInput;
+  }
+  std::FILE* out = stdout;
+  std::string tmp;
+  if (output != "-") {
+    tmp = output + ".tmp";  // renamed when complete: a half-written trace never has the name
+    out = std::fopen(tmp.c_str(), "w");
+    if (!out) {
+      std::fprintf(stderr, "ncclwatch timeline: cannot write %s: %s\n", tmp.c_str(), std::strerror(errno));
+      return kExitBadInput;
+    }
+  }
+  std::vector<RankTimes> times = CollectRankTimes(set);
+  ClockAlignment clocks = AlignClocks(times);
+  TimelineStats stats =
+      WriteTimeline(set, times, clocks, [&](const std::string& piece) { std::fwrite(piece.data(), 1, piece.size(), out); });
+  bool ok = !std::ferror(out);
+  if (out != stdout) {
+    ok = std::fclose(out) == 0 && ok;
+    if (ok && std::rename(tmp.c_str(), output.c_str()) != 0) ok = false;
+    if (!ok) {
+      std::fprintf(stderr, "ncclwatch timeline: cannot write %s: %s\n", output.c_str(), std::strerror(errno));
+      std::remove(tmp.c_str());
+      return kExitBadInput;
+    }
+  } else {
+    std::fflush(stdout);
+  }
+  for (const auto& p : set.problems())
+    std::fprintf(stderr, "ncclwatch: %s: %s\n", Printable(p.file).c_str(), Printable(p.problem).c_str());
+  std::FILE* say = out == stdout ? stderr : stdout;
+  if (out != stdout)
+    std::fprintf(say, "ncclwatch: wrote %s: %zu ranks, %zu events; open it in https://ui.perfetto.dev\n",
+                 output.c_str(), stats.ranks, stats.events);
+  for (const auto& [host, c] : clocks.hosts) {
+    if (c.method == "reference") continue;
+    if (c.method == "collectives")
+      std::fprintf(say, "  clock of %s: %+.3f ms against %s, from %zu shared collectives (spread %.3f ms)\n",
+                   host.c_str(), c.offset_ns / 1e6, c.via.c_str(), c.samples, c.spread_ns / 1e6);
+    else
+      std::fprintf(say, "  clock of %s: from the wall clock (too few shared collectives): %+.3f ms\n", host.c_str(),
+                   c.offset_ns / 1e6);
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+extern const Subcommand kTimelineCommand = {"timeline", "all ranks' operations on one clock, for Perfetto", Run,
+                                            Help};
+
+}  // namespace cli
+}  // namespace ncclwatch
