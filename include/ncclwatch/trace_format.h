@@ -459,6 +459,12 @@ constexpr const char* kIp = "ip";
 constexpr const char* kBuildId = "build_id";
 constexpr const char* kModuleOffset = "module_offset";
 constexpr const char* kLibrary = "library";
+constexpr const char* kFindings = "findings";
+constexpr const char* kCollectives = "collectives";
+constexpr const char* kLastIn = "last_in";
+constexpr const char* kLatenessMedianMs = "lateness_median_ms";
+constexpr const char* kLatenessP90Ms = "lateness_p90_ms";
+constexpr const char* kClockSpreadMs = "clock_spread_ms";
 }  // namespace report_key
 
 // The analysis output's own identity and version (analyze --json): bump on a change a reader

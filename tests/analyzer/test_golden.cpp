@@ -70,6 +70,7 @@ TEST_CASE("golden dump sets give their expected verdicts", "[golden]") {
       CHECK(actual[rk::kRanksWithoutDump] == expected[rk::kRanksWithoutDump]);
       CHECK(actual[rk::kProblems] == expected[rk::kProblems]);
       CHECK(actual[rk::kEarlierDumps] == expected[rk::kEarlierDumps]);
+      CHECK(actual[rk::kFindings] == expected[rk::kFindings]);  // no slow rank invented
       REQUIRE(actual[rk::kVerdicts].size() == expected[rk::kVerdicts].size());
       for (size_t i = 0; i < expected[rk::kVerdicts].size(); ++i) {
         INFO("verdict " << i);

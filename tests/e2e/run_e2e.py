@@ -643,6 +643,56 @@ def expect_verdict(j, cause, culprits, seq=None, op=None):
 STALL = {"NCCLWATCH_TIMEOUT": "3"}
 
 
+def findings(j):
+    r = subprocess.run([os.path.join(B, "bin", "ncclwatch"), "analyze", j.dir, "--json"], capture_output=True, text=True)
+    check(r.returncode in (0, 1), f"analyze ran: {r.returncode} {r.stderr[-1500:]}")
+    report = json.loads(r.stdout)
+    return report, report["findings"]
+
+
+@case
+def slow_rank_named():
+    # One rank of 8 sleeps 20-50 ms before every collective: the others wait for it each time.
+    j = job(8, ["--iters", "60", "--straggler-rank", "3", "--straggler-ms", "20", "--straggler-max-ms", "50"],
+            timeout=60)
+    check(j.rc == 0, f"the job finished: {j.rc}\n{j.err[-1500:]}")
+    report, found = findings(j)
+    check(report["verdicts"][0]["cause"] == "no_hang", "a straggler is not a hang")
+    check([f["rank"] for f in found] == [3], f"rank 3 and only rank 3 is named: {found}")
+    f = found[0]
+    check(f["kind"] == "slow_rank" and f["last_in"] >= 0.9 * f["collectives"] and f["collectives"] >= 40,
+          f"last at nearly every collective: {f}")
+    check(18 <= f["lateness_median_ms"] <= 60 and f["lateness_p90_ms"] >= f["lateness_median_ms"], f"its lateness: {f}")
+    check(any(fr.get("function", "").startswith("main") for fr in f["callsite"]), f"its call site: {f['callsite']}")
+    text = subprocess.run([os.path.join(B, "bin", "ncclwatch"), "analyze", j.dir, "--no-color"], capture_output=True,
+                          text=True)
+    check(text.returncode == 0, "a finding does not change the exit status")
+    check("slow_rank  rank 3" in text.stdout and "Also noticed" in text.stdout, text.stdout)
+
+
+@case
+def healthy_jitter_names_nobody():
+    for seed in range(1, 7):
+        n = 8 if seed % 2 else 2
+        j = job(n, ["--iters", "50", "--jitter-ms", "10", "--seed", str(seed)], timeout=60)
+        check(j.rc == 0, f"seed {seed}: the job finished")
+        _, found = findings(j)
+        check(found == [], f"seed {seed}, {n} ranks: jitter alone names nobody: {found}")
+
+
+@case
+def slow_rank_below_a_hang():
+    j = job(8, ["--iters", "200", "--straggler-rank", "2", "--straggler-ms", "20", "--straggler-max-ms", "40",
+                "--busy-rank", "5", "--busy-at", "40", "--busy-ms", "-1"], env={"NCCLWATCH_TIMEOUT": "3"}, timeout=12)
+    report, found = findings(j)
+    v = report["verdicts"][0]
+    check(v["cause"] == "rank_missing" and v["culprit_ranks"] == [5], f"the hang leads: {v['cause']} {v['culprit_ranks']}")
+    check([f["rank"] for f in found] == [2], f"the straggler is a finding below it: {found}")
+    r = subprocess.run([os.path.join(B, "bin", "ncclwatch"), "analyze", j.dir, "--no-color"], capture_output=True, text=True)
+    check(r.returncode == 1, "the exit status is the hang's")
+    check(r.stdout.index("rank_missing") < r.stdout.index("slow_rank"), "verdicts first, findings after")
+
+
 @case
 def analyze_rank_missing():
     j = job(4, ["--iters", "20", "--busy-rank", "2", "--busy-at", "5", "--busy-ms", "-1"], env=STALL, timeout=9)

@@ -26,7 +26,8 @@ constexpr size_t kProgressMinFiles = 1000;
 
 void Help(std::FILE* out) {
   std::fprintf(out,
-               "usage: ncclwatch analyze DIR [--json] [--no-color] [--verbose] [--attempt N]\n\n"
+               "usage: ncclwatch analyze DIR [--json] [--no-color] [--verbose] [--attempt N]\n"
+               "                         [--slow-ranks | --no-slow-ranks]\n\n"
                "Reads every rank's dump in DIR (rank*.json) and names the rank, the collective\n"
                "and the code behind a hang: the most likely root cause first, communicators\n"
                "blocked only because of it as its consequences.\n\n"
@@ -34,7 +35,11 @@ void Help(std::FILE* out) {
                "  --no-color   no colour even on a terminal (NO_COLOR=1 does the same)\n"
                "  --verbose    full stacks; statistics (files, bytes read, time, peak RSS) on stderr\n"
                "  --attempt N  a directory reused by restarts holds several attempts of the job:\n"
-               "               analyze attempt N (from 1, oldest first) instead of the latest\n\n"
+               "               analyze attempt N (from 1, oldest first) instead of the latest\n"
+               "  --slow-ranks  look for ranks that reach collectives last by a clear margin\n"
+               "               (slow_rank, below the verdicts) whatever the number of ranks; by\n"
+               "               default only up to 64 ranks (every full dump is read)\n"
+               "  --no-slow-ranks  never\n\n"
                "Unreadable files are reported on stderr, one line each, and skipped.\n"
                "exit status: 0 nothing hangs, 1 a hang was attributed, 2 no readable dump or\n"
                "bad usage.\n");
@@ -52,6 +57,7 @@ int Run(int argc, char** argv) {
   const char* dir = nullptr;
   bool json_out = false, no_color = false, verbose = false;
   int attempt = 0;
+  AttributionOptions attribution;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--attempt") == 0) {
       char* end = nullptr;
@@ -60,7 +66,9 @@ int Run(int argc, char** argv) {
         return UsageError("analyze", "--attempt needs a number from 1 (the oldest attempt)");
       attempt = static_cast<int>(n);
       ++i;
-    } else if (std::strcmp(argv[i], "--json") == 0) json_out = true;
+    } else if (std::strcmp(argv[i], "--slow-ranks") == 0) attribution.slow_ranks = 1;
+    else if (std::strcmp(argv[i], "--no-slow-ranks") == 0) attribution.slow_ranks = 0;
+    else if (std::strcmp(argv[i], "--json") == 0) json_out = true;
     else if (std::strcmp(argv[i], "--no-color") == 0) no_color = true;
     else if (std::strcmp(argv[i], "--verbose") == 0 || std::strcmp(argv[i], "-v") == 0) verbose = true;
     else if (argv[i][0] == '-' && argv[i][1] != '\0') return UsageError("analyze", (std::string("unknown option ") + argv[i]).c_str());
@@ -86,7 +94,7 @@ int Run(int argc, char** argv) {
   if (progress && set.files_seen() > kProgressMinFiles) std::fprintf(stderr, "\r\033[K");
 
   Report report;
-  if (!set.dumps().empty()) report = Attribute(set);
+  if (!set.dumps().empty()) report = Attribute(set, attribution);
   for (const auto& p : set.problems())
     std::fprintf(stderr, "ncclwatch: %s: %s\n", Printable(p.file).c_str(), Printable(p.problem).c_str());
   if (set.dumps().empty()) {

@@ -24,6 +24,11 @@ static const char kUsage[] =
     "                            rank R launches its own \"kernel\" of M ms (-1: forever) on the\n"
     "                            stream before iteration I: the GPU does not reach the collective\n"
     "                            (the application's work, before NCCL is called)\n"
+    "  --straggler-rank R --straggler-ms A [--straggler-max-ms B]\n"
+    "                            rank R sleeps A ms (uniform in A..B ms) on the host before every\n"
+    "                            iteration: a straggler the others wait for at each collective\n"
+    "  --jitter-ms J --seed S    every rank sleeps 0..J ms (uniform, seeded by S and the rank)\n"
+    "                            before every iteration: a healthy job's noise\n"
     "  --linger-ms M              every rank sleeps M ms on the host after its last iteration\n"
     "                            (all work done) before it exits\n"
     "  --extra-rank R --extra-at I\n"
@@ -66,6 +71,7 @@ static const char* const kOpNames[] = {"allreduce", "allgather", "reducescatter"
 struct Options {
   int iters, count, comms, sync_every, op;
   int busy_rank, busy_at, busy_ms;
+  int straggler_rank, straggler_ms, straggler_max_ms, jitter_ms, seed;
   int slow_kernel_rank, slow_kernel_at, slow_kernel_ms;
   int linger_ms;
   int extra_rank, extra_at;
@@ -258,6 +264,7 @@ static void parse(int argc, char** argv) {
   opt.sync_every = 1;
   opt.busy_rank = opt.extra_rank = opt.mismatch_rank = opt.slow_kernel_rank = -1;
   opt.exit_rank = opt.no_init_rank = -1;
+  opt.straggler_rank = -1;
   opt.deadlock_at = 1;
   for (i = 1; i < argc; ++i) {
     const char* a = argv[i];
@@ -289,7 +296,9 @@ static void parse(int argc, char** argv) {
     FLAG_OPT("--exit-in-flight", exit_in_flight) FLAG_OPT("--sigterm-handler", sigterm_handler)
     FLAG_OPT("--get-version-only", get_version_only) INT_OPT("--exit-rank", exit_rank)
     INT_OPT("--exit-at", exit_at) INT_OPT("--no-init-rank", no_init_rank) FLAG_OPT("--abort-signal", abort_signal)
-    FLAG_OPT("--graph-then-loop", graph_then_loop)
+    FLAG_OPT("--graph-then-loop", graph_then_loop) INT_OPT("--straggler-rank", straggler_rank)
+    INT_OPT("--straggler-ms", straggler_ms) INT_OPT("--straggler-max-ms", straggler_max_ms)
+    INT_OPT("--jitter-ms", jitter_ms) INT_OPT("--seed", seed)
     else {
       fprintf(stderr, "sim_workload: unknown option %s\n%s", a, kUsage);
       exit(SIMUTIL_EXIT_USAGE);
@@ -415,12 +424,18 @@ int main(int argc, char** argv) {
 
   if (opt.graph) ok = run_graph(stream);
   if (!opt.graph || opt.graph_then_loop) {
+    unsigned jitter_state = (unsigned)opt.seed * 7919u + (unsigned)g_rank * 104729u + 1u;
     for (it = 0; it < opt.iters; ++it) {
       if (g_rank == opt.exit_rank && it == opt.exit_at) {
         sync_stream(stream);
         printf("ok (left before iteration %d)\n", it);
         return 0; /* uneven inputs: a normal exit while the others go on */
       }
+      if (g_rank == opt.straggler_rank) {
+        int span = opt.straggler_max_ms > opt.straggler_ms ? opt.straggler_max_ms - opt.straggler_ms : 0;
+        simutil_sleep_ms(opt.straggler_ms + (span ? (int)(rand_r(&jitter_state) % (unsigned)(span + 1)) : 0));
+      }
+      if (opt.jitter_ms > 0) simutil_sleep_ms((int)(rand_r(&jitter_state) % (unsigned)(opt.jitter_ms + 1)));
       if (g_rank == opt.busy_rank && it == opt.busy_at) {
         if (opt.busy_ms < 0)
           for (;;) simutil_sleep_ms(1000);

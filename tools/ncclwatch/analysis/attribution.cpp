@@ -1,5 +1,8 @@
 #include "attribution.h"
 
+#include "clock_align.h"
+#include "slow_ranks.h"
+
 #include <algorithm>
 #include <iterator>
 #include <map>
@@ -540,7 +543,14 @@ class Attributor : public WaitGraph {
 }  // namespace
 
 Report Attribute(DumpSet& set, const AttributionOptions& options) {
-  return Attributor(set, options).Run();
+  Report report = Attributor(set, options).Run();
+  bool slow_ranks = options.slow_ranks > 0 ||
+                    (options.slow_ranks < 0 && set.dumps().size() <= kSlowRanksDefaultMaxRanks);
+  if (slow_ranks && set.dumps().size() >= 2) {
+    std::vector<RankTimes> times = CollectRankTimes(set);
+    report.findings = FindSlowRanks(set, times, AlignClocks(times));
+  }
+  return report;
 }
 
 }  // namespace analysis

@@ -14,6 +14,9 @@ struct AttributionOptions {
   // Culprits per verdict whose full dump is read for stacks (the rest are named only), so
   // that a verdict blaming thousands of ranks stays fast and small.
   size_t max_evidence = 8;
+  // Slow ranks (slow_ranks.h), a finding below the verdicts: -1 when the set has at most
+  // kSlowRanksDefaultMaxRanks ranks (each full dump is read), 1 always, 0 never.
+  int slow_ranks = -1;
 };
 
 // Reads full details (via set.Detail) only for culprits and one waiting rank per verdict.

@@ -167,6 +167,30 @@ void RenderHistory(std::ostream& out, const Style& st, const Report& report, boo
     out << "   rank " << e.rank << ": " << e.file << " (" << e.reason << ")\n";
 }
 
+std::string Ms(double ms) {
+  char b[32];
+  std::snprintf(b, sizeof b, ms < 10 ? "%.1f ms" : "%.0f ms", ms);
+  return b;
+}
+
+// Below the verdicts: what is worth knowing but is not why the job hangs.
+void RenderFindings(std::ostream& out, const Style& st, const Report& report, bool verbose) {
+  if (report.findings.empty()) return;
+  out << "\n" << st.Bold("Also noticed") << " (not a hang cause):\n";
+  for (const auto& f : report.findings) {
+    out << "  slow_rank  rank " << f.rank << " (" << f.host << ", pid " << f.pid << ") reached "
+        << f.last_in << " of " << f.collectives << " collectives on " << f.comm
+        << (f.comm_name.empty() ? "" : " (" + f.comm_name + ")") << " last: " << Ms(f.lateness_median_ms)
+        << " behind the others (median), " << Ms(f.lateness_p90_ms) << " p90";
+    if (f.clock_spread_ms > 0) out << "; clocks aligned within " << Ms(f.clock_spread_ms);
+    out << "\n    every member waits for it at each of these collectives: look at what it does before them\n";
+    if (!f.callsite.python.empty() || !f.callsite.native.empty()) {
+      out << "    where it issues them" << (f.callsite_op.empty() ? "" : " (" + f.callsite_op + ")") << ":\n";
+      RenderStack(out, st, f.callsite, verbose, "      ");
+    }
+  }
+}
+
 void RenderNotes(std::ostream& out, const Style& st, const Report& report) {
   for (const auto& n : report.notes) out << st.Dim("note: " + Printable(n)) << "\n";
 }
@@ -212,6 +236,7 @@ std::string RenderReportText(const Report& report, const ReportTextOptions& opti
   out << "\n\n";
   if (!report.Hang()) {
     out << st.Green("no hang") << ": " << AdviceText(report.verdicts.front(), report) << "\n";
+    RenderFindings(out, st, report, options.verbose);
     RenderNotes(out, st, report);
     RenderHistory(out, st, report, options.verbose);
     return out.str();
@@ -221,6 +246,7 @@ std::string RenderReportText(const Report& report, const ReportTextOptions& opti
     if (n) out << "\n";
     RenderVerdict(out, st, report, v, ++n, options.verbose);
   }
+  RenderFindings(out, st, report, options.verbose);
   if (!report.notes.empty()) out << "\n";
   RenderNotes(out, st, report);
   RenderHistory(out, st, report, options.verbose);
@@ -383,9 +409,25 @@ json ReportToJson(const Report& report) {
   for (const auto& a : report.attempts)
     attempts.push_back({{rk::kAttempt, a.index}, {rk::kStartUnixNs, a.start_unix_ns},
                         {rk::kJobInstance, a.job_instance}, {rk::kRanks, a.ranks.size()}, {rk::kFiles, a.files}});
+  json findings = json::array();
+  for (const auto& f : report.findings)
+    findings.push_back({{rk::kKind, f.kind},
+                        {rk::kRank, f.rank},
+                        {rk::kHost, f.host},
+                        {rk::kPid, f.pid},
+                        {rk::kComm, f.comm},
+                        {rk::kCommName, f.comm_name},
+                        {rk::kCollectives, f.collectives},
+                        {rk::kLastIn, f.last_in},
+                        {rk::kLatenessMedianMs, f.lateness_median_ms},
+                        {rk::kLatenessP90Ms, f.lateness_p90_ms},
+                        {rk::kClockSpreadMs, f.clock_spread_ms},
+                        {rk::kCallsiteOp, f.callsite_op},
+                        {rk::kCallsite, StackFrames(f.callsite)}});
   return {{rk::kFormat, trace::kReportFormatName},
           {rk::kVersion, trace::kReportVersion},
           {rk::kVerdicts, std::move(verdicts)},
+          {rk::kFindings, std::move(findings)},
           {rk::kRanksSeen, report.ranks_seen},
           {rk::kWorldSize, report.world_size},
           {rk::kRanksWithoutDump, report.ranks_without_dump},

@@ -83,8 +83,25 @@ struct Verdict {
   double oldest_in_flight_s = -1;       // no_hang: the oldest operation in flight when dumped
 };
 
+// Something worth knowing that is not a hang (never changes the exit status). Kind
+// "slow_rank": a rank that arrives last at most collectives of a communicator by a clear margin.
+struct Finding {
+  std::string kind = "slow_rank";
+  int rank = -1;
+  std::string host;
+  int64_t pid = 0;
+  std::string comm, comm_name;
+  size_t collectives = 0;  // collectives of the communicator every member's ring holds
+  size_t last_in = 0;      // of those, how many this rank reached last
+  double lateness_median_ms = 0, lateness_p90_ms = 0;  // behind the other members' median
+  double clock_spread_ms = 0;  // uncertainty of the aligned clock between its host and others
+  std::string callsite_op;
+  Stack callsite;  // the call site of most of its late collectives
+};
+
 struct Report {
   std::vector<Verdict> verdicts;  // never empty: no_hang when nothing is stuck
+  std::vector<Finding> findings;  // below the verdicts: never a cause
   int ranks_seen = 0;
   int world_size = 0;
   std::vector<int> ranks_without_dump;  // 0..world_size-1 with no usable dump
