@@ -331,6 +331,25 @@ void RunParser(Iterator first, Iterator last, ReadDepth depth, DumpDocument* doc
       ring[key::kEntries] = std::move(entries);
     }
   }
+  // Version 2's frames name their module by index in `modules`: put the path and build id
+  // back, so that every reader of stacks sees version 1's frames.
+  if (doc->top.contains(key::kModules)) {
+    const json modules = std::move(doc->top[key::kModules]);
+    doc->top.erase(key::kModules);
+    for (const char* list : {key::kCallsites, key::kThreads}) {
+      if (!doc->top.contains(list) || !doc->top[list].is_array()) continue;
+      for (auto& item : doc->top[list]) {
+        if (!item.is_object() || !item.contains(key::kFrames) || !item[key::kFrames].is_array()) continue;
+        for (auto& frame : item[key::kFrames]) {
+          if (!frame.is_object() || !frame.contains(key::kModule) || !frame[key::kModule].is_number_integer()) continue;
+          int64_t i = frame[key::kModule].get<int64_t>();
+          const json* m = modules.is_array() && i >= 0 && static_cast<size_t>(i) < modules.size() ? &modules[static_cast<size_t>(i)] : nullptr;
+          frame[key::kModule] = m && m->is_object() && m->contains(key::kPath) && (*m)[key::kPath].is_string() ? (*m)[key::kPath] : json("");
+          frame[key::kBuildId] = m && m->is_object() && m->contains(key::kBuildId) && (*m)[key::kBuildId].is_string() ? (*m)[key::kBuildId] : json("");
+        }
+      }
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

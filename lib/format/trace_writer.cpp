@@ -54,13 +54,19 @@ void WriteOp(JsonWriter& w, const Op& o) {
   w.EndObject();
 }
 
-void WriteStack(JsonWriter& w, const Stack& s) {
+void WriteStack(JsonWriter& w, const Stack& s) { WriteStack(w, s, nullptr); }
+
+void WriteStack(JsonWriter& w, const Stack& s, const ModuleTable* modules) {
   ObjectArray(w, k::kFrames, s.native, [&](const NativeFrame& f) {
     w.Key(k::kIp).Hex(f.ip);
-    w.Field(k::kModule, f.module);
+    if (modules) {  // version 2: the module's index in `modules` (path and build id, once)
+      w.Field(k::kModule, modules->IndexOf(f.module, f.build_id));
+    } else {
+      w.Field(k::kModule, f.module);
+    }
     w.Field(k::kSymbol, f.symbol);
     w.Field(k::kOffset, f.offset);
-    w.Field(k::kBuildId, f.build_id);
+    if (!modules) w.Field(k::kBuildId, f.build_id);
     w.Key(k::kModuleOffset).Hex(f.module_offset);
   });
   ObjectArray(w, k::kPython, s.python, [&](const PythonFrame& f) {
@@ -181,11 +187,11 @@ void WriteCommunicator(JsonWriter& w, const Communicator& c) {
 
 // `own`: threads only (null for call sites).
 void WriteThreadLike(JsonWriter& w, const char* id_key, int64_t id, const std::string* name, const Stack& stack,
-                     const std::string& note, const bool* own) {
+                     const std::string& note, const bool* own, const ModuleTable& modules) {
   w.BeginObject();
   w.Field(id_key, id);
   if (name) w.Field(k::kName, *name);
-  WriteStack(w, stack);
+  WriteStack(w, stack, &modules);
   w.Field(k::kNote, note);
   if (own) w.Field(k::kOwn, *own);
   w.EndObject();
@@ -241,15 +247,30 @@ bool WriteDocument(const Document& doc, const OpSource& ring_entries, const Text
     }
     w.EndArray();
     w.EndObject();
+    // Every module the stacks name, once (a module path and build id per frame were half of
+    // a stack's bytes).
+    ModuleTable modules;
+    for (const auto& c : d.callsites)
+      for (const auto& f : c.stack.native) modules.Add(f.module, f.build_id);
+    for (const auto& t : d.threads)
+      for (const auto& f : t.stack.native) modules.Add(f.module, f.build_id);
+    w.Key(k::kModules).BeginArray();
+    for (const auto& m : modules.list()) {
+      w.BeginObject();
+      w.Field(k::kPath, m.first);
+      w.Field(k::kBuildId, m.second);
+      w.EndObject();
+    }
+    w.EndArray();
     w.Key(k::kCallsites).BeginArray();
     for (const auto& c : d.callsites) {
-      WriteThreadLike(w, k::kId, c.id, nullptr, c.stack, c.note, nullptr);
+      WriteThreadLike(w, k::kId, c.id, nullptr, c.stack, c.note, nullptr, modules);
       if (!piece_done()) return false;
     }
     w.EndArray();
     w.Key(k::kThreads).BeginArray();
     for (const auto& t : d.threads) {
-      WriteThreadLike(w, k::kTid, t.tid, &t.name, t.stack, t.note, &t.own);
+      WriteThreadLike(w, k::kTid, t.tid, &t.name, t.stack, t.note, &t.own, modules);
       if (!piece_done()) return false;
     }
     w.EndArray();

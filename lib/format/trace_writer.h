@@ -4,6 +4,9 @@
 #pragma once
 
 #include <functional>
+#include <map>
+#include <utility>
+#include <vector>
 #include <string>
 
 #include "format/json_writer.h"
@@ -32,7 +35,27 @@ std::string WriteDocument(const Document& doc, const OpSource& ring_entries = nu
 // Pieces, for writers of other documents that embed them (tests, the request file).
 void WriteOp(JsonWriter& w, const Op& op);
 void WriteSummary(JsonWriter& w, const Summary& s);
-void WriteStack(JsonWriter& w, const Stack& s);
+void WriteStack(JsonWriter& w, const Stack& s);  // frames with their module path and build id
+
+// Version 2's `modules`: each (path, build id) a dump's stacks name, once; frames refer to it
+// by index.
+class ModuleTable {
+ public:
+  void Add(const std::string& path, const std::string& build_id) {
+    auto key = std::make_pair(path, build_id);
+    if (index_.emplace(key, static_cast<int64_t>(list_.size())).second) list_.push_back(key);
+  }
+  int64_t IndexOf(const std::string& path, const std::string& build_id) const {
+    auto it = index_.find(std::make_pair(path, build_id));
+    return it == index_.end() ? -1 : it->second;
+  }
+  const std::vector<std::pair<std::string, std::string>>& list() const { return list_; }
+
+ private:
+  std::map<std::pair<std::string, std::string>, int64_t> index_;
+  std::vector<std::pair<std::string, std::string>> list_;
+};
+void WriteStack(JsonWriter& w, const Stack& s, const ModuleTable* modules);
 
 }  // namespace trace
 }  // namespace ncclwatch

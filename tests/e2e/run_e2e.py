@@ -165,7 +165,8 @@ def healthy_run_leaves_only_exit_records():
         # Written by the exiting thread itself: its stack starts where the application exits,
         # not in ncclwatch's own dump code.
         top = [t["frames"][0] for t in d["threads"] if t["name"] == "exiting thread" and t["frames"]]
-        check(top and not top[0]["module"].endswith("libncclwatch.so") and top[0]["build_id"],
+        module = d["modules"][top[0]["module"]] if top else {}  # version 2: frames name a module by index
+        check(top and not module["path"].endswith("libncclwatch.so") and module["build_id"],
               f"{f}: the exiting thread's stack starts outside ncclwatch: {top[:1]}")
         check(all(c["last_completed"] == c["last_enqueued"] for c in s["comms"]), f"{f}: everything completed")
     check(not j.ncclwatch_lines(), f"no output from ncclwatch: {j.ncclwatch_lines()}")

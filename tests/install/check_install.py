@@ -57,17 +57,22 @@ def files_under(root):
     return out
 
 
-def frame_modules(node):
-    """The `module` of every native frame anywhere in a dump."""
+def frame_modules(node, modules=None):
+    """The `module` of every native frame anywhere in a dump (trace format version 2: an
+    index into the dump's top-level `modules`)."""
+    if modules is None and isinstance(node, dict):
+        modules = [m.get("path", "") for m in node.get("modules", [])]
     found = set()
     if isinstance(node, dict):
-        if isinstance(node.get("module"), str) and "ip" in node:
+        if "ip" in node and isinstance(node.get("module"), str):
             found.add(node["module"])
+        elif "ip" in node and isinstance(node.get("module"), int) and 0 <= node["module"] < len(modules or []):
+            found.add(modules[node["module"]])
         for v in node.values():
-            found |= frame_modules(v)
+            found |= frame_modules(v, modules)
     elif isinstance(node, list):
         for v in node:
-            found |= frame_modules(v)
+            found |= frame_modules(v, modules)
     return found
 
 

@@ -105,7 +105,7 @@ TEST_CASE("dump round trip: the documented keys, in order, with the values writt
   std::vector<std::string> keys;
   for (auto& kv : ordered.items()) keys.push_back(kv.key());
   // The summary comes right after format/version: readers stop there.
-  REQUIRE(keys.size() == 9);
+  REQUIRE(keys.size() == 10);
   CHECK(keys[0] == k::kFormat);
   CHECK(keys[1] == k::kVersion);
   CHECK(keys[2] == k::kSummary);
@@ -141,6 +141,11 @@ TEST_CASE("dump round trip: the documented keys, in order, with the values writt
   CHECK_FALSE(decoded[k::kRing].contains(k::kRows));
   CHECK(j[k::kCallsites][0][k::kPython][0][k::kLine] == 88);
   CHECK(j[k::kThreads][0][k::kFrames][0][k::kSymbol] == "wait");
+  CHECK(j[k::kThreads][0][k::kFrames][0][k::kModule] == 1);  // version 2: an index into `modules`
+  CHECK(j[k::kModules][1][k::kPath] == "/lib/liby.so");
+  CHECK(decoded[k::kThreads][0][k::kFrames][0][k::kModule] == "/lib/liby.so");
+  CHECK(decoded[k::kThreads][0][k::kFrames][0][k::kBuildId] == "");
+  CHECK_FALSE(decoded.contains(k::kModules));
   CHECK(j[k::kProcess][k::kEnv]["NCCL_DEBUG"] == "WARN");
   CHECK(j[k::kProcess][k::kConfig]["NCCLWATCH_RING"] == "4096");
   CHECK(j[k::kRecoveries][0][k::kRecoveredAfterS] == 14);
@@ -169,7 +174,7 @@ TEST_CASE("every key the format document lists is written by the writer") {
     INFO(column);
     CHECK(doc.find(std::string("`") + column + "`") != std::string::npos);
   }
-  for (const char* key : {k::kColumns, k::kRows}) CHECK(doc.find(std::string("`") + key + "`") != std::string::npos);
+  for (const char* key : {k::kColumns, k::kRows, k::kModules, k::kPath}) CHECK(doc.find(std::string("`") + key + "`") != std::string::npos);
 }
 
 TEST_CASE("light dumps hold the summary and recoveries only") {
