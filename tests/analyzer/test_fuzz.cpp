@@ -5,6 +5,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "format/dump_reader.h"
+#include "format/trace_writer.h"
 #include "fuzz_harness.h"
 #include "test_support.h"
 
@@ -19,6 +21,16 @@ std::vector<std::string> SeedInputs() {
     for (const auto& e : fs::directory_iterator(fs::path(GOLDEN_DIR) / set))
       if (e.path().filename().string().rfind("rank0000", 0) == 0 && seeds.size() < 9)
         seeds.push_back(ReadFile(e.path().string()));
+  // The golden sets are version 1 dumps: the same rewritten by today's writer (version 2's
+  // ring rows and shapes, module table) give the mutator the new reader paths too.
+  for (size_t i = 0, n = seeds.size(); i < n; ++i) {
+    ncclwatch::trace::LoadedDump d;
+    if (!ncclwatch::trace::ReadDumpBuffer(seeds[i], ncclwatch::trace::ReadDepth::kFull, &d).usable || !d.detail) continue;
+    ncclwatch::trace::Document doc;
+    doc.summary = d.summary;
+    doc.detail = *d.detail;
+    seeds.push_back(ncclwatch::trace::WriteDocument(doc));
+  }
   return seeds;
 }
 

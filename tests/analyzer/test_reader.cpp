@@ -249,3 +249,36 @@ TEST_CASE("values out of range are read as absent and said in one line", "[reade
   analysis::Dump clean;
   CHECK(analysis::ReadDumpBuffer(Text(Dump(0, 2, {Comm("c0", 2, 0, 5, 5, 5)})), ReadDepth::kSummary, &clean).problem.empty());
 }
+
+TEST_CASE("hostile version 2 rings and module tables read tolerantly", "[reader]") {
+  const std::string head = std::string("{\"format\":\"") + trace::kFormatName +
+                           "\",\"version\":2,\"summary\":{\"rank\":0,\"host\":\"h\",\"comms\":[]},";
+  const char* bodies[] = {
+      // rows before any shape, slots out of range, non-integers, nested junk, floats
+      "\"ring\":{\"columns\":[\"shape\",\"seq\",\"enqueue_ns\"],\"rows\":[[0,1,2],[99999,1],[-5],[\"x\",{}],"
+      "[1.5,2.5],[],3,null,{\"op\":\"AllReduce\"},[0,9223372036854775807,9223372036854775807],[0,1,1]]}",
+      // columns missing or of the wrong type; rows not an array
+      "\"ring\":{\"columns\":7,\"rows\":[{\"comm\":5},[0,1]]}",
+      "\"ring\":{\"rows\":{\"a\":1}}",
+      // module indexes out of range, of the wrong type; modules not an array
+      "\"modules\":[{\"path\":\"/lib/a.so\"},7],\"threads\":[{\"tid\":1,\"frames\":[{\"ip\":\"0x1\",\"module\":0},"
+      "{\"ip\":\"0x2\",\"module\":1},{\"ip\":\"0x3\",\"module\":-1},{\"ip\":\"0x4\",\"module\":99},"
+      "{\"ip\":\"0x5\",\"module\":\"/lib/b.so\"}]}]",
+      "\"modules\":{\"x\":1},\"callsites\":[{\"id\":0,\"frames\":[{\"ip\":\"0x1\",\"module\":0}]}]",
+  };
+  for (const char* body : bodies) {
+    INFO(body);
+    trace::LoadedDump d;
+    trace::ReadResult r = trace::ReadDumpBuffer(head + body + "}", ReadDepth::kFull, &d);
+    REQUIRE(r.usable);
+    REQUIRE(d.detail);
+    for (const auto& op : d.detail->ring.entries) CHECK((op.OpName() == std::string("AllReduce") || op.OpName() == std::string()));
+    for (const auto& t : d.detail->threads)
+      for (const auto& f : t.stack.native) CHECK((f.module.empty() || f.module == "/lib/a.so" || f.module == "/lib/b.so"));
+  }
+  // The first ring: the shape defined mid-array applies to the rows after it.
+  trace::LoadedDump d;
+  REQUIRE(trace::ReadDumpBuffer(head + bodies[0] + "}", ReadDepth::kFull, &d).usable);
+  REQUIRE(!d.detail->ring.entries.empty());
+  CHECK(d.detail->ring.entries.back().OpName() == std::string("AllReduce"));
+}
