@@ -45,28 +45,25 @@ bool ParseCount(const std::string& t, uint64_t* out, std::string* err) {
   return true;
 }
 
-bool ParseSeconds(const std::string& t, double* out, std::string* err) {
+// A number from 0 to `max`; else `what` as the error.
+bool ParseBoundedNumber(const std::string& t, double max, const char* what, double* out, std::string* err) {
   char* end = nullptr;
   errno = 0;
   double v = strtod(t.c_str(), &end);
-  if (t.empty() || errno != 0 || end == t.c_str() || *end != '\0' || !(v >= 0) || v > kMaxSettingSeconds) {
-    *err = "expected a number of seconds from 0 to 10000000";
+  if (t.empty() || errno != 0 || end == t.c_str() || *end != '\0' || !(v >= 0) || v > max) {
+    *err = what;
     return false;
   }
   *out = v;
   return true;
 }
 
+bool ParseSeconds(const std::string& t, double* out, std::string* err) {
+  return ParseBoundedNumber(t, kMaxSettingSeconds, "expected a number of seconds from 0 to 10000000", out, err);
+}
+
 bool ParseMultiplier(const std::string& t, double* out, std::string* err) {
-  char* end = nullptr;
-  errno = 0;
-  double v = strtod(t.c_str(), &end);
-  if (t.empty() || errno != 0 || end == t.c_str() || *end != '\0' || !(v >= 0) || v > kMaxMultiplier) {
-    *err = "expected a multiplier from 0 (off) to 10000";
-    return false;
-  }
-  *out = v;
-  return true;
+  return ParseBoundedNumber(t, kMaxMultiplier, "expected a multiplier from 0 (off) to 10000", out, err);
 }
 
 bool ParseString(const std::string& t, std::string* out, std::string* err) {

@@ -60,12 +60,7 @@ int Run(int argc, char** argv) {
   AttributionOptions attribution;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--attempt") == 0) {
-      char* end = nullptr;
-      long n = i + 1 < argc ? std::strtol(argv[i + 1], &end, 10) : 0;
-      if (i + 1 >= argc || !end || *end || n < 1 || n > 1000000)
-        return UsageError("analyze", "--attempt needs a number from 1 (the oldest attempt)");
-      attempt = static_cast<int>(n);
-      ++i;
+      if (int status = ParseAttemptOption("analyze", argc, argv, &i, &attempt)) return status;
     } else if (std::strcmp(argv[i], "--slow-ranks") == 0) attribution.slow_ranks = 1;
     else if (std::strcmp(argv[i], "--no-slow-ranks") == 0) attribution.slow_ranks = 0;
     else if (std::strcmp(argv[i], "--json") == 0) json_out = true;

@@ -43,12 +43,7 @@ int Run(int argc, char** argv) {
   int attempt = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--attempt") == 0) {
-      char* end = nullptr;
-      long n = i + 1 < argc ? std::strtol(argv[i + 1], &end, 10) : 0;
-      if (i + 1 >= argc || !end || *end || n < 1 || n > 1000000)
-        return UsageError("timeline", "--attempt needs a number from 1 (the oldest attempt)");
-      attempt = static_cast<int>(n);
-      ++i;
+      if (int status = ParseAttemptOption("timeline", argc, argv, &i, &attempt)) return status;
     } else if (std::strcmp(argv[i], "-o") == 0 || std::strcmp(argv[i], "--output") == 0) {
       if (i + 1 >= argc) return UsageError("timeline", "-o needs a file name");
       output = argv[++i];

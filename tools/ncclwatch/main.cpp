@@ -1,6 +1,7 @@
 // `ncclwatch`: reads the dumps that libncclwatch.so writes. A table of subcommands; each is
 // one entry here and one cmd_<name>.cpp.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -59,6 +60,16 @@ bool WantsHelp(int argc, char** argv) {
 int UsageError(const char* sub, const char* message) {
   std::fprintf(stderr, "ncclwatch %s: %s\n(see `ncclwatch %s --help`)\n", sub, message, sub);
   return kExitBadInput;
+}
+
+int ParseAttemptOption(const char* sub, int argc, char** argv, int* i, int* attempt) {
+  char* end = nullptr;
+  long n = *i + 1 < argc ? std::strtol(argv[*i + 1], &end, 10) : 0;
+  if (*i + 1 >= argc || !end || *end || n < 1 || n > 1000000)
+    return UsageError(sub, "--attempt needs a number from 1 (the oldest attempt)");
+  *attempt = static_cast<int>(n);
+  ++*i;
+  return kExitOk;
 }
 
 int Main(int argc, char** argv) {

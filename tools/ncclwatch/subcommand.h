@@ -23,6 +23,9 @@ struct Subcommand {
 bool WantsHelp(int argc, char** argv);
 // Prints "ncclwatch SUB: MESSAGE" and a hint to stderr; returns kExitBadInput.
 int UsageError(const char* sub, const char* message);
+// `--attempt N` at argv[*i]: takes N (from 1, the oldest attempt) and moves *i past it. Returns
+// kExitOk, or the usage error it printed.
+int ParseAttemptOption(const char* sub, int argc, char** argv, int* i, int* attempt);
 
 }  // namespace cli
 }  // namespace ncclwatch
