@@ -116,6 +116,10 @@ bool Runtime::Start() {
   // Our frames on top of a stack (a dumping thread's) say nothing about the application.
   stacks::SetOwnModule(reinterpret_cast<const void*>(&WakeWatchdog));
   stacks::SetPythonCallsites(config_.python);
+  if (config_.callsites || config_.stacks) {
+    const std::string problem = stacks::NativeStackProblem();
+    if (!problem.empty()) LogWarn("%s", problem.c_str());
+  }
   if (config_.callsites && config_.python) {
     const std::string problem = stacks::PythonCallsiteProblem();
     if (!problem.empty()) LogWarn("%s", problem.c_str());

@@ -1,9 +1,15 @@
 #include "native_unwind.h"
 
+#include <string>
+
+#include "stacks.h"
+
 namespace ncclwatch {
 namespace stacks {
 namespace detail {
 namespace {
+
+bool g_native_unwind_works = false;  // written once while the library loads
 
 // libunwind initializes itself on first use without full synchronization (ThreadSanitizer
 // reports it when threads start unwinding together), and that first use should not be in a
@@ -11,8 +17,9 @@ namespace {
 __attribute__((constructor)) void WarmUpUnwinder() {
   unw_context_t context;
   uintptr_t ips[2];
-  unw_getcontext(&context);
-  UnwindContext(&context, /*signal_frame=*/false, ips, 2);
+  // Where libunwind was not found (the self-contained build opens it at run time) both calls
+  // fail: that is what NativeStackProblem reports.
+  g_native_unwind_works = unw_getcontext(&context) == 0 && UnwindContext(&context, /*signal_frame=*/false, ips, 2) > 0;
 }
 
 }  // namespace
@@ -40,5 +47,12 @@ int FindFrame(const uintptr_t* ips, int count, uintptr_t ip, int window) {
 }
 
 }  // namespace detail
+
+std::string NativeStackProblem() {
+  if (detail::g_native_unwind_works) return {};
+  return "libunwind.so.8 is not usable in this process (Debian/Ubuntu package libunwind8): call sites and "
+         "thread stacks have Python frames only";
+}
+
 }  // namespace stacks
 }  // namespace ncclwatch

@@ -75,6 +75,9 @@ void SetPythonCallsites(bool enabled);
 // layout is not known), for one log line; empty when they get them always, or when the process
 // runs no CPython. Looks the interpreter up (a few dlsym) on first use.
 std::string PythonCallsiteProblem();
+// Why call sites and thread stacks get no native frames (libunwind.so.8 could not be loaded, or
+// it cannot walk this process's stack), for one log line; empty when native stacks work.
+std::string NativeStackProblem();
 
 // ---- ncclwatch's own code and threads ----
 // Frames in the object file that holds `address` are ncclwatch's own (libncclwatch.so passes

@@ -119,7 +119,8 @@ def installed_run():
 
     # A simulated job through the installed command.
     tmp = tempfile.mkdtemp(prefix="ncclwatch-install-job-")
-    dumps = hang_job(nw, tmp)
+    dumps, stderr = hang_job(nw, tmp)
+    check("libunwind" not in stderr, f"no line about libunwind where it is there:\n{stderr[-3000:]}")
     # Native stacks in the dumps name frames of the installed library (its watchdog thread):
     # the installed library ran, and libunwind, which it opens at run time, unwound.
     modules = frame_modules(dumps)
@@ -131,7 +132,8 @@ def installed_run():
 def hang_job(ncclwatch, tmp, wrap=()):
     """Runs, through `ncclwatch run`, a simulated job (tests/sim, as tests/e2e's run_wrapper case
     does) in which rank 1 stops calling NCCL while rank 0 waits. Every rank must dump (the
-    library is in both) and the command must print the verdict. Returns the dumps."""
+    library is in both) and the command must print the verdict. Returns the dumps and the
+    job's stderr."""
     dumps = os.path.join(tmp, "dumps")
     r = run(list(wrap) + [ncclwatch, "run", "--dir", dumps, "--timeout", "3", "--set", "PEER_POLL_MS=200", "--",
                           os.path.join(A.build, "bin", "simlaunch"), "-n", "2", "--timeout", "8", "--",
@@ -146,7 +148,7 @@ def hang_job(ncclwatch, tmp, wrap=()):
     check(ranks == [0, 1], f"both ranks dumped: ranks {ranks}\n{r.stderr[-3000:]}")
     check("rank_missing" in r.stdout and "rank 1" in r.stdout, f"the verdict is printed:\n{r.stdout[-3000:]}")
     print(f"  job: exit {r.returncode}, {len(out)} dumps from ranks {ranks}, verdict rank_missing for rank 1")
-    return out
+    return out, r.stderr
 
 
 def without_libunwind():
@@ -167,8 +169,12 @@ def without_libunwind():
         return SKIP
     tmp = tempfile.mkdtemp(prefix="ncclwatch-nounwind-")
     script = hide + ' && exec "$@"'
-    dumps = hang_job(os.path.join(A.build, "bin", "ncclwatch"), tmp, wrap=["unshare", "-m", "sh", "-c", script, "sh"])
+    dumps, stderr = hang_job(os.path.join(A.build, "bin", "ncclwatch"), tmp,
+                             wrap=["unshare", "-m", "sh", "-c", script, "sh"])
     check(not frame_modules(dumps), f"no native frames without libunwind: {sorted(frame_modules(dumps))}")
+    # Said once per process at start, so that missing native frames are not a mystery.
+    said = [line for line in stderr.splitlines() if "libunwind.so.8 is not usable" in line]
+    check(len(said) == 2, f"one line about libunwind per rank (2 ranks), {len(said)} found:\n{stderr[-3000:]}")
     shutil.rmtree(tmp)
 
 
