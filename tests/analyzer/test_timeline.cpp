@@ -177,3 +177,76 @@ TEST_CASE("ncclwatch timeline writes the file, says where, and refuses bad usage
   CHECK(RunCommand("timeline /nonexistent/ncclwatch-dir -o " + out + ".2").status == 2);
   CHECK(RunCommand("timeline " + dir.path() + " -o /proc/ncclwatch-cannot/trace.json").status == 2);
 }
+
+TEST_CASE("slices on a track never overlap when the host runs ahead of the GPU, and operations with no known end are marks",
+          "[timeline]") {
+  // One rank enqueues 40 all-reduces 1 ms apart, alternating two communicators on one stream;
+  // each completes 30 ms after its enqueue and the watchdog sees completions every 100 ms: the
+  // host runs up to ~13 operations ahead of what is seen done. Then, on a second stream, one
+  // captured into a CUDA graph and one not followed on the GPU; the last of the first stream is
+  // still running at the dump.
+  TempDir dir;
+  Document d = Dump(0, 1, {Comm("00000000000000aa", 1, 0, 40, 40, 40), Comm("00000000000000bb", 1, 0, 40, 40, 40)}, {},
+                    "on_demand");
+  const int64_t t0 = 5000000000LL;
+  d.summary.time_mono_ns = t0 + 2000000000LL;
+  auto add = [&](const char* comm, int64_t seq, const char* state, const char* stream, int64_t enqueue_ns,
+                 int64_t completed_ns) {
+    trace::Op op = Op(comm, seq, "AllReduce", state);
+    op.age_s = op.deadline_s = -1;
+    op.stream = stream;
+    op.bytes = 4096;
+    op.count = 1024;
+    op.dtype = "float32";
+    op.enqueue_ns = enqueue_ns;
+    op.completed_ns = completed_ns;
+    d.detail.ring.entries.push_back(op);
+  };
+  for (int k = 0; k < 40; ++k) {
+    const int64_t enqueue = t0 + 1000000LL * k;
+    const int64_t seen = ((enqueue + 30000000LL) / 100000000LL + 1) * 100000000LL;
+    add(k % 2 ? "00000000000000bb" : "00000000000000aa", k / 2 + 1, k == 39 ? "gpu_reached" : "completed", "0x1",
+        enqueue, k == 39 ? 0 : seen);
+  }
+  add("00000000000000aa", 21, "captured", "0x2", t0 + 50000000LL, 0);
+  add("00000000000000aa", 22, "unmonitored", "0x2", t0 + 51000000LL, 0);
+  d.detail.ring.recorded = d.detail.ring.entries.size();
+  auto set = Load(dir, {d});
+  auto times = CollectRankTimes(set);
+  auto clocks = AlignClocks(times);
+  std::string text;
+  analysis::WriteTimeline(set, times, clocks, [&](const std::string& s) { text += s; });
+  auto t = nlohmann::json::parse(text);
+
+  std::map<int, std::vector<std::pair<double, double>>> slices_by_track;
+  std::vector<std::string> marked_states;
+  size_t queued = 0, running = 0;
+  for (const auto& e : t["traceEvents"]) {
+    if (e["ph"] == "X") {
+      slices_by_track[e["tid"].get<int>()].push_back({e["ts"].get<double>(), e["dur"].get<double>()});
+      if (e["args"].contains("queued_ms")) {
+        ++queued;
+        CHECK(e["args"]["queued_ms"].get<double>() > 0);
+      }
+      if (e["args"].contains("until")) ++running;
+    } else if (e["ph"] == "i" && e["name"] == "AllReduce") {
+      marked_states.push_back(e["args"]["state"]);
+    }
+  }
+  size_t slices = 0;
+  for (auto& [tid, s] : slices_by_track) {
+    std::sort(s.begin(), s.end());
+    slices += s.size();
+    for (size_t i = 1; i < s.size(); ++i) {
+      INFO("track " << tid << ": slice at " << s[i].first << " us starts before the one at " << s[i - 1].first
+                    << " us (" << s[i - 1].second << " us long) ends");
+      CHECK(s[i].first >= s[i - 1].first + s[i - 1].second - 0.001);
+    }
+  }
+  CHECK(slices_by_track.size() == 2);  // two communicators on stream 0x1
+  CHECK(slices == 40);
+  CHECK(running == 1);
+  CHECK(queued > 20);  // most waited behind earlier work on their stream
+  std::sort(marked_states.begin(), marked_states.end());
+  CHECK(marked_states == std::vector<std::string>{"captured", "unmonitored"});
+}

@@ -140,17 +140,36 @@ TimelineStats WriteTimeline(DumpSet& set, const std::vector<RankTimes>& times, c
       return tid;
     };
     if (detail) {
+      // A stream runs its work in order, and the host usually enqueues ahead of it: a slice
+      // starts at the later of the operation's enqueue and the end of the one before it on its
+      // stream, as the watchdog's clock does, so that slices on a track never overlap (the
+      // viewers need slices on a track to nest). Completion times are when the watchdog saw
+      // them (NCCLWATCH_POLL_MS). An operation whose end is never known (captured into a CUDA
+      // graph, not followed on the GPU, failed) is a mark at its enqueue.
+      std::map<std::string, int64_t> stream_free_ns;
       for (const auto& op : detail->ring.entries) {
         if (op.enqueue_ns <= 0) continue;
         int64_t tid = track(op);
-        bool done = op.completed_ns > 0;
-        int64_t end = done ? op.completed_ns : std::max(op.enqueue_ns, d.summary.time_mono_ns);
-        JsonWriter& w = ev.Begin("X", op.OpName(), pid, tid);
+        const int64_t seq = op.IsP2p() ? op.p2p_seq : op.seq;
+        const trace::OpState state = op.state.known ? op.state.value : trace::OpState::Completed;
+        const bool done = op.completed_ns > 0 && state == trace::OpState::Completed;
+        const bool running = op.completed_ns <= 0 && (state == trace::OpState::PendingLaunch ||
+                                                      state == trace::OpState::Enqueued ||
+                                                      state == trace::OpState::GpuReached);
+        const bool slice = done || running;
+        int64_t& free_ns = stream_free_ns[op.stream];
+        const int64_t start = slice ? std::max(op.enqueue_ns, free_ns) : op.enqueue_ns;
+        const int64_t end = std::max(start, done ? op.completed_ns : d.summary.time_mono_ns);
+        if (slice) free_ns = end;
+        JsonWriter& w = ev.Begin(slice ? "X" : "i", op.OpName(), pid, tid);
         w.Field("cat", op.IsP2p() ? "nccl,p2p" : "nccl");
-        w.Field("ts", us(host, op.enqueue_ns));
-        w.Field("dur", static_cast<double>(std::max<int64_t>(0, end - op.enqueue_ns)) / 1000.0);
+        w.Field("ts", us(host, start));
+        if (slice)
+          w.Field("dur", static_cast<double>(end - start) / 1000.0);
+        else
+          w.Field("s", "t");
         w.Key("args").BeginObject();
-        w.Field("seq", op.IsP2p() ? op.p2p_seq : op.seq);
+        w.Field("seq", seq);
         if (op.IsP2p()) w.Field("peer", op.peer);
         w.Field("op", op.OpName());
         w.Field("bytes", op.bytes);
@@ -159,7 +178,8 @@ TimelineStats WriteTimeline(DumpSet& set, const std::vector<RankTimes>& times, c
         if (!op.redop.empty()) w.Field("redop", op.redop);
         w.Field("comm", op.comm);
         w.Field("state", op.state.known ? trace::OpStateName(op.state.value) : "unknown");
-        if (!done) w.Field("until", "the dump (not completed)");
+        if (start > op.enqueue_ns) w.Field("queued_ms", static_cast<double>(start - op.enqueue_ns) / 1e6);
+        if (running) w.Field("until", "the dump (not completed)");
         if (op.callsite >= 0) w.Field("callsite", op.callsite);
         if (op.gpu_ms >= 0) w.Field("gpu_ms", op.gpu_ms);
         w.EndObject();
@@ -167,7 +187,7 @@ TimelineStats WriteTimeline(DumpSet& set, const std::vector<RankTimes>& times, c
         if (op.gpu_reached_ns > 0) {
           JsonWriter& g = ev.Instant("gpu_reached", pid, tid, us(host, op.gpu_reached_ns), "t");
           g.Key("args").BeginObject();
-          g.Field("seq", op.IsP2p() ? op.p2p_seq : op.seq);
+          g.Field("seq", seq);
           g.EndObject();
           ev.End();
         }

@@ -1,8 +1,9 @@
 // `ncclwatch timeline`: every rank's flight record on one aligned clock, in the Chrome
 // trace-event JSON format (https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU)
 // that Perfetto (ui.perfetto.dev) and chrome://tracing open: one process per rank, one track
-// per communicator and stream, a slice per operation from host enqueue to completion,
-// GPU-reached marks, dump/stall/recovery instants; clock offsets in `otherData`.
+// per communicator and stream, a slice per operation from host enqueue (or, when the host ran
+// ahead, the end of the operation before it on its stream) to completion, GPU-reached marks,
+// dump/stall/recovery instants; clock offsets in `otherData`.
 #pragma once
 
 #include <cstdint>
