@@ -104,6 +104,10 @@ TEST_CASE("the timeline is a Chrome trace-event file: processes, tracks, slices,
   auto dumps = Job({0, 0, 1, 1}, clock, 40, 9);
   dumps[3].detail.ring.entries.back().completed_ns = 0;  // still running at the dump
   dumps[3].detail.ring.entries.back().state = trace::OpStateValue::Of(trace::OpState::GpuReached);
+  trace::Op send = Op("00000000000c0ffe", 0, "Send", "gpu_reached");  // rank 1 reports a stalled send
+  send.p2p_seq = 3;
+  send.peer = 0;
+  dumps[1].summary.stalled = send;
   auto set = Load(dir, dumps);
   auto times = CollectRankTimes(set);
   auto clocks = AlignClocks(times);
@@ -120,6 +124,7 @@ TEST_CASE("the timeline is a Chrome trace-event file: processes, tracks, slices,
   std::set<std::pair<int, int>> named_tracks;
   std::map<int64_t, std::vector<double>> start_by_seq;
   size_t slices = 0, reached = 0, dumps_marked = 0;
+  std::vector<std::string> stall_marks;
   for (const auto& e : t["traceEvents"]) {
     // Every event has the keys the format requires for its phase.
     REQUIRE(e["ph"].is_string());
@@ -146,6 +151,7 @@ TEST_CASE("the timeline is a Chrome trace-event file: processes, tracks, slices,
       CHECK((e["s"] == "t" || e["s"] == "p"));
       if (e["name"] == "gpu_reached") ++reached;
       if (e["name"].get<std::string>().rfind("dump: ", 0) == 0) ++dumps_marked;
+      if (e["name"].get<std::string>().rfind("stall: ", 0) == 0) stall_marks.push_back(e["name"]);
     }
   }
   CHECK(process_names.size() == 4);
@@ -153,6 +159,7 @@ TEST_CASE("the timeline is a Chrome trace-event file: processes, tracks, slices,
   CHECK(slices == 4 * 40);
   CHECK(reached == 4 * 40);
   CHECK(dumps_marked == 4);
+  CHECK(stall_marks == std::vector<std::string>{"stall: Send #3 with peer 0"});
   // Despite a 77 s difference between the hosts' clocks, each collective starts at nearly the
   // same moment on every rank (within the +-30 us jitter and the estimate's error).
   for (const auto& [seq, starts] : start_by_seq) {

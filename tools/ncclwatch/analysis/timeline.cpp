@@ -222,8 +222,10 @@ TimelineStats WriteTimeline(DumpSet& set, const std::vector<RankTimes>& times, c
       w.EndObject();
       ev.End();
       if (s.stalled) {
-        JsonWriter& st = ev.Instant("stall: " + std::string(s.stalled->OpName()) + " seq " + std::to_string(s.stalled->seq),
-                                    pid, 0, us(host, s.time_mono_ns), "p");
+        const trace::Op& so = *s.stalled;
+        const std::string which = so.IsP2p() ? " #" + std::to_string(so.p2p_seq) + " with peer " + std::to_string(so.peer)
+                                             : " seq " + std::to_string(so.seq);
+        JsonWriter& st = ev.Instant("stall: " + std::string(so.OpName()) + which, pid, 0, us(host, s.time_mono_ns), "p");
         st.Key("args").BeginObject();
         st.Field("comm", s.stalled->comm);
         st.Field("age_s", s.stalled->age_s);
