@@ -610,6 +610,28 @@ def run_wrapper():
               f"{bad}: refused before starting, one line: {r.returncode} {r.stderr}")
 
 
+@case
+def run_reports_a_healthy_stop():
+    # A healthy job with a straggler, stopped by SIGTERM (a time limit): the ranks' signal dumps
+    # come in while the launcher still runs; that analysis is not news then (no hang), so it is
+    # printed at the end: "no hang" and the slow rank, never "no change since the report above"
+    # with no report above.
+    nw = os.path.join(B, "bin", "ncclwatch")
+    tmp = tempfile.mkdtemp(prefix="ncclwatch-e2e-")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("NCCLWATCH_") and k != "LD_PRELOAD"}
+    r = subprocess.run([nw, "run", "--dir", os.path.join(tmp, "d"), "--timeout", "600", "--",
+                        os.path.join(B, "bin", "simlaunch"), "-n", "4", "--timeout", "5", "--",
+                        os.path.join(B, "bin", "sim_workload"), "--iters", "1000000", "--straggler-rank", "3",
+                        "--straggler-ms", "20", "--straggler-max-ms", "40"], env=base, cwd=tmp, capture_output=True,
+                       text=True, timeout=120)
+    check(r.returncode == 124, f"the launcher's timeout status is kept ({r.returncode}):\n{r.stderr[-2000:]}")
+    check("stopped or snapshotted while healthy" in r.stdout, f"the report is printed:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+    check("slow_rank  rank 3" in r.stdout, f"with the straggler:\n{r.stdout[-2000:]}")
+    check("no change since" not in r.stderr, f"no 'no change' without a report above:\n{r.stderr[-2000:]}")
+    check("process(es) watched" in r.stderr, f"one line on what was watched:\n{r.stderr[-1000:]}")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 # ---------------------------------------------------------------------------------------------
 # `ncclwatch analyze` on the dumps of real jobs: every cause, its culprits and sequence number.
 

@@ -170,11 +170,13 @@ class LiveWatch {
     if (AllRanksIn()) Report(false);
   }
 
-  // At the end: the analysis again only when dumps came in since the last one printed.
+  // At the end: the analysis, unless one printed while the job ran already tells it (no dump
+  // since, or the same verdicts). An analysis made while running that was not news (no hang:
+  // a healthy job stopped by SIGTERM, say) is printed now.
   void Finish() {
     Poll();
-    if (files_ > reported_files_) Report(true);
-    else if (reported_files_ > 0 && print_) std::fprintf(stderr, "ncclwatch: no change since the report above\n");
+    const bool news = files_ > printed_files_ && Report(true);
+    if (!news && printed_files_ > 0 && print_) std::fprintf(stderr, "ncclwatch: no change since the report above\n");
     Summary();
   }
 
@@ -197,11 +199,12 @@ class LiveWatch {
     return set.world_size() > 0 && answered >= set.world_size();
   }
 
-  void Report(bool at_end) {
+  // Analyzes the dumps in; prints the report when it is news. Returns whether it printed.
+  bool Report(bool at_end) {
     reported_files_ = files_;
-    if (!print_) return;
+    if (!print_) return false;
     analysis::DumpSet set = Load();
-    if (set.dumps().empty()) return;
+    if (set.dumps().empty()) return false;
     analysis::Report report = analysis::Attribute(set);
     std::string key;
     for (const auto& v : report.verdicts) {
@@ -209,9 +212,10 @@ class LiveWatch {
       for (int r : v.culprit_ranks) key += "," + std::to_string(r);
       key += ":" + std::to_string(v.seq) + ";";
     }
-    if (key == last_key_) return;  // the same story: no second copy
-    if (!at_end && !report.Hang()) return;  // while running, only hangs are news
+    if (key == last_key_) return false;  // the same story: no second copy
+    if (!at_end && !report.Hang()) return false;  // while running, only hangs are news
     last_key_ = key;
+    printed_files_ = files_;
     analysis::ReportTextOptions options;
     options.style = analysis::Style(analysis::Style::ColorWanted(false));
     std::fflush(stdout);
@@ -220,6 +224,7 @@ class LiveWatch {
     std::string text = analysis::RenderReportText(report, options);
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
+    return true;
   }
 
   // One line on what was watched, so that a healthy run shows it was (and a job whose NCCL was
@@ -262,7 +267,8 @@ class LiveWatch {
   std::string dir_;
   bool print_;
   std::set<std::string> before_;
-  size_t files_ = 0, reported_files_ = 0;
+  size_t files_ = 0, reported_files_ = 0;  // dumps of this run in, and analyzed
+  size_t printed_files_ = 0;                // dumps in when a report was last printed
   bool episode_started_ = false;
   std::chrono::steady_clock::time_point first_new_;
   std::string last_key_;
