@@ -74,10 +74,14 @@ void Register(Runtime& rt, ncclComm_t handle, uint64_t id, int size, int rank, C
 class PendingScope {
  public:
   PendingScope(const char* function, uint64_t id, int size, int rank) : rt_(Runtime::IfActive()) {
-    if (rt_) token_ = rt_->BeginInit(function, id, size, rank);
+    if (!rt_) return;
+    token_ = rt_->BeginInit(function, id, size, rank);
+    InNcclScope::SetCreating(CurrentThread().slot, true);
   }
   ~PendingScope() {
-    if (rt_) rt_->EndInit(token_);
+    if (!rt_) return;
+    InNcclScope::SetCreating(CurrentThread().slot, false);
+    rt_->EndInit(token_);
   }
 
  private:

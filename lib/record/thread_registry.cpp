@@ -22,7 +22,8 @@ std::vector<ThreadRegistry::InCall> ThreadRegistry::InsideNccl() const {
     int32_t tid = s.tid.load(std::memory_order_acquire);
     const char* fn = s.function.load(std::memory_order_acquire);
     if (tid != 0 && fn) out.push_back({tid, fn, s.since_ns.load(std::memory_order_relaxed),
-                                        s.op_index1.load(std::memory_order_relaxed)});
+                                        s.op_index1.load(std::memory_order_relaxed),
+                                        s.creating.load(std::memory_order_relaxed)});
   }
   return out;
 }

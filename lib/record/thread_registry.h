@@ -15,6 +15,7 @@ struct ThreadSlot {
   std::atomic<const char*> function{nullptr};  // static string; null when not inside NCCL
   std::atomic<uint64_t> since_ns{0};
   std::atomic<uint64_t> op_index1{0};  // ring index + 1 of the operation being issued, 0 if none
+  std::atomic<bool> creating{false};   // the call creates a communicator (its own setup-hang check)
 };
 
 class ThreadRegistry {
@@ -30,6 +31,7 @@ class ThreadRegistry {
     const char* function;
     uint64_t since_ns;
     uint64_t op_index1;
+    bool creating;
   };
   std::vector<InCall> InsideNccl() const;
 
@@ -44,11 +46,17 @@ class InNcclScope {
     if (slot_) {
       slot_->since_ns.store(now_ns, std::memory_order_relaxed);
       slot_->op_index1.store(0, std::memory_order_relaxed);
+      slot_->creating.store(false, std::memory_order_relaxed);
       slot_->function.store(function, std::memory_order_release);
     }
   }
   void SetOperation(uint64_t ring_index) {
     if (slot_) slot_->op_index1.store(ring_index + 1, std::memory_order_relaxed);
+  }
+  // Marks the call as creating a communicator: the watchdog leaves its host-side stall to the
+  // setup-hang check, which names the communicator (one dump for one hang, not two).
+  static void SetCreating(ThreadSlot* slot, bool creating) {
+    if (slot) slot->creating.store(creating, std::memory_order_relaxed);
   }
   ~InNcclScope() {
     if (slot_) slot_->function.store(nullptr, std::memory_order_release);

@@ -290,6 +290,7 @@ void Watchdog::CheckDeadlines(uint64_t now_ns, std::vector<std::pair<InflightVie
 void Watchdog::CheckHostBlocked(uint64_t now_ns, std::vector<std::pair<InflightView, std::string>>* stalls) {
   std::map<std::pair<int32_t, uint64_t>, bool> still;
   for (auto& call : threads_->InsideNccl()) {
+    if (call.creating) continue;  // Runtime::CheckInits reports it, naming the communicator
     auto key = std::make_pair(call.tid, call.since_ns);
     bool reported = host_stalls_reported_.count(key) > 0;
     InflightView v;

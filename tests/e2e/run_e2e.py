@@ -1103,6 +1103,9 @@ def ending_setup_hang():
     for r in (0, 1, 3):
         comms = j.first(r, "stall")["summary"]["comms"] if "stall" in j.reasons(r) else j.dumps()[r][0]["summary"]["comms"]
         check(any(c["state"] == "initializing" for c in comms), f"rank {r}: the communicator is initializing: {comms}")
+        # One hang, one stall dump naming the communicator (not also a "thread blocked" one).
+        stalls = [d["summary"]["detail"] for d in j.dumps()[r] if d["summary"]["reason"] == "stall"]
+        check(len(stalls) == 1 and "on comm" in stalls[0], f"rank {r}: one stall dump for the setup hang: {stalls}")
     v = first_verdict(j, "init_hang", [2])
     check(sorted(v["waiting_ranks"]) == [0, 1, 3], f"waiting: {v['waiting_ranks']}")
 

@@ -288,6 +288,26 @@ TEST_CASE("a thread blocked inside an NCCL call past the deadline is a stall too
   CHECK(b.threads.InsideNccl().empty());
 }
 
+TEST_CASE("a call creating a communicator is left to the setup-hang check: one stall, not two") {
+  Bench b;
+  ThreadSlot* slot = b.threads.Claim(4243);
+  REQUIRE(slot);
+  {
+    InNcclScope scope(slot, "ncclCommInitRankConfig", 100 * S);
+    InNcclScope::SetCreating(slot, true);
+    b.wd->PollOnce(106 * S);
+    CHECK(b.stalls.empty());  // Runtime::CheckInits dumps it, naming the communicator
+    REQUIRE(b.threads.InsideNccl().size() == 1);
+    CHECK(b.threads.InsideNccl()[0].creating);
+  }
+  {
+    InNcclScope scope(slot, "ncclCommDestroy", 200 * S);  // the next call on the thread is not creating
+    b.wd->PollOnce(206 * S);
+    REQUIRE(b.stalls.size() == 1);
+    CHECK(b.stalls[0].find("blocked inside ncclCommDestroy") != std::string::npos);
+  }
+}
+
 TEST_CASE("an operation recorded after the poll read its clock is not late") {
   // Regression: at high operation rates, enqueue_ns can be later than the poll's "now", and an
   // unsigned subtraction made such an operation look billions of seconds old.
