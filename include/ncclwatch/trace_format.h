@@ -107,6 +107,16 @@ constexpr BusFactor kOpKindBusFactor[] = {
 
 inline bool IsPointToPoint(OpKind k) { return k == OpKind::Send || k == OpKind::Recv; }
 
+// summary.nccl_version (ncclGetVersion's code, major*10000 + minor*100 + patch since NCCL 2.9;
+// major*1000 + minor*100 + patch before) as people write it: "2.28.0".
+inline std::string NcclVersionText(int64_t code) {
+  if (code <= 0) return "?";
+  const bool old_scheme = code < 20900;
+  const int64_t major = old_scheme ? code / 1000 : code / 10000;
+  const int64_t minor = old_scheme ? code / 100 % 10 : code / 100 % 100;
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(code % 100);
+}
+
 inline const char* OpKindName(OpKind k) {
   auto i = static_cast<size_t>(k);
   return i < static_cast<size_t>(OpKind::Count) ? kOpKindNames[i] : "Unknown";

@@ -320,3 +320,11 @@ TEST_CASE("a ring with more shapes than slots round-trips, and the reader keeps 
   REQUIRE(loaded.detail);
   CHECK(loaded.detail->ring.entries == d.detail.ring.entries);
 }
+
+TEST_CASE("NCCL version codes read as people write them") {
+  CHECK(NcclVersionText(22800) == "2.28.0");
+  CHECK(NcclVersionText(21805) == "2.18.5");
+  CHECK(NcclVersionText(20900) == "2.9.0");
+  CHECK(NcclVersionText(2804) == "2.8.4");  // before 2.9: major*1000 + minor*100 + patch
+  CHECK(NcclVersionText(0) == "?");
+}

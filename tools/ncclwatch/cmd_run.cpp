@@ -256,8 +256,7 @@ class LiveWatch {
     }
     std::string nccl;
     for (int64_t v : versions)
-      nccl += (nccl.empty() ? "" : ", ") + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
-              std::to_string(v % 100);
+      nccl += (nccl.empty() ? "" : ", ") + trace::NcclVersionText(v);
     std::fprintf(stderr, "ncclwatch: %zu process(es) watched (NCCL %s), %lld collectives issued, %d stall(s), "
                  "%zu dump(s) in %s\n",
                  processes.size(), nccl.empty() ? "?" : nccl.c_str(), static_cast<long long>(ops), stalls, files_,

@@ -97,7 +97,7 @@ std::string RenderDumpText(const Dump& dump, const ShowOptions& options) {
         << s.trigger->reason << ", request " << s.trigger->request << "\n";
   out << "dumped " << WallClock(s.time_unix_ns) << " (this host's clock); ncclwatch up "
       << Secs(NsBetween(s.start_mono_ns, s.time_mono_ns));
-  if (s.nccl_version > 0) out << "; NCCL " << s.nccl_version;
+  if (s.nccl_version > 0) out << "; NCCL " << trace::NcclVersionText(s.nccl_version);
   out << "\n";
   if (s.in_nccl.empty()) {
     out << "in NCCL: no thread (the process is busy elsewhere: see threads)\n";
