@@ -3,7 +3,7 @@
  *
  * ncclwatch never links libcuda: lib/gpu loads these functions with dlopen("libcuda.so.1")
  * at run time, trying the versioned symbol names listed in NCCLWATCH_FOR_EACH_DRIVER_FN.
- * The simulator (tests/sim/cuda) implements and exports the whole list below, under both the
+ * The simulator (tools/sim/cuda) implements and exports the whole list below, under both the
  * plain and the versioned names the real cuda.h maps them to.
  *
  * Skipped when a real cuda.h was included first (CUDA_VERSION defined). C and C++.

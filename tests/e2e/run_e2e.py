@@ -4,7 +4,7 @@
     run_e2e.py --build BUILD_DIR CASE [CASE...]     (ctest runs one case per test)
     run_e2e.py --build BUILD_DIR --list
 
-Each case starts ranks with tests/sim's launcher (simlaunch) and the simulator's libnccl.so.2 /
+Each case starts ranks with tools/sim's launcher (simlaunch) and the simulator's libnccl.so.2 /
 libcuda.so.1, with libncclwatch.so preloaded, then checks the dumps the ranks wrote.
 """
 import argparse

@@ -7,7 +7,7 @@
 
 installed_run      installs the build into a temporary prefix, checks what is there (the
                    command, the library, the docs; nothing else), and runs a simulated job
-                   (tests/sim, as tests/e2e's run_wrapper case does) through the INSTALLED
+                   (tools/sim, as tests/e2e's run_wrapper case does) through the INSTALLED
                    `ncclwatch run`: the installed library is preloaded, every rank dumps, the
                    verdict is printed.
 without_libunwind  where libunwind.so.8 cannot be loaded, a job still gets its dumps and
@@ -130,7 +130,7 @@ def installed_run():
 
 
 def hang_job(ncclwatch, tmp, wrap=()):
-    """Runs, through `ncclwatch run`, a simulated job (tests/sim, as tests/e2e's run_wrapper case
+    """Runs, through `ncclwatch run`, a simulated job (tools/sim, as tests/e2e's run_wrapper case
     does) in which rank 1 stops calling NCCL while rank 0 waits. Every rank must dump (the
     library is in both) and the command must print the verdict. Returns the dumps and the
     job's stderr."""

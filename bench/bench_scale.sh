@@ -2,7 +2,7 @@
 # Times `ncclwatch analyze` on synthetic dump sets (full 4096-entry rings, realistic stacks) of
 # 1,024, 4,096 and 16,384 ranks: wall time, bytes read and peak RSS. Not run by ctest.
 #
-# usage: tests/analyzer/bench_scale.sh [CACHE_DIR] [RANKS...]
+# usage: bench/bench_scale.sh [CACHE_DIR] [RANKS...]
 #   CACHE_DIR  where generated sets are kept between runs (default /tmp/ncclwatch-scale);
 #              16,384 ranks take about 22 GB: delete the directory when done
 #   RANKS      sizes to run (default: 1024 4096 16384)
@@ -11,7 +11,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-bin=${NCCLWATCH_BIN:-$here/../../build/bin}
+bin=${NCCLWATCH_BIN:-$here/../build/bin}
 cache=${1:-/tmp/ncclwatch-scale}
 shift || true
 sizes=("$@")

@@ -2,7 +2,7 @@
 # Simulator scale check (not a ctest): RANKS ranks x ITERS small all-reduces, each followed
 # by a stream synchronize, through simlaunch. Prints the wall time. Target: under a minute
 # for 64 x 1000 on 2 cores.
-#   tests/sim/bench_sim.sh [BUILD_DIR] [RANKS] [ITERS] [COUNT]
+#   bench/bench_sim.sh [BUILD_DIR] [RANKS] [ITERS] [COUNT]
 set -eu
 build=${1:-build}
 ranks=${2:-64}
