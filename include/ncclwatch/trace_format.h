@@ -107,16 +107,6 @@ constexpr BusFactor kOpKindBusFactor[] = {
 
 inline bool IsPointToPoint(OpKind k) { return k == OpKind::Send || k == OpKind::Recv; }
 
-// summary.nccl_version (ncclGetVersion's code, major*10000 + minor*100 + patch since NCCL 2.9;
-// major*1000 + minor*100 + patch before) as people write it: "2.28.0".
-inline std::string NcclVersionText(int64_t code) {
-  if (code <= 0) return "?";
-  const bool old_scheme = code < 20900;
-  const int64_t major = old_scheme ? code / 1000 : code / 10000;
-  const int64_t minor = old_scheme ? code / 100 % 10 : code / 100 % 100;
-  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(code % 100);
-}
-
 inline const char* OpKindName(OpKind k) {
   auto i = static_cast<size_t>(k);
   return i < static_cast<size_t>(OpKind::Count) ? kOpKindNames[i] : "Unknown";
@@ -168,22 +158,6 @@ NCCLWATCH_DEFINE_VOCABULARY(OpState, kOpStateNames, OpStateName, ParseOpState, N
 NCCLWATCH_DEFINE_VOCABULARY(DumpReason, kDumpReasonNames, DumpReasonName, ParseDumpReason,
                             NCCLWATCH_FOR_EACH_DUMP_REASON)
 
-// Analyzer verdict causes (`ncclwatch analyze`, docs/trace-format.md "Analysis output").
-#define NCCLWATCH_FOR_EACH_CAUSE(X)            \
-  X(RankMissing, "rank_missing")               \
-  X(RankExited, "rank_exited")                 \
-  X(NcclError, "nccl_error")                   \
-  X(InitHang, "init_hang")                     \
-  X(GpuNotReached, "gpu_not_reached")          \
-  X(StuckInCollective, "stuck_in_collective")  \
-  X(Mismatch, "mismatch")                      \
-  X(P2pUnmatched, "p2p_unmatched")             \
-  X(CrossCommDeadlock, "cross_comm_deadlock")  \
-  X(RankDead, "rank_dead")                     \
-  X(NoHang, "no_hang")
-
-NCCLWATCH_DEFINE_VOCABULARY(Cause, kCauseNames, CauseName, ParseCause, NCCLWATCH_FOR_EACH_CAUSE)
-
 // How a communicator was created (communicators[].kind).
 #define NCCLWATCH_FOR_EACH_COMM_KIND(X)         \
   X(InitRank, "init_rank")                      \
@@ -206,31 +180,6 @@ NCCLWATCH_DEFINE_VOCABULARY(CommKind, kCommKindNames, CommKindName, ParseCommKin
 
 NCCLWATCH_DEFINE_VOCABULARY(CommState, kCommStateNames, CommStateName, ParseCommState,
                             NCCLWATCH_FOR_EACH_COMM_STATE)
-
-// Where a culprit is, for machines (analyze --json culprit_stacks[].state), beside its sentence.
-#define NCCLWATCH_FOR_EACH_CULPRIT_STATE(X)                                            \
-  X(NoDump, "no_dump")                   /* no dump at all: killed, never started */     \
-  X(UnreadableDump, "unreadable_dump")   /* its dump exists but cannot be read */        \
-  X(Crashed, "crashed")                  /* a fatal signal */                            \
-  X(NcclError, "nccl_error")             /* an NCCL call of its returned an error */     \
-  X(Exited, "exited")                    /* it exited */                                 \
-  X(OutsideNccl, "outside_nccl")         /* alive, no thread inside NCCL */              \
-  X(InsideNccl, "inside_nccl")           /* alive, a thread inside an NCCL call */
-
-NCCLWATCH_DEFINE_VOCABULARY(CulpritState, kCulpritStateNames, CulpritStateName, ParseCulpritState,
-                            NCCLWATCH_FOR_EACH_CULPRIT_STATE)
-
-// Where a culprit is on the verdict's communicator (culprit_stacks[].comm_state, with seq).
-#define NCCLWATCH_FOR_EACH_COMM_POSITION(X)                                                  \
-  X(Unknown, "unknown")                 /* no communicator in the verdict (a crash alone) */ \
-  X(NotCreated, "not_created")          /* it has not created the communicator */            \
-  X(GpuBehind, "gpu_behind")            /* its GPU has not finished seq, which others did */  \
-  X(NotCalled, "not_called")            /* its last call is seq, before the blocked one */    \
-  X(GpuNotReached, "gpu_not_reached")   /* it called the blocked op; its GPU is not in it */  \
-  X(GpuInside, "gpu_inside")            /* its GPU is inside the blocked op */
-
-NCCLWATCH_DEFINE_VOCABULARY(CommPosition, kCommPositionNames, CommPositionName, ParseCommPosition,
-                            NCCLWATCH_FOR_EACH_COMM_POSITION)
 
 // NCCL datatype and reduction names as written in dumps (index = NCCL enum value).
 constexpr const char* kDatatypeNames[] = {"int8",    "uint8",   "int32",    "uint32",
@@ -265,21 +214,6 @@ inline uint64_t OperationBytes(OpKind k, uint64_t count, int dtype, int nranks) 
     default:
       return b;
   }
-}
-
-// "4.0 KiB", "1.5 GiB": sizes as every ncclwatch message and report prints them.
-inline std::string FormatBytes(uint64_t bytes) {
-  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  char buf[64];
-  bool whole = u == 0 || v >= 100 || v == static_cast<double>(static_cast<uint64_t>(v));
-  std::snprintf(buf, sizeof buf, whole ? "%.0f %s" : "%.1f %s", v, kUnits[u]);
-  return buf;
 }
 
 // Key names. Writer and readers use only these constants.
@@ -403,86 +337,6 @@ constexpr const char* kRecoveredAfterS = "recovered_after_s";
 }  // namespace key
 
 // Dump file names: lib/format/file_name.h.
-
-// Key names of the analysis output (`ncclwatch analyze --json`), documented in
-// docs/analysis.md and summarized in docs/trace-format.md "Analysis output".
-namespace report_key {
-constexpr const char* kVerdicts = "verdicts";
-constexpr const char* kCause = "cause";
-constexpr const char* kComm = "comm";
-constexpr const char* kCommName = "comm_name";
-constexpr const char* kCommSize = "comm_size";
-constexpr const char* kSeq = "seq";
-constexpr const char* kOp = "op";
-constexpr const char* kBytes = "bytes";
-constexpr const char* kP2pSrc = "p2p_src";
-constexpr const char* kP2pDst = "p2p_dst";
-constexpr const char* kCulpritRanks = "culprit_ranks";
-constexpr const char* kCulpritCommRanks = "culprit_comm_ranks";
-constexpr const char* kWaitingRanks = "waiting_ranks";
-constexpr const char* kWaitedS = "waited_s";
-constexpr const char* kCulpritStacks = "culprit_stacks";
-constexpr const char* kCallsite = "callsite";
-constexpr const char* kCallsiteOp = "callsite_op";
-constexpr const char* kCurrent = "current";
-constexpr const char* kThread = "thread";
-constexpr const char* kWhere = "where";
-constexpr const char* kNote = "note";
-constexpr const char* kHost = "host";
-constexpr const char* kPid = "pid";
-constexpr const char* kFile = "file";
-constexpr const char* kCycle = "cycle";
-constexpr const char* kCycleSteps = "cycle_steps";
-constexpr const char* kGroups = "groups";
-constexpr const char* kRanks = "ranks";
-constexpr const char* kCount = "count";
-constexpr const char* kDtype = "dtype";
-constexpr const char* kRoot = "root";
-constexpr const char* kRedop = "redop";
-constexpr const char* kTie = "tie";
-constexpr const char* kCallCountDivergence = "call_count_divergence";
-constexpr const char* kNcclEnv = "nccl_env";
-constexpr const char* kAdvice = "advice";
-constexpr const char* kConsequences = "consequences";
-constexpr const char* kRanksSeen = "ranks_seen";
-constexpr const char* kWorldSize = "world_size";
-constexpr const char* kRanksWithoutDump = "ranks_without_dump";
-constexpr const char* kEarlierDumps = "earlier_dumps";
-constexpr const char* kRank = "rank";
-constexpr const char* kReason = "reason";
-constexpr const char* kProblems = "problems";
-constexpr const char* kProblem = "problem";
-constexpr const char* kAttempts = "attempts";
-constexpr const char* kAttempt = "attempt";
-constexpr const char* kStartUnixNs = "start_unix_ns";
-constexpr const char* kJobInstance = "job_instance";
-constexpr const char* kFiles = "files";
-constexpr const char* kNotes = "notes";
-constexpr const char* kFormat = "format";
-constexpr const char* kVersion = "version";
-constexpr const char* kState = "state";
-constexpr const char* kCommState = "comm_state";
-constexpr const char* kKind = "kind";
-constexpr const char* kFunction = "function";
-constexpr const char* kLine = "line";
-constexpr const char* kModule = "module";
-constexpr const char* kOffset = "offset";
-constexpr const char* kIp = "ip";
-constexpr const char* kBuildId = "build_id";
-constexpr const char* kModuleOffset = "module_offset";
-constexpr const char* kLibrary = "library";
-constexpr const char* kFindings = "findings";
-constexpr const char* kCollectives = "collectives";
-constexpr const char* kLastIn = "last_in";
-constexpr const char* kLatenessMedianMs = "lateness_median_ms";
-constexpr const char* kLatenessP90Ms = "lateness_p90_ms";
-constexpr const char* kClockSpreadMs = "clock_spread_ms";
-}  // namespace report_key
-
-// The analysis output's own identity and version (analyze --json): bump on a change a reader
-// could notice. 2: frames as objects, culprit states, attempts and notes.
-constexpr const char* kReportFormatName = "ncclwatch-report";
-constexpr int kReportVersion = 2;
 
 }  // namespace trace
 }  // namespace ncclwatch

@@ -1,10 +1,10 @@
 #include "fuzz_harness.h"
 
-#include "analysis/attribution.h"
-#include "analysis/dump_reader.h"
-#include "analysis/dump_set.h"
-#include "analysis/render_dump.h"
-#include "analysis/render_report.h"
+#include "rules/attribution.h"
+#include "format/dump_reader.h"
+#include "model/dump_set.h"
+#include "render/render_dump.h"
+#include "render/render_report.h"
 
 namespace ncclwatch {
 namespace testing {
@@ -48,12 +48,12 @@ void Render(const Report& report) {
 
 void ExerciseDumpBytes(std::string_view bytes) {
   Dump summary_only;
-  (void)ReadDumpBuffer(bytes, ReadDepth::kSummary, &summary_only);
+  (void)trace::ReadDumpBuffer(bytes, trace::ReadDepth::kSummary, &summary_only);
 
-  DumpDocument doc = ParseDocumentFromBuffer(bytes, ReadDepth::kFull);
+  trace::DumpDocument doc = trace::ParseDocumentFromBuffer(bytes, trace::ReadDepth::kFull);
   Dump full;
   full.file_name = "fuzzed.json";
-  ReadResult r = InterpretDocument(doc, ReadDepth::kFull, &full);
+  trace::ReadResult r = trace::InterpretDocument(doc, trace::ReadDepth::kFull, &full);
   if (!r.usable) return;
   ShowOptions show;
   (void)RenderDumpText(full, show);

@@ -3,12 +3,12 @@
 
 #include <catch2/catch.hpp>
 
-#include "analysis/render_report.h"
+#include "render/render_report.h"
 #include "test_support.h"
 
 using namespace ncclwatch;
 using namespace ncclwatch::testing;
-using trace::Cause;
+using analysis::Cause;
 namespace key = trace::key;
 
 namespace {

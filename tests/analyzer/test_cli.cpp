@@ -9,7 +9,7 @@
 using namespace ncclwatch::testing;
 using Json = nlohmann::json;  // the report type, keys sorted
 namespace fs = std::filesystem;
-namespace rk = ncclwatch::trace::report_key;
+namespace rk = ncclwatch::analysis::report_key;
 
 namespace {
 
@@ -136,8 +136,8 @@ TEST_CASE("analyze --json: a versioned report, frames as objects, culprit states
   auto r = RunCommand("analyze " + Golden("rank_missing") + " --json");
   REQUIRE(r.status == 1);
   Json j = Json::parse(r.out);
-  CHECK(j["format"] == ncclwatch::trace::kReportFormatName);
-  CHECK(j["version"] == ncclwatch::trace::kReportVersion);
+  CHECK(j["format"] == ncclwatch::analysis::kReportFormatName);
+  CHECK(j["version"] == ncclwatch::analysis::kReportVersion);
   const Json& s = j["verdicts"][0]["culprit_stacks"]["0"];
   CHECK(s["state"] == "outside_nccl");
   CHECK(s["comm_state"] == "not_called");

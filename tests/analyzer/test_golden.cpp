@@ -9,14 +9,14 @@
 
 #include <catch2/catch.hpp>
 
-#include "analysis/render_report.h"
+#include "render/render_report.h"
 #include "test_support.h"
 
 using namespace ncclwatch;
 using namespace ncclwatch::testing;
 using Json = nlohmann::json;  // the report type, keys sorted
 namespace fs = std::filesystem;
-namespace rk = trace::report_key;
+namespace rk = analysis::report_key;
 
 namespace {
 
@@ -141,5 +141,5 @@ TEST_CASE("golden sets cover every verdict cause", "[golden]") {
     Json expected = Json::parse(ReadFile((fs::path(GOLDEN_DIR) / name / "expected.json").string()));
     for (const auto& v : expected[rk::kVerdicts]) causes.insert(v[rk::kCause].get<std::string>());
   }
-  for (const char* c : trace::kCauseNames) CHECK(causes.count(c) == 1);
+  for (const char* c : analysis::kCauseNames) CHECK(causes.count(c) == 1);
 }

@@ -7,12 +7,12 @@
 
 #include <catch2/catch.hpp>
 
-#include "analysis/dump_reader.h"
+#include "format/dump_reader.h"
 #include "test_support.h"
 
 using namespace ncclwatch;
 using namespace ncclwatch::testing;
-using analysis::ReadDepth;
+using trace::ReadDepth;
 using json = nlohmann::ordered_json;
 namespace key = trace::key;
 
@@ -37,7 +37,7 @@ TEST_CASE("summary pass stops after the summary and does not read the whole file
   // 16000 entries: a big file even in version 2's compact ring, within the reader's window.
   std::string path = dir.Write("rank00000-h-1-0-stall.json", Text(DumpWithRing(16000)));
   analysis::Dump d;
-  auto r = analysis::ReadDumpFile(path, ReadDepth::kSummary, &d);
+  auto r = trace::ReadDumpFile(path, trace::ReadDepth::kSummary, &d);
   REQUIRE(r.usable);
   CHECK(r.problem.empty());
   CHECK(d.summary.rank == 0);
@@ -47,7 +47,7 @@ TEST_CASE("summary pass stops after the summary and does not read the whole file
   CHECK(r.bytes_read < r.file_size / 4);
 
   analysis::Dump full;
-  auto rf = analysis::ReadDumpFile(path, ReadDepth::kFull, &full);
+  auto rf = trace::ReadDumpFile(path, trace::ReadDepth::kFull, &full);
   REQUIRE(rf.usable);
   CHECK(rf.bytes_read == rf.file_size);
   REQUIRE(full.detail);
@@ -59,7 +59,7 @@ TEST_CASE("a version this reader does not know is refused with a message", "[rea
   json d = AsJson(Dump(0, 1, {}));
   d[key::kVersion] = trace::kTraceVersion + 1;
   analysis::Dump out;
-  auto r = analysis::ReadDumpBuffer(d.dump(), ReadDepth::kSummary, &out);
+  auto r = trace::ReadDumpBuffer(d.dump(), trace::ReadDepth::kSummary, &out);
   CHECK_FALSE(r.usable);
   CHECK(Contains(r.problem, "unknown trace version " + std::to_string(trace::kTraceVersion + 1)));
 }
@@ -87,7 +87,7 @@ TEST_CASE("bad inputs give one line each", "[reader]") {
   for (const auto& c : cases) {
     INFO("input: " << c.input.substr(0, 80));
     analysis::Dump out;
-    auto r = analysis::ReadDumpBuffer(c.input, ReadDepth::kSummary, &out);
+    auto r = trace::ReadDumpBuffer(c.input, trace::ReadDepth::kSummary, &out);
     CHECK_FALSE(r.usable);
     CHECK(Contains(r.problem, c.expect));
     CHECK(r.problem.find('\n') == std::string::npos);
@@ -98,7 +98,7 @@ TEST_CASE("a dump cut after its summary is usable, with the detail problem said"
   std::string text = Text(DumpWithRing(200));
   std::string cut = text.substr(0, text.size() * 3 / 4);
   analysis::Dump d;
-  auto r = analysis::ReadDumpBuffer(cut, ReadDepth::kFull, &d);
+  auto r = trace::ReadDumpBuffer(cut, trace::ReadDepth::kFull, &d);
   REQUIRE(r.usable);
   CHECK(Contains(r.problem, "truncated JSON at byte " + std::to_string(cut.size())));
   CHECK(Contains(r.problem, "details unreadable; summary used"));
@@ -110,7 +110,7 @@ TEST_CASE("missing optional keys read as absent", "[reader]") {
   json summary = {{key::kRank, 3}, {key::kComms, json::array({{{key::kId, "c"}, {key::kSize, 4}, {key::kRank, 3}}})}};
   json d = {{key::kFormat, trace::kFormatName}, {key::kVersion, 1}, {key::kSummary, summary}};
   analysis::Dump out;
-  auto r = analysis::ReadDumpBuffer(d.dump(), ReadDepth::kFull, &out);
+  auto r = trace::ReadDumpBuffer(d.dump(), trace::ReadDepth::kFull, &out);
   REQUIRE(r.usable);
   CHECK(out.summary.rank == 3);
   CHECK(out.summary.world_size == -1);
@@ -124,8 +124,8 @@ TEST_CASE("missing optional keys read as absent", "[reader]") {
   summary[key::kComms][0][key::kSize] = json::array();
   d[key::kSummary] = summary;
   analysis::Dump odd;
-  REQUIRE(analysis::ReadDumpBuffer(d.dump(), ReadDepth::kSummary, &odd).usable);
-  CHECK(odd.summary.rank == analysis::kUnknownRank);
+  REQUIRE(trace::ReadDumpBuffer(d.dump(), trace::ReadDepth::kSummary, &odd).usable);
+  CHECK(odd.summary.rank == trace::kUnknownRank);
   CHECK(odd.summary.comms[0].size == 0);
 }
 
@@ -169,7 +169,7 @@ TEST_CASE("the loader reports each bad file in one line and analyzes the rest", 
   CHECK(Contains(problems["rank00010-h-1-0-stall.json"], "not a regular file"));
   CHECK(Contains(problems[DumpFileName(twin)], "claims rank 2 at the same time as"));
   auto report = analysis::Attribute(set);
-  CHECK(report.verdicts.front().cause == trace::Cause::NoHang);
+  CHECK(report.verdicts.front().cause == analysis::Cause::NoHang);
 }
 
 TEST_CASE("several dumps of one rank: the latest is the evidence", "[dumpset]") {
@@ -186,7 +186,7 @@ TEST_CASE("several dumps of one rank: the latest is the evidence", "[dumpset]") 
   Document new0 = Dump(0, 2, {Comm(c, 2, 0, 4, 4, 3)}, {Op(c, 4, "AllReduce", "gpu_reached")}, "stall");
   auto report = Analyze(dir, {early, late, old0, new0});
   REQUIRE(report.verdicts.size() == 1);
-  CHECK(report.verdicts[0].cause == trace::Cause::GpuNotReached);
+  CHECK(report.verdicts[0].cause == analysis::Cause::GpuNotReached);
   CHECK(report.verdicts[0].culprit_ranks == std::vector<int>{1});
   // Two processes claiming one rank in one attempt is said, in one line.
   REQUIRE(report.problems.size() == 1);
@@ -205,7 +205,7 @@ TEST_CASE("memory stays bounded whatever a file holds: huge strings and arrays g
   Document big = Dump(0, 1, {});
   big.summary.detail = std::string(2 << 20, 'x');
   analysis::Dump out;
-  auto r = analysis::ReadDumpBuffer(Text(big), ReadDepth::kSummary, &out);
+  auto r = trace::ReadDumpBuffer(Text(big), trace::ReadDepth::kSummary, &out);
   CHECK_FALSE(r.usable);
   CHECK(Contains(r.problem, "too large: a string of 2097152 bytes"));
 
@@ -213,7 +213,7 @@ TEST_CASE("memory stays bounded whatever a file holds: huge strings and arrays g
   Document many = Dump(0, 1, {Comm("c0", 1, 0, 1, 1, 1)});
   many.detail.threads.assign(300000, trace::Thread{1, "t", {}, ""});
   analysis::Dump partial;
-  auto rp = analysis::ReadDumpBuffer(Text(many), ReadDepth::kFull, &partial);
+  auto rp = trace::ReadDumpBuffer(Text(many), trace::ReadDepth::kFull, &partial);
   REQUIRE(rp.usable);
   CHECK(Contains(rp.problem, "too large: an array of more than 262144 elements"));
   CHECK(partial.summary.comms.size() == 1);
@@ -222,7 +222,7 @@ TEST_CASE("memory stays bounded whatever a file holds: huge strings and arrays g
 TEST_CASE("a huge ring keeps its newest entries only", "[reader]") {
   Document d = DumpWithRing(40000);
   analysis::Dump full;
-  auto r = analysis::ReadDumpBuffer(Text(d), ReadDepth::kFull, &full);
+  auto r = trace::ReadDumpBuffer(Text(d), trace::ReadDepth::kFull, &full);
   REQUIRE(r.usable);
   CHECK(r.problem.empty());
   REQUIRE(full.detail);
@@ -237,17 +237,17 @@ TEST_CASE("values out of range are read as absent and said in one line", "[reade
   d[key::kSummary][key::kComms][0][key::kLastEnqueued] = json::parse("18446744073709551615");
   d[key::kSummary][key::kRank] = 1 << 30;
   analysis::Dump out;
-  auto r = analysis::ReadDumpBuffer(d.dump(), ReadDepth::kSummary, &out);
+  auto r = trace::ReadDumpBuffer(d.dump(), trace::ReadDepth::kSummary, &out);
   REQUIRE(r.usable);
   CHECK(Contains(r.problem, "values out of range read as absent:"));
   CHECK(Contains(r.problem, "last_enqueued=18446744073709551615"));
   CHECK(Contains(r.problem, "rank=1073741824"));
-  CHECK(out.summary.rank == analysis::kUnknownRank);
-  CHECK(out.summary.comms[0].last_enqueued == analysis::kMaxSeq);
+  CHECK(out.summary.rank == trace::kUnknownRank);
+  CHECK(out.summary.comms[0].last_enqueued == trace::kMaxSeq);
   CHECK(r.problem.find('\n') == std::string::npos);
 
   analysis::Dump clean;
-  CHECK(analysis::ReadDumpBuffer(Text(Dump(0, 2, {Comm("c0", 2, 0, 5, 5, 5)})), ReadDepth::kSummary, &clean).problem.empty());
+  CHECK(trace::ReadDumpBuffer(Text(Dump(0, 2, {Comm("c0", 2, 0, 5, 5, 5)})), trace::ReadDepth::kSummary, &clean).problem.empty());
 }
 
 TEST_CASE("hostile version 2 rings and module tables read tolerantly", "[reader]") {
@@ -269,7 +269,7 @@ TEST_CASE("hostile version 2 rings and module tables read tolerantly", "[reader]
   for (const char* body : bodies) {
     INFO(body);
     trace::LoadedDump d;
-    trace::ReadResult r = trace::ReadDumpBuffer(head + body + "}", ReadDepth::kFull, &d);
+    trace::ReadResult r = trace::ReadDumpBuffer(head + body + "}", trace::ReadDepth::kFull, &d);
     REQUIRE(r.usable);
     REQUIRE(d.detail);
     for (const auto& op : d.detail->ring.entries) CHECK((op.OpName() == std::string("AllReduce") || op.OpName() == std::string()));
@@ -278,7 +278,7 @@ TEST_CASE("hostile version 2 rings and module tables read tolerantly", "[reader]
   }
   // The first ring: the shape defined mid-array applies to the rows after it.
   trace::LoadedDump d;
-  REQUIRE(trace::ReadDumpBuffer(head + bodies[0] + "}", ReadDepth::kFull, &d).usable);
+  REQUIRE(trace::ReadDumpBuffer(head + bodies[0] + "}", trace::ReadDepth::kFull, &d).usable);
   REQUIRE(!d.detail->ring.entries.empty());
   CHECK(d.detail->ring.entries.back().OpName() == std::string("AllReduce"));
 }

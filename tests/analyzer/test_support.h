@@ -8,8 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "analysis/attribution.h"
-#include "analysis/dump_set.h"
+#include "rules/attribution.h"
+#include "model/dump_set.h"
 #include "format/records.h"
 #include "ncclwatch/trace_format.h"
 

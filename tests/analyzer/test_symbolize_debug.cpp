@@ -11,10 +11,11 @@
 
 #include <catch2/catch.hpp>
 
-#include "analysis/symbolize_debug.h"
-#include "analysis/text_format.h"
+#include "render/symbolize_debug.h"
+#include "render/text_format.h"
 
 using namespace ncclwatch::analysis;
+namespace trace = ncclwatch::trace;
 
 namespace symbolize_debug_test {
 
@@ -71,9 +72,9 @@ Program ThisProgram() {
   return program;
 }
 
-NativeFrame SampleFrame(int* line) {
+trace::NativeFrame SampleFrame(int* line) {
   const Program program = ThisProgram();
-  NativeFrame frame;
+  trace::NativeFrame frame;
   frame.ip = symbolize_debug_test::SampleCallSite(line);
   frame.module = program.path;
   frame.build_id = program.build_id;
@@ -91,7 +92,7 @@ bool EndsWith(const std::string& s, const std::string& tail) {
 
 TEST_CASE("a native frame gets file:line from the debug info of its exact build", "[symbolize]") {
   int line = 0;
-  const NativeFrame frame = SampleFrame(&line);
+  const trace::NativeFrame frame = SampleFrame(&line);
   REQUIRE(frame.build_id.size() >= 8);
   const std::optional<SourceLine> source = SourceLineOf(frame);
   REQUIRE(source);
@@ -102,7 +103,7 @@ TEST_CASE("a native frame gets file:line from the debug info of its exact build"
   CHECK(text.find("symbolize_debug_test::SampleCallSite(int*)+0x10") == 0);
   CHECK(EndsWith(text, "test_symbolize_debug.cpp:" + std::to_string(line)));
 
-  NativeFrame unnamed = frame;  // a frame Symbolize could not name (a stripped library's static function)
+  trace::NativeFrame unnamed = frame;  // a frame Symbolize could not name (a stripped library's static function)
   unnamed.symbol.clear();
   const std::optional<SourceLine> named = SourceLineOf(unnamed);
   REQUIRE(named);
@@ -112,25 +113,25 @@ TEST_CASE("a native frame gets file:line from the debug info of its exact build"
 
 TEST_CASE("no source line for another build, a frame without build id, or a module not here", "[symbolize]") {
   int line = 0;
-  const NativeFrame frame = SampleFrame(&line);
-  NativeFrame other_build = frame;
+  const trace::NativeFrame frame = SampleFrame(&line);
+  trace::NativeFrame other_build = frame;
   other_build.build_id[0] = other_build.build_id[0] == '0' ? '1' : '0';
   CHECK(!SourceLineOf(other_build));
   CHECK(FormatNativeFrame(other_build).find(" at ") == std::string::npos);
-  NativeFrame no_build_id = frame;
+  trace::NativeFrame no_build_id = frame;
   no_build_id.build_id.clear();
   CHECK(!SourceLineOf(no_build_id));
-  NativeFrame elsewhere = frame;
+  trace::NativeFrame elsewhere = frame;
   elsewhere.module = "/nonexistent/" + frame.build_id + "/program";
   CHECK(!SourceLineOf(elsewhere));
-  NativeFrame fifo = frame;
+  trace::NativeFrame fifo = frame;
   fifo.module = "/dev/stdin";  // never opened: not a regular file
   CHECK(!SourceLineOf(fifo));
 }
 
 TEST_CASE("a module not here is found by its build id under the debug directory", "[symbolize]") {
   int line = 0;
-  NativeFrame frame = SampleFrame(&line);
+  trace::NativeFrame frame = SampleFrame(&line);
   char root[] = "/tmp/ncclwatch-debug-XXXXXX";
   REQUIRE(mkdtemp(root) != nullptr);
   const std::string dir = std::string(root) + "/.build-id/" + frame.build_id.substr(0, 2);

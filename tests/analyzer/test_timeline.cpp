@@ -7,8 +7,8 @@
 #include <random>
 #include <set>
 
-#include "analysis/clock_align.h"
-#include "analysis/timeline.h"
+#include "model/clock_align.h"
+#include "render/timeline.h"
 #include "test_support.h"
 
 using namespace ncclwatch;

@@ -3,7 +3,7 @@
 // causes read only this.
 #include <catch2/catch.hpp>
 
-#include "analysis/wait_graph.h"
+#include "model/wait_graph.h"
 #include "format/dump_reader.h"
 #include "test_support.h"
 

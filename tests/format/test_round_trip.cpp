@@ -9,6 +9,7 @@
 #include <iterator>
 #include <random>
 
+#include "format/display.h"
 #include "format/dump_reader.h"
 #include "format/trace_writer.h"
 

@@ -142,8 +142,8 @@ std::string TruthJson(const std::string& scenario, const Topology& topo, int rin
   w.Key("verdicts").BeginArray();
   for (const auto& v : truth) {
     w.BeginObject();
-    w.Field(trace::report_key::kCause, trace::CauseName(v.cause));
-    w.Key(trace::report_key::kCulpritRanks).BeginArray();
+    w.Field(analysis::report_key::kCause, analysis::CauseName(v.cause));
+    w.Key(analysis::report_key::kCulpritRanks).BeginArray();
     for (int r : v.culprits) w.Int(r);
     w.EndArray();
     // Sequence numbers the verdict may name: the next operation after the common history.
@@ -168,7 +168,7 @@ int Main(int argc, char** argv) {
     return 2;
   }
   int culprit = a.culprit >= 0 ? a.culprit
-                : a.scenario == trace::CauseName(trace::Cause::RankMissing) ? 0
+                : a.scenario == analysis::CauseName(analysis::Cause::RankMissing) ? 0
                                                                             : (a.ranks * 5 / 8) % a.ranks;
   std::vector<RankPlan> plans;
   std::vector<ExpectedVerdict> truth;

@@ -6,7 +6,7 @@
 namespace ncclwatch {
 namespace gen {
 
-using trace::Cause;
+using analysis::Cause;
 using trace::OpKind;
 
 namespace {
@@ -155,7 +155,7 @@ std::vector<Operation> StepOperations(const Topology& topo) {
 
 std::vector<std::string> ScenarioNames() {
   std::vector<std::string> names;
-  for (const char* n : trace::kCauseNames) names.push_back(n);
+  for (const char* n : analysis::kCauseNames) names.push_back(n);
   names.push_back("mixed");
   return names;
 }
@@ -181,47 +181,47 @@ bool BuildScenario(const std::string& name, const Topology& t, int culprit, bool
     for (auto& p : *plans) p.extras = {At(LossAllReduce(), s)};
   };
 
-  if (name == trace::CauseName(Cause::NoHang)) {
+  if (name == analysis::CauseName(Cause::NoHang)) {
     for (auto& p : *plans) p.stack = StackKind::kIdle;
     expect(Cause::NoHang, {}, {});
-  } else if (name == trace::CauseName(Cause::RankMissing)) {
+  } else if (name == analysis::CauseName(Cause::RankMissing)) {
     WaitBehind(t, {culprit}, plans);
     (*plans)[culprit].stack = StackKind::kCheckpoint;
     expect(Cause::RankMissing, {culprit}, world_or_tp);
-  } else if (name == trace::CauseName(Cause::RankDead)) {
+  } else if (name == analysis::CauseName(Cause::RankDead)) {
     WaitBehind(t, {culprit}, plans);
     expect(Cause::RankDead, {culprit}, world_or_tp);
     RankPlan& p = (*plans)[culprit];
     p.write = fatal;
     p.fatal = fatal;
     p.stack = StackKind::kCrash;
-  } else if (name == trace::CauseName(Cause::RankExited)) {
+  } else if (name == analysis::CauseName(Cause::RankExited)) {
     // Uneven inputs: the culprit ran out of batches and left the loop; the others wait.
     WaitBehind(t, {culprit}, plans);
     (*plans)[culprit].exited = true;
     (*plans)[culprit].stack = StackKind::kIdle;
     expect(Cause::RankExited, {culprit}, world_or_tp);
-  } else if (name == trace::CauseName(Cause::NcclError)) {
+  } else if (name == analysis::CauseName(Cause::NcclError)) {
     // The culprit's next call returned an error; its peers wait inside theirs.
     WaitBehind(t, {culprit}, plans);
     RankPlan& p = (*plans)[culprit];
     p.extras = {At(t.HasSubComms() ? TpAllGather() : LossAllReduce(), Stage::kEnqueued)};
     p.nccl_error = true;
     expect(Cause::NcclError, {culprit}, world_or_tp);
-  } else if (name == trace::CauseName(Cause::InitHang)) {
+  } else if (name == analysis::CauseName(Cause::InitHang)) {
     // Setup: the culprit never calls ncclCommInitRank; the others wait inside it.
     for (auto& p : *plans) p.in_setup = true;
     (*plans)[culprit].write = false;
     expect(Cause::InitHang, {culprit}, {});
-  } else if (name == trace::CauseName(Cause::GpuNotReached)) {
+  } else if (name == analysis::CauseName(Cause::GpuNotReached)) {
     all_waiting_in_world(Stage::kGpuReached);
     (*plans)[culprit].extras[0].stage = Stage::kEnqueued;
     (*plans)[culprit].stack = StackKind::kItemSync;
     expect(Cause::GpuNotReached, {culprit}, world);
-  } else if (name == trace::CauseName(Cause::StuckInCollective)) {
+  } else if (name == analysis::CauseName(Cause::StuckInCollective)) {
     all_waiting_in_world(Stage::kGpuReached);
     expect(Cause::StuckInCollective, {}, world);
-  } else if (name == trace::CauseName(Cause::Mismatch)) {
+  } else if (name == analysis::CauseName(Cause::Mismatch)) {
     // ZeRO-3 generation: the culprit issues one more parameter all-gather than the others.
     for (auto& p : *plans) {
       p.extras = {At(LossAllReduce(), Stage::kGpuReached)};
@@ -231,7 +231,7 @@ bool BuildScenario(const std::string& name, const Topology& t, int culprit, bool
     (*plans)[culprit].extras = {At(gather, Stage::kGpuReached), At(LossAllReduce(), Stage::kEnqueued)};
     (*plans)[culprit].stack = StackKind::kGenerateGather;
     expect(Cause::Mismatch, {culprit}, world);
-  } else if (name == trace::CauseName(Cause::P2pUnmatched)) {
+  } else if (name == analysis::CauseName(Cause::P2pUnmatched)) {
     // Two pipeline neighbours both send first, with blocking sends: neither posts its receive.
     if (!need(t.ranks >= 2, "2 ranks")) return false;
     int a = culprit, b = (culprit + 1) % t.ranks;
@@ -243,7 +243,7 @@ bool BuildScenario(const std::string& name, const Topology& t, int culprit, bool
       (*plans)[me].stack = StackKind::kPipelineSend;
     }
     expect(Cause::P2pUnmatched, {a, b}, world, /*p2p=*/true);
-  } else if (name == trace::CauseName(Cause::CrossCommDeadlock)) {
+  } else if (name == analysis::CauseName(Cause::CrossCommDeadlock)) {
     // a enters the world all-reduce first, b its TP all-gather first; both then block.
     if (!need(t.HasSubComms(), "--tp > 1 dividing --ranks")) return false;
     int a = culprit, b = t.GlobalRank(CommKind::kTp, t.GroupIndex(CommKind::kTp, a),

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ncclwatch/trace_format.h"
+#include "report/vocabulary.h"
 
 namespace ncclwatch {
 namespace gen {
@@ -78,7 +79,7 @@ std::vector<Operation> StepOperations(const Topology& topo);
 // cause, its culprit ranks (sorted) and the operation it is about, as the communicators whose
 // next operation after the common history it may name (p2p: the first send, p2p_seq 1).
 struct ExpectedVerdict {
-  trace::Cause cause = trace::Cause::NoHang;
+  analysis::Cause cause = analysis::Cause::NoHang;
   std::vector<int> culprits;
   std::vector<CommKind> comms;
   bool p2p = false;

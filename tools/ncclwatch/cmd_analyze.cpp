@@ -8,10 +8,10 @@
 #include <fstream>
 #include <string>
 
-#include "analysis/attribution.h"
-#include "analysis/dump_set.h"
-#include "analysis/render_report.h"
-#include "analysis/text_format.h"
+#include "rules/attribution.h"
+#include "model/dump_set.h"
+#include "render/render_report.h"
+#include "render/text_format.h"
 #include "subcommand.h"
 
 namespace ncclwatch {

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "analysis/dump_reader.h"
+#include "format/dump_reader.h"
 #include "dump/dump_files.h"
 #include "format/file_name.h"
 #include "format/request.h"
@@ -105,8 +105,8 @@ int Run(int argc, char** argv) {
     std::this_thread::sleep_for(kPollInterval);
     for (const auto& name : DumpFiles(dir)) {
       if (!seen.insert(name).second) continue;
-      analysis::Dump d;
-      if (!analysis::ReadDumpFile(std::string(dir) + "/" + name, analysis::ReadDepth::kSummary, &d).usable) {
+      trace::LoadedDump d;
+      if (!trace::ReadDumpFile(std::string(dir) + "/" + name, trace::ReadDepth::kSummary, &d).usable) {
         seen.erase(name);  // maybe still being renamed into place: look again
         continue;
       }

@@ -19,10 +19,11 @@
 #include <set>
 #include <thread>
 
-#include "analysis/attribution.h"
-#include "analysis/dump_set.h"
-#include "analysis/render_report.h"
+#include "rules/attribution.h"
+#include "model/dump_set.h"
+#include "render/render_report.h"
 #include "common/config.h"
+#include "format/display.h"
 #include "format/file_name.h"
 #include "subcommand.h"
 
@@ -208,7 +209,7 @@ class LiveWatch {
     analysis::Report report = analysis::Attribute(set);
     std::string key;
     for (const auto& v : report.verdicts) {
-      key += trace::CauseName(v.cause);
+      key += analysis::CauseName(v.cause);
       for (int r : v.culprit_ranks) key += "," + std::to_string(r);
       key += ":" + std::to_string(v.seq) + ";";
     }

@@ -4,9 +4,9 @@
 #include <cstring>
 #include <string>
 
-#include "analysis/dump_reader.h"
-#include "analysis/render_dump.h"
-#include "analysis/text_format.h"
+#include "format/dump_reader.h"
+#include "render/render_dump.h"
+#include "render/text_format.h"
 #include "subcommand.h"
 
 namespace ncclwatch {
@@ -53,12 +53,12 @@ int Run(int argc, char** argv) {
   }
   if (!file) return UsageError("show", "no file given");
 
-  DumpDocument doc = ParseDocumentFromFile(file, ReadDepth::kFull);
+  trace::DumpDocument doc = trace::ParseDocumentFromFile(file, trace::ReadDepth::kFull);
   Dump dump;
   dump.path = file;
   const char* slash = std::strrchr(file, '/');
   dump.file_name = slash ? slash + 1 : file;
-  ReadResult r = InterpretDocument(doc, ReadDepth::kFull, &dump);
+  trace::ReadResult r = trace::InterpretDocument(doc, trace::ReadDepth::kFull, &dump);
   if (!r.usable) {
     std::fprintf(stderr, "ncclwatch: %s: %s\n", Printable(dump.file_name).c_str(), Printable(r.problem).c_str());
     return kExitBadInput;

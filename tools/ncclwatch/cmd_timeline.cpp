@@ -5,10 +5,10 @@
 #include <cstring>
 #include <string>
 
-#include "analysis/clock_align.h"
-#include "analysis/dump_set.h"
-#include "analysis/text_format.h"
-#include "analysis/timeline.h"
+#include "model/clock_align.h"
+#include "model/dump_set.h"
+#include "render/text_format.h"
+#include "render/timeline.h"
 #include "subcommand.h"
 
 namespace ncclwatch {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "dump_set.h"
+#include "model/dump_set.h"
 
 namespace ncclwatch {
 namespace analysis {

@@ -1,4 +1,4 @@
-#include "timeline.h"
+#include "render/timeline.h"
 
 #include <algorithm>
 #include <map>
@@ -123,7 +123,7 @@ TimelineStats WriteTimeline(DumpSet& set, const std::vector<RankTimes>& times, c
                     std::to_string(d.summary.pid) + ")");
     ev.SortIndex(pid, pid);
     ++stats.ranks;
-    const DumpDetail* detail = set.Detail(i);
+    const trace::Detail* detail = set.Detail(i);
     // Tracks: one per communicator and stream, in order of first use.
     std::map<std::string, int64_t> track_of;
     std::map<std::string, std::string> comm_name;

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "model.h"
+#include "model/dump.h"
 
 namespace ncclwatch {
 namespace analysis {
@@ -20,13 +20,13 @@ std::string FormatBytes(int64_t bytes);
 // Control characters (escape sequences in a host name, a symbol, a file name) as \xNN: a report
 // line stays one line and never drives the terminal.
 std::string Printable(const std::string& s);
-std::string FormatPythonFrame(const PythonFrame& f);
+std::string FormatPythonFrame(const trace::PythonFrame& f);
 // "ncclAllReduce+0x1c (libnccl.so.2)"; "libc.so.6+0x8a3c4" (its module offset) when the symbol is
 // unknown, the ip when the module is too; " at file:line" after it where this build's debug info
 // is here (symbolize_debug.h), which also names a frame that has no symbol.
-std::string FormatNativeFrame(const NativeFrame& f);
+std::string FormatNativeFrame(const trace::NativeFrame& f);
 // A stack as lines, Python frames first (innermost first within each), as the report prints it.
-std::vector<std::string> FormatStack(const Stack& s);
+std::vector<std::string> FormatStack(const trace::Stack& s);
 // "world (3f2a9c0d..)" or "3f2a9c0d1e2f3a4b" when the communicator has no name.
 std::string CommLabel(const std::string& id, const std::string& name);
 // "AllReduce #42" / "Send #3"

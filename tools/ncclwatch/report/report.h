@@ -7,8 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "dump_set.h"
-#include "model.h"
+#include "model/dump_set.h"
+#include "model/dump.h"
+#include "report/vocabulary.h"
 
 namespace ncclwatch {
 namespace analysis {
@@ -22,13 +23,13 @@ struct CulpritEvidence {
   std::string file;       // its dump file, empty when it left none
   std::string where;      // one line: "not inside NCCL", "inside ncclGroupEnd for 612 s", ...
   // The same for machines: what it is doing, and where it is on the verdict's communicator.
-  trace::CulpritState state = trace::CulpritState::NoDump;
-  trace::CommPosition comm_state = trace::CommPosition::Unknown;
+  analysis::CulpritState state = analysis::CulpritState::NoDump;
+  analysis::CommPosition comm_state = analysis::CommPosition::Unknown;
   int64_t comm_seq = -1;  // the sequence number comm_state is about; -1 none
   std::string callsite_op;  // which operation `callsite` belongs to
-  Stack callsite;         // call-site stack of its op at the verdict's seq, or its last op
+  trace::Stack callsite;         // call-site stack of its op at the verdict's seq, or its last op
   std::string current_thread;  // which thread `current` is
-  Stack current;          // its stack at dump time
+  trace::Stack current;          // its stack at dump time
   std::string stack_note;  // why stacks are missing (no dump, details unreadable, ...)
 };
 
@@ -54,7 +55,7 @@ struct Consequence {
 };
 
 struct Verdict {
-  trace::Cause cause = trace::Cause::NoHang;
+  analysis::Cause cause = analysis::Cause::NoHang;
   std::string comm;  // empty: none (no_hang, a dead rank nobody waits for yet)
   std::string comm_name;
   int comm_size = 0;
@@ -96,7 +97,7 @@ struct Finding {
   double lateness_median_ms = 0, lateness_p90_ms = 0;  // behind the other members' median
   double clock_spread_ms = 0;  // uncertainty of the aligned clock between its host and others
   std::string callsite_op;
-  Stack callsite;  // the call site of most of its late collectives
+  trace::Stack callsite;  // the call site of most of its late collectives
 };
 
 struct Report {
@@ -118,7 +119,7 @@ struct Report {
   std::vector<std::string> notes;  // about the evidence: stale dumps, several attempts
   bool Hang() const {
     for (const auto& v : verdicts)
-      if (v.cause != trace::Cause::NoHang) return true;
+      if (v.cause != analysis::Cause::NoHang) return true;
     return false;
   }
 };

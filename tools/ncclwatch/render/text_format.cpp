@@ -1,11 +1,11 @@
-#include "text_format.h"
+#include "render/text_format.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <optional>
 
-#include "ncclwatch/trace_format.h"
-#include "symbolize_debug.h"
+#include "format/display.h"
+#include "render/symbolize_debug.h"
 
 namespace ncclwatch {
 namespace analysis {
@@ -55,11 +55,11 @@ std::string Printable(const std::string& s) {
   return out;
 }
 
-std::string FormatPythonFrame(const PythonFrame& f) {
+std::string FormatPythonFrame(const trace::PythonFrame& f) {
   return Printable((f.function.empty() ? "?" : f.function) + " (" + f.file + ":" + std::to_string(f.line) + ")");
 }
 
-std::string FormatNativeFrame(const NativeFrame& f) {
+std::string FormatNativeFrame(const trace::NativeFrame& f) {
   const std::optional<SourceLine> source = SourceLineOf(f);  // where this build's debug info is here
   const size_t slash = f.module.rfind('/');
   const std::string module = slash == std::string::npos ? f.module : f.module.substr(slash + 1);
@@ -81,7 +81,7 @@ std::string FormatNativeFrame(const NativeFrame& f) {
   return Printable(s);
 }
 
-std::vector<std::string> FormatStack(const Stack& s) {
+std::vector<std::string> FormatStack(const trace::Stack& s) {
   std::vector<std::string> lines;
   lines.reserve(s.python.size() + s.native.size());
   for (const auto& f : s.python) lines.push_back(FormatPythonFrame(f));

@@ -1,6 +1,6 @@
-#include "wait_graph.h"
+#include "model/wait_graph.h"
 
-#include "text_format.h"
+#include "render/text_format.h"
 
 namespace ncclwatch {
 namespace analysis {
@@ -11,7 +11,7 @@ void Evidence::FillEvidence(const Unit* u, int dump, CulpritEvidence* e) {
     if (it != set_.unreadable_ranks().end()) {
       e->file = it->second;
       e->where = "its dump is unreadable (" + it->second + ")";
-      e->state = trace::CulpritState::UnreadableDump;
+      e->state = analysis::CulpritState::UnreadableDump;
     } else {
       e->where = "left no dump";
     }
@@ -19,20 +19,20 @@ void Evidence::FillEvidence(const Unit* u, int dump, CulpritEvidence* e) {
     return;
   }
   const Dump& dm = g_.dumps_[dump];
-  const DumpSummary& s = dm.summary;
+  const trace::Summary& s = dm.summary;
   e->host = s.host;
   e->pid = s.pid;
   e->file = dm.file_name;
   e->where = Where(u, dump, e);
 
-  const DumpDetail* det = set_.Detail(dump);
+  const trace::Detail* det = set_.Detail(dump);
   if (!det) {
     e->stack_note = "no stacks: " + (dm.detail_problem.empty() ? std::string("details unreadable") : dm.detail_problem);
     return;
   }
   // Call site: its operation in the blocked unit, else its last on that communicator, else
   // its last at all (all from the ring when not in flight).
-  const OpRecord* op = s.failed ? &*s.failed : nullptr;
+  const trace::Op* op = s.failed ? &*s.failed : nullptr;
   if (u && !op) {
     const std::string& comm = g_.comms_[u->comm].id;
     int oi = u->p2p ? -1 : g_.FindInFlight(dump, comm, u->seq);
@@ -50,11 +50,11 @@ void Evidence::FillEvidence(const Unit* u, int dump, CulpritEvidence* e) {
     auto cit = g_.comm_by_id_.find(op->comm);
     e->callsite_op = OpLabel(op->OpName(), op->IsP2p() ? op->p2p_seq : op->seq) + " on " +
                      CommLabel(op->comm, cit == g_.comm_by_id_.end() ? "" : g_.comms_[cit->second].name);
-    if (const Callsite* cs = det->FindCallsite(op->callsite)) e->callsite = cs->stack;
+    if (const trace::Callsite* cs = det->FindCallsite(op->callsite)) e->callsite = cs->stack;
   }
   // Current stack: the thread inside NCCL, else the main thread, else one with Python frames,
   // else any; never one of ncclwatch's own threads (its watchdog says nothing about the job).
-  const ThreadStack* t = nullptr;
+  const trace::Thread* t = nullptr;
   if (!s.in_nccl.empty()) t = det->FindThread(s.in_nccl.front().tid);
   if (!t) t = det->FindThread(s.pid);
   if (t && t->own) t = nullptr;
@@ -72,11 +72,11 @@ void Evidence::FillEvidence(const Unit* u, int dump, CulpritEvidence* e) {
 }
 
 std::string Evidence::Where(const Unit* u, int dump, CulpritEvidence* e) const {
-  using State = trace::CulpritState;
-  using Position = trace::CommPosition;
+  using State = analysis::CulpritState;
+  using Position = analysis::CommPosition;
   CulpritEvidence ignored;
   if (!e) e = &ignored;
-  const DumpSummary& s = g_.dumps_[dump].summary;
+  const trace::Summary& s = g_.dumps_[dump].summary;
   if (g_.IsDead(dump)) {
     e->state = State::Crashed;
     return "crashed: " + (s.detail.empty() ? std::string("fatal signal") : s.detail);
@@ -94,11 +94,11 @@ std::string Evidence::Where(const Unit* u, int dump, CulpritEvidence* e) const {
     where = "not inside NCCL";
   } else {
     e->state = State::InsideNccl;
-    const InNcclThread& t = s.in_nccl.front();
+    const trace::InNcclThread& t = s.in_nccl.front();
     where = "inside " + t.function + " for " + FormatSeconds(t.since_s) + " (tid " + std::to_string(t.tid) + ")";
   }
   if (u && !u->p2p) {
-    const CommSummary* cs = g_.StateOf(dump, u->comm);
+    const trace::CommSummary* cs = g_.StateOf(dump, u->comm);
     if (!cs) {
       e->comm_state = Position::NotCreated;
       where += "; it has not created this communicator";

@@ -1,11 +1,13 @@
-#include "render_dump.h"
+#include "render/render_dump.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <sstream>
 
-#include "text_format.h"
+#include "format/display.h"
+#include "render/text_format.h"
+#include "report/vocabulary.h"
 
 namespace ncclwatch {
 namespace analysis {
@@ -57,17 +59,17 @@ std::string WallClock(int64_t unix_ns) {
   return buf;
 }
 
-std::string StateName(const OpRecord& op) {
+std::string StateName(const trace::Op& op) {
   return op.state.known ? trace::OpStateName(op.state.value) : "?";
 }
 
-std::string SeqCell(const OpRecord& op) {
+std::string SeqCell(const trace::Op& op) {
   return op.IsP2p() ? "p2p " + Num(op.p2p_seq) : Num(op.seq);
 }
 
 std::string ShortComm(const std::string& id) { return id.size() > 8 ? id.substr(0, 8) + ".." : id; }
 
-std::vector<std::string> OpCells(const OpRecord& op) {
+std::vector<std::string> OpCells(const trace::Op& op) {
   std::string what = op.OpName();
   if (op.IsP2p()) what += (op.op == trace::OpKind::Send ? " to " : " from ") + Num(op.peer);
   if (op.root >= 0) what += " root " + Num(op.root);
@@ -75,7 +77,7 @@ std::vector<std::string> OpCells(const OpRecord& op) {
           op.dtype + (op.redop.empty() ? "" : " " + op.redop), FormatBytes(op.bytes)};
 }
 
-void RenderStack(std::ostream& out, const Style& st, const Stack& s, const char* indent) {
+void RenderStack(std::ostream& out, const Style& st, const trace::Stack& s, const char* indent) {
   for (const auto& f : s.python) out << indent << (f.library ? st.Dim(FormatPythonFrame(f)) : FormatPythonFrame(f)) << "\n";
   for (const auto& f : s.native) out << indent << st.Dim(FormatNativeFrame(f)) << "\n";
 }
@@ -84,7 +86,7 @@ void RenderStack(std::ostream& out, const Style& st, const Stack& s, const char*
 
 std::string RenderDumpText(const Dump& dump, const ShowOptions& options) {
   const Style& st = options.style;
-  const DumpSummary& s = dump.summary;
+  const trace::Summary& s = dump.summary;
   std::ostringstream out;
 
   out << st.Bold(dump.file_name) << "\n";
@@ -135,7 +137,7 @@ std::string RenderDumpText(const Dump& dump, const ShowOptions& options) {
     out << "stalled: " << OpLabel(s.stalled->OpName(), s.stalled->seq) << " on " << s.stalled->comm << " after "
         << Secs(s.stalled->age_s) << "\n";
 
-  const DumpDetail* d = dump.detail.get();
+  const trace::Detail* d = dump.detail.get();
   if (!d) {
     out << "\n" << st.Dim("(details unreadable: " + dump.detail_problem + ")") << "\n";
     return out.str();
@@ -147,7 +149,7 @@ std::string RenderDumpText(const Dump& dump, const ShowOptions& options) {
   if (n > 0) {
     Table t({"op", "comm", "seq", "state", "count", "dtype", "bytes", "issued", "gpu_ms", "callsite"});
     for (size_t i = entries.size() - n; i < entries.size(); ++i) {
-      const OpRecord& op = entries[i];
+      const trace::Op& op = entries[i];
       auto cells = OpCells(op);
       cells.push_back(op.enqueue_ns > 0 ? Secs(NsBetween(op.enqueue_ns, s.time_mono_ns)) + " ago" : "-");
       cells.push_back(op.gpu_ms >= 0 ? std::to_string(op.gpu_ms) : "-");
@@ -180,7 +182,7 @@ std::string RenderDumpText(const Dump& dump, const ShowOptions& options) {
   return out.str();
 }
 
-json DumpToJson(const DumpDocument& doc, const std::string& file, const ShowOptions& options) {
+json DumpToJson(const trace::DumpDocument& doc, const std::string& file, const ShowOptions& options) {
   json out = doc.top;
   auto ring = out.find(key::kRing);
   if (ring != out.end() && ring->is_object()) {
@@ -190,7 +192,7 @@ json DumpToJson(const DumpDocument& doc, const std::string& file, const ShowOpti
       *entries = std::move(tail);
     }
   }
-  out[trace::report_key::kFile] = file;
+  out[analysis::report_key::kFile] = file;
   return out;
 }
 

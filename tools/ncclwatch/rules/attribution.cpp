@@ -1,7 +1,7 @@
-#include "attribution.h"
+#include "rules/attribution.h"
 
-#include "clock_align.h"
-#include "slow_ranks.h"
+#include "model/clock_align.h"
+#include "rules/slow_ranks.h"
 
 #include <algorithm>
 #include <iterator>
@@ -10,13 +10,13 @@
 #include <tuple>
 #include <unordered_map>
 
-#include "text_format.h"
-#include "wait_graph.h"
+#include "render/text_format.h"
+#include "model/wait_graph.h"
 
 namespace ncclwatch {
 namespace analysis {
 
-using trace::Cause;
+using analysis::Cause;
 using trace::OpState;
 
 namespace {
@@ -200,7 +200,7 @@ class Attributor : public WaitGraph {
     const std::string stall = trace::DumpReasonName(R::Stall);
     for (size_t i = 0; i < dumps_.size(); ++i) {
       int d = static_cast<int>(i);
-      const DumpSummary& s = dumps_[i].summary;
+      const trace::Summary& s = dumps_[i].summary;
       // An error of a call that created nothing (a failed ncclCommInitRank) hangs nobody.
       if (Is(d, R::Stall) || Is(d, R::FatalSignal) || Is(d, R::AsyncError) || s.failed) return true;
       if (s.trigger && s.trigger->reason == stall) return true;
@@ -299,7 +299,7 @@ class Attributor : public WaitGraph {
       comm_ranks_only = comm_ranks_only || b->global < 0;
     }
     // Communicator ranks of different communicators are different ranks: never merge those.
-    d.merge_key = std::string(trace::CauseName(cause)) + ":" + CulpritKey(d) +
+    d.merge_key = std::string(analysis::CauseName(cause)) + ":" + CulpritKey(d) +
                   (comm_ranks_only ? comms_[units_[ui].comm].id : "");
     return d;
   }
@@ -399,12 +399,12 @@ class Attributor : public WaitGraph {
     for (const auto& d : *drafts)
       for (const auto& c : d.culprits) named.insert(c.global);
     for (size_t i = 0; i < dumps_.size(); ++i) {
-      const DumpSummary& s = dumps_[i].summary;
+      const trace::Summary& s = dumps_[i].summary;
       if (!IsDead(static_cast<int>(i)) || named.count(s.rank)) continue;
       Draft d;
       d.v.cause = Cause::RankDead;
       AddCulprit(&d, s.rank, -1, static_cast<int>(i));
-      d.merge_key = std::string(trace::CauseName(Cause::RankDead)) + ":" + CulpritKey(d);
+      d.merge_key = std::string(analysis::CauseName(Cause::RankDead)) + ":" + CulpritKey(d);
       drafts->push_back(std::move(d));
     }
   }
@@ -500,7 +500,7 @@ class Attributor : public WaitGraph {
     }
     if (d->v.cause == Cause::StuckInCollective && !d->v.waiting_ranks.empty()) {
       int w = set_.IndexOfRank(d->v.waiting_ranks.front());
-      const DumpDetail* det = w >= 0 ? set_.Detail(w) : nullptr;
+      const trace::Detail* det = w >= 0 ? set_.Detail(w) : nullptr;
       if (det)
         for (const auto& [k, val] : det->process.env)
           if (k.rfind("NCCL_", 0) == 0) d->v.nccl_env[k] = val;
@@ -515,7 +515,7 @@ class Attributor : public WaitGraph {
   void AddAdviceFacts(Draft* d) const {
     for (const auto& c : d->culprits) {
       if (c.dump < 0) continue;
-      const DumpSummary& s = dumps_[c.dump].summary;
+      const trace::Summary& s = dumps_[c.dump].summary;
       d->v.culprit_in_nccl = d->v.culprit_in_nccl || !s.in_nccl.empty();
       d->v.culprit_crashed = true;
       if (!d->v.culprit_detail.empty()) continue;

@@ -4,8 +4,8 @@
 
 #include <cstddef>
 
-#include "dump_set.h"
-#include "report.h"
+#include "model/dump_set.h"
+#include "report/report.h"
 
 namespace ncclwatch {
 namespace analysis {

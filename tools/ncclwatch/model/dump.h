@@ -1,5 +1,5 @@
 // The analyzer's view of one dump: the trace format's typed records (lib/format/records.h),
-// under the names the analysis code uses, plus where the dump came from.
+// by their own names, plus where the dump came from and how it relates to the others.
 #pragma once
 
 #include <string>
@@ -9,27 +9,6 @@
 
 namespace ncclwatch {
 namespace analysis {
-
-using trace::kMaxRank;
-using trace::kMaxSeq;
-using trace::kUnknownRank;
-
-using OpStateValue = trace::OpStateValue;
-using OpRecord = trace::Op;
-using P2pCounters = trace::P2pCounters;
-using CommSummary = trace::CommSummary;
-using InNcclThread = trace::InNcclThread;
-using DumpTrigger = trace::Trigger;
-using DumpSummary = trace::Summary;
-using NativeFrame = trace::NativeFrame;
-using PythonFrame = trace::PythonFrame;
-using Stack = trace::Stack;
-using Callsite = trace::Callsite;
-using ThreadStack = trace::Thread;
-using CommunicatorInfo = trace::Communicator;
-using RingInfo = trace::Ring;
-using Recovery = trace::Recovery;
-using DumpDetail = trace::Detail;
 
 struct Dump : trace::LoadedDump {
   std::string path;

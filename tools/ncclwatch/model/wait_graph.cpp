@@ -1,21 +1,19 @@
-#include "wait_graph.h"
+#include "model/wait_graph.h"
 
 #include <algorithm>
 #include <set>
 
-#include "text_format.h"
 
 namespace ncclwatch {
 namespace analysis {
 
-using trace::Cause;
 using trace::OpState;
 
-bool StateUnknownToGpu(const OpRecord& op) {
+bool StateUnknownToGpu(const trace::Op& op) {
   return !op.state.known || op.state.Is(OpState::Unmonitored) || op.state.Is(OpState::Captured);
 }
 
-bool NotStarted(const OpRecord& op) {
+bool NotStarted(const trace::Op& op) {
   return op.state.Is(OpState::Enqueued) || op.state.Is(OpState::PendingLaunch);
 }
 
@@ -102,7 +100,7 @@ void WaitGraph::InferMissingGlobals(CommIndex* c) {
   }
 }
 
-const CommSummary* WaitGraph::StateOf(int dump, int comm) const {
+const trace::CommSummary* WaitGraph::StateOf(int dump, int comm) const {
   return dump < 0 ? nullptr : dumps_[dump].summary.Comm(comms_[comm].id);
 }
 
@@ -125,7 +123,7 @@ bool WaitGraph::IsErrored(int dump) const {
 }
 
 bool WaitGraph::IsRemoteError(int dump) const {
-  const DumpSummary& s = dumps_[dump].summary;
+  const trace::Summary& s = dumps_[dump].summary;
   if (s.failed) return s.failed->result == kNcclRemoteError;
   return s.detail.find("error " + std::to_string(kNcclRemoteError) + " (") != std::string::npos;
 }
@@ -147,7 +145,7 @@ int WaitGraph::FindInFlight(int dump, const std::string& comm, int64_t seq) cons
 int WaitGraph::FindP2pInFlight(int dump, const std::string& comm, trace::OpKind kind, int peer, int64_t p2p_seq) const {
   const auto& ops = dumps_[dump].summary.in_flight;
   for (size_t i = 0; i < ops.size(); ++i) {
-    const OpRecord& o = ops[i];
+    const trace::Op& o = ops[i];
     if (o.op_known && o.op == kind && o.comm == comm && o.peer == peer && o.p2p_seq == p2p_seq)
       return static_cast<int>(i);
   }
@@ -156,20 +154,20 @@ int WaitGraph::FindP2pInFlight(int dump, const std::string& comm, trace::OpKind 
 
 int64_t WaitGraph::BlockedSeq(int ci) const {
   const CommIndex& c = comms_[ci];
-  std::vector<const CommSummary*> states;
+  std::vector<const trace::CommSummary*> states;
   bool someone_absent = false;  // no usable state: never entered anything we can see
   for (int r = 0; r < c.size; ++r) {
-    const CommSummary* cs = StateOf(DumpOfMember(c, r), ci);
+    const trace::CommSummary* cs = StateOf(DumpOfMember(c, r), ci);
     if (cs) states.push_back(cs);
     else someone_absent = true;
   }
   std::vector<int64_t> candidates;
-  for (const CommSummary* cs : states) candidates.push_back(cs->last_completed + 1);
+  for (const trace::CommSummary* cs : states) candidates.push_back(cs->last_completed + 1);
   std::sort(candidates.begin(), candidates.end());
   candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
   for (int64_t s : candidates) {
     size_t completed = 0, inside = 0, missing = 0;
-    for (const CommSummary* cs : states) {
+    for (const trace::CommSummary* cs : states) {
       if (cs->last_completed >= s) ++completed;
       else if (cs->last_enqueued >= s) ++inside;
       else ++missing;
@@ -189,7 +187,7 @@ void WaitGraph::BuildInitUnit(int ci) {
   u.comm = ci;
   for (int r = 0; r < c.size; ++r) {
     int d = DumpOfMember(c, r);
-    const CommSummary* cs = StateOf(d, ci);
+    const trace::CommSummary* cs = StateOf(d, ci);
     if (cs && cs->state == initializing) {
       u.waiting.push_back(r);
       for (const auto& t : dumps_[d].summary.in_nccl) u.waited_s = std::max(u.waited_s, t.since_s);
@@ -217,7 +215,7 @@ void WaitGraph::BuildCollectiveUnit(int ci) {
   std::map<Signature, std::vector<int>> by_signature;  // -> global ranks
   for (int r = 0; r < c.size; ++r) {
     int d = DumpOfMember(c, r);
-    const CommSummary* cs = StateOf(d, ci);
+    const trace::CommSummary* cs = StateOf(d, ci);
     Blocker b;
     b.comm_rank = r;
     b.global = c.global[r];
@@ -234,7 +232,7 @@ void WaitGraph::BuildCollectiveUnit(int ci) {
       continue;
     }
     int oi = FindInFlight(d, c.id, s);
-    const OpRecord* op = oi >= 0 ? &dumps_[d].summary.in_flight[oi] : nullptr;
+    const trace::Op* op = oi >= 0 ? &dumps_[d].summary.in_flight[oi] : nullptr;
     if (op) {
       by_signature[{op->OpName(), op->count, op->dtype, op->root, op->redop}].push_back(b.global);
       if (!u.op) u.op = op;
@@ -306,11 +304,11 @@ void WaitGraph::DescribeMismatch(const CommIndex& c, int64_t s, const std::map<S
 
 void WaitGraph::BuildP2pUnits() {
   for (size_t d = 0; d < dumps_.size(); ++d) {
-    for (const OpRecord& op : dumps_[d].summary.in_flight) {
+    for (const trace::Op& op : dumps_[d].summary.in_flight) {
       if (!op.IsP2p() || op.state.Is(OpState::Completed) || op.p2p_seq <= 0) continue;
       auto cit = comm_by_id_.find(op.comm);
       if (cit == comm_by_id_.end()) continue;
-      const CommSummary* cs = StateOf(static_cast<int>(d), cit->second);
+      const trace::CommSummary* cs = StateOf(static_cast<int>(d), cit->second);
       if (!cs || cs->rank < 0 || op.peer < 0 || op.peer >= comms_[cit->second].size) continue;
       bool send = op.op == trace::OpKind::Send;
       int src = send ? cs->rank : op.peer, dst = send ? op.peer : cs->rank;
@@ -347,7 +345,7 @@ void WaitGraph::AddP2pSide(Unit* u, int comm_rank, bool send) {
   auto kind = send ? trace::OpKind::Send : trace::OpKind::Recv;
   int oi = FindP2pInFlight(b.dump, c.id, kind, other, u->seq);
   if (oi >= 0) {
-    const OpRecord& op = dumps_[b.dump].summary.in_flight[oi];
+    const trace::Op& op = dumps_[b.dump].summary.in_flight[oi];
     if (op.state.Is(OpState::Completed)) return;
     if (NotStarted(op)) {
       b.kind = BlockKind::kGpuLag;
@@ -361,19 +359,19 @@ void WaitGraph::AddP2pSide(Unit* u, int comm_rank, bool send) {
     return;
   }
   // Not in flight: the p2p counters say whether it was issued (and completed) at all.
-  const CommSummary* cs = StateOf(b.dump, u->comm);
-  const P2pCounters* pc = cs ? cs->P2pWith(other) : nullptr;
+  const trace::CommSummary* cs = StateOf(b.dump, u->comm);
+  const trace::P2pCounters* pc = cs ? cs->P2pWith(other) : nullptr;
   int64_t issued = pc ? (send ? pc->send_enqueued : pc->recv_enqueued) : 0;
   if (issued >= u->seq) return;  // issued and no longer in flight: completed
   b.kind = BlockKind::kHostMissing;
   u->blockers.push_back(b);
 }
 
-int WaitGraph::UnitOfOp(int dump, const OpRecord& op) const {
+int WaitGraph::UnitOfOp(int dump, const trace::Op& op) const {
   auto cit = comm_by_id_.find(op.comm);
   if (cit == comm_by_id_.end()) return -1;
   if (op.IsP2p()) {
-    const CommSummary* cs = StateOf(dump, cit->second);
+    const trace::CommSummary* cs = StateOf(dump, cit->second);
     if (!cs) return -1;
     bool send = op.op == trace::OpKind::Send;
     auto it = p2p_units_.find(std::make_tuple(cit->second, send ? cs->rank : op.peer,
@@ -384,14 +382,14 @@ int WaitGraph::UnitOfOp(int dump, const OpRecord& op) const {
   return u >= 0 && op.seq >= units_[u].seq ? u : -1;
 }
 
-bool WaitGraph::CompletedByPeers(int dump, const OpRecord& op) const {
+bool WaitGraph::CompletedByPeers(int dump, const trace::Op& op) const {
   if (op.IsP2p() || (op.age_s >= 0 && op.age_s < kStuckAloneAfterS)) return false;
   auto cit = comm_by_id_.find(op.comm);
   if (cit == comm_by_id_.end()) return false;
   const CommIndex& c = comms_[cit->second];
   bool others = false;
   for (int r = 0; r < c.size; ++r) {
-    const CommSummary* cs = StateOf(c.dump[r], cit->second);
+    const trace::CommSummary* cs = StateOf(c.dump[r], cit->second);
     if (!cs || c.dump[r] == dump) continue;
     if (cs->last_completed < op.seq) return false;
     others = true;
@@ -414,7 +412,7 @@ void WaitGraph::ResolveBlockers(int ui) {
       // Its host is held by its oldest blocked operation, if any; an old operation that its
       // peers completed means its own GPU is stuck; with neither it is busy elsewhere.
       bool stuck_alone = false;
-      for (const OpRecord& op : ops) {
+      for (const trace::Op& op : ops) {
         if (op.state.Is(OpState::Completed)) continue;
         int t = UnitOfOp(b.dump, op);
         if (t >= 0 && t != ui) {
@@ -428,9 +426,9 @@ void WaitGraph::ResolveBlockers(int ui) {
     }
     // GPU lag: the operation ahead of it on its stream holds the GPU. Without its own op
     // record we cannot tell what is ahead of it.
-    const OpRecord* mine = b.lag_op >= 0 ? &ops[b.lag_op] : nullptr;
+    const trace::Op* mine = b.lag_op >= 0 ? &ops[b.lag_op] : nullptr;
     for (int i = b.lag_op - 1; mine && i >= 0; --i) {
-      const OpRecord& ahead = ops[i];
+      const trace::Op& ahead = ops[i];
       if (ahead.state.Is(OpState::Completed)) continue;
       if (!mine->stream.empty() && !ahead.stream.empty() && ahead.stream != mine->stream) continue;
       int t = UnitOfOp(b.dump, ahead);

@@ -14,8 +14,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "dump_set.h"
-#include "report.h"
+#include "model/dump_set.h"
+#include "report/report.h"
 
 namespace ncclwatch {
 namespace analysis {
@@ -67,7 +67,7 @@ struct Unit {
   int src = -1, dst = -1;  // p2p: communicator ranks
   std::vector<int> waiting;  // communicator ranks inside the operation, waiting
   std::vector<Blocker> blockers;
-  const OpRecord* op = nullptr;  // as a waiting (or any) member recorded it
+  const trace::Op* op = nullptr;  // as a waiting (or any) member recorded it
   double waited_s = -1;
   bool mismatch = false;
   std::vector<MismatchGroup> groups;  // global ranks, majority first
@@ -97,9 +97,9 @@ struct Signature {
 };
 
 // The GPU state of an operation whose markers say nothing (unmonitored, captured, unknown).
-bool StateUnknownToGpu(const OpRecord& op);
+bool StateUnknownToGpu(const trace::Op& op);
 // Issued by the host, not yet launched or reached.
-bool NotStarted(const OpRecord& op);
+bool NotStarted(const trace::Op& op);
 
 class WaitGraph {
  public:
@@ -111,7 +111,7 @@ class WaitGraph {
   // Members without a dump: when the known members' global ranks are base + stride * comm
   // rank (world, TP and DP groups are), the missing ones follow the same rule.
   void InferMissingGlobals(CommIndex* c);
-  const CommSummary* StateOf(int dump, int comm) const;
+  const trace::CommSummary* StateOf(int dump, int comm) const;
   // The dump of a member: its own claim, else the dump of its inferred global rank (a live
   // rank that has not created this communicator yet).
   int DumpOfMember(const CommIndex& c, int comm_rank) const;
@@ -140,10 +140,10 @@ class WaitGraph {
   // from whichever side recorded it.
   void BuildP2pUnits();
   void AddP2pSide(Unit* u, int comm_rank, bool send);
-  int UnitOfOp(int dump, const OpRecord& op) const;
+  int UnitOfOp(int dump, const trace::Op& op) const;
   // A collective of this rank that the other members completed a while ago: its own GPU (or
   // work queued around the operation on its stream) holds it.
-  bool CompletedByPeers(int dump, const OpRecord& op) const;
+  bool CompletedByPeers(int dump, const trace::Op& op) const;
   // Follow each blocker one step: to the blocked operation it waits on, or to a terminal.
   void ResolveBlockers(int ui);
   void FindCycles();

@@ -1,4 +1,4 @@
-#include "symbolize_debug.h"
+#include "render/symbolize_debug.h"
 
 #include <cxxabi.h>
 #include <dlfcn.h>
@@ -170,7 +170,7 @@ const ModuleInfo& ModuleFor(const LibDw& dw, const std::string& path, const std:
   return modules->emplace(key, info).first->second;
 }
 
-std::optional<SourceLine> Resolve(const LibDw& dw, const ModuleInfo& info, const NativeFrame& frame) {
+std::optional<SourceLine> Resolve(const LibDw& dw, const ModuleInfo& info, const trace::NativeFrame& frame) {
   if (info.module == nullptr || frame.module_offset == 0) return std::nullopt;
   // A frame's ip is a return address: its call instruction is the byte before.
   const Dwarf_Addr address = frame.module_offset - 1 + info.bias;
@@ -198,7 +198,7 @@ std::optional<SourceLine> Resolve(const LibDw& dw, const ModuleInfo& info, const
 
 }  // namespace
 
-std::optional<SourceLine> SourceLineOf(const NativeFrame& frame) {
+std::optional<SourceLine> SourceLineOf(const trace::NativeFrame& frame) {
 #if NCCLWATCH_HAVE_LIBDW
   if (!IsBuildId(frame.build_id) || frame.module.empty()) return std::nullopt;
   const LibDw* dw = GetLibDw();

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "format/file_name.h"
-#include "model.h"
+#include "model/dump.h"
 
 namespace ncclwatch {
 namespace analysis {
@@ -68,7 +68,7 @@ class DumpSet {
 
   // The full dump of dumps()[index], read on first use; null when unreadable. Problems met
   // while reading it are added to problems().
-  const DumpDetail* Detail(size_t index);
+  const trace::Detail* Detail(size_t index);
   // Frees the full dump of dumps()[index] (read again on the next Detail): for passes over
   // every rank that keep one full dump in memory at a time.
   void DropDetail(size_t index) {

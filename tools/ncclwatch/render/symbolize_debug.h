@@ -6,7 +6,7 @@
 #include <optional>
 #include <string>
 
-#include "model.h"
+#include "model/dump.h"
 
 namespace ncclwatch {
 namespace analysis {
@@ -22,7 +22,7 @@ struct SourceLine {
 // /usr/lib/debug/.build-id/xx/yyyy.debug for its build id. Nothing for a frame without a build
 // id, a file of another build, or no line information: never a line of another build. Local
 // files only (no debuginfod). Cached per module and address; thread-safe.
-std::optional<SourceLine> SourceLineOf(const NativeFrame& frame);
+std::optional<SourceLine> SourceLineOf(const trace::NativeFrame& frame);
 
 // Where separate debug files are looked up by build id (tests point it elsewhere).
 void SetDebugFileDirectory(const std::string& directory);

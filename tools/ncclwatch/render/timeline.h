@@ -10,8 +10,8 @@
 #include <functional>
 #include <string>
 
-#include "clock_align.h"
-#include "dump_set.h"
+#include "model/clock_align.h"
+#include "model/dump_set.h"
 
 namespace ncclwatch {
 namespace analysis {

@@ -5,8 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "report.h"
-#include "style.h"
+#include "report/report.h"
+#include "render/style.h"
 
 namespace ncclwatch {
 namespace analysis {

@@ -6,8 +6,8 @@
 
 #include <vector>
 
-#include "clock_align.h"
-#include "report.h"
+#include "model/clock_align.h"
+#include "report/report.h"
 
 namespace ncclwatch {
 namespace analysis {

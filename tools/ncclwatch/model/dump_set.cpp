@@ -1,4 +1,4 @@
-#include "dump_set.h"
+#include "model/dump_set.h"
 
 #include <dirent.h>
 
@@ -12,7 +12,7 @@
 #include <thread>
 #include <tuple>
 
-#include "dump_reader.h"
+#include "format/dump_reader.h"
 #include "format/file_name.h"
 
 namespace ncclwatch {
@@ -22,14 +22,14 @@ namespace {
 
 // A dump whose summary has no rank: its rank in a full-size communicator is its global rank
 // (the writer's own fallback), else in its largest communicator when that is the only hint.
-int InferRank(const DumpSummary& s) {
-  const CommSummary* best = nullptr;
+int InferRank(const trace::Summary& s) {
+  const trace::CommSummary* best = nullptr;
   for (const auto& c : s.comms) {
     if (c.rank < 0) continue;
     if (s.world_size > 0 && c.size == s.world_size) return c.rank;
     if (!best || c.size > best->size) best = &c;
   }
-  return s.world_size <= 0 && best ? best->rank : kUnknownRank;
+  return s.world_size <= 0 && best ? best->rank : trace::kUnknownRank;
 }
 
 }  // namespace
@@ -42,7 +42,7 @@ bool DumpSet::Load(const std::string& dir, const LoadOptions& options, std::stri
 
   struct Slot {
     Dump dump;
-    ReadResult result;
+    trace::ReadResult result;
   };
   std::vector<Slot> slots(names.size());
   std::atomic<size_t> next{0};
@@ -51,7 +51,7 @@ bool DumpSet::Load(const std::string& dir, const LoadOptions& options, std::stri
     for (size_t i; (i = next.fetch_add(1)) < names.size();) {
       slots[i].dump.file_name = names[i];
       slots[i].dump.path = dir + "/" + names[i];
-      slots[i].result = ReadDumpFile(slots[i].dump.path, ReadDepth::kSummary, &slots[i].dump);
+      slots[i].result = trace::ReadDumpFile(slots[i].dump.path, trace::ReadDepth::kSummary, &slots[i].dump);
       done.fetch_add(1);
     }
   };
@@ -160,7 +160,7 @@ std::vector<Dump> DumpSet::SplitAttempts(std::vector<Dump> usable, int wanted) {
     if (!inserted) uf.Join(i, it->second);
   };
   for (size_t i = 0; i < usable.size(); ++i) {
-    const DumpSummary& s = usable[i].summary;
+    const trace::Summary& s = usable[i].summary;
     link("p:" + usable[i].ProcessKey(), i);
     if (!s.job_instance.empty()) link("j:" + s.job_instance, i);
     for (const auto& c : s.comms) link("c:" + c.id, i);
@@ -321,13 +321,13 @@ int DumpSet::IndexOfRank(int rank) const {
   return it == by_rank_.end() ? -1 : static_cast<int>(it->second);
 }
 
-const DumpDetail* DumpSet::Detail(size_t index) {
+const trace::Detail* DumpSet::Detail(size_t index) {
   if (index >= dumps_.size()) return nullptr;
   Dump& d = dumps_[index];
   if (d.detail) return d.detail.get();
   if (!d.detail_problem.empty() || d.path.empty()) return nullptr;  // tried before, or in memory
   Dump full;
-  ReadResult r = ReadDumpFile(d.path, ReadDepth::kFull, &full);
+  trace::ReadResult r = trace::ReadDumpFile(d.path, trace::ReadDepth::kFull, &full);
   detail_bytes_read_ += r.bytes_read;
   ++details_read_;
   if (!r.usable || !full.detail) {

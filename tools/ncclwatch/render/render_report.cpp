@@ -1,5 +1,5 @@
-#include "render_report.h"
-#include "symbolize_debug.h"
+#include "render/render_report.h"
+#include "render/symbolize_debug.h"
 
 #include <unistd.h>
 
@@ -8,14 +8,14 @@
 #include <optional>
 #include <sstream>
 
-#include "text_format.h"
+#include "render/text_format.h"
 
 namespace ncclwatch {
 namespace analysis {
 
 using nlohmann::json;
-using trace::Cause;
-namespace rk = trace::report_key;
+using analysis::Cause;
+namespace rk = analysis::report_key;
 
 bool Style::ColorWanted(bool no_color_flag) {
   const char* nc = std::getenv("NO_COLOR");
@@ -75,7 +75,7 @@ std::string Who(const Verdict& v) {
   return who;
 }
 
-void RenderStack(std::ostream& out, const Style& st, const Stack& s, bool verbose, const char* indent) {
+void RenderStack(std::ostream& out, const Style& st, const trace::Stack& s, bool verbose, const char* indent) {
   size_t shown = 0;
   for (const auto& f : s.python) {
     if (!verbose && shown == kPythonFramesShown) {
@@ -115,7 +115,7 @@ void RenderEvidence(std::ostream& out, const Style& st, const CulpritEvidence& e
 
 void RenderVerdict(std::ostream& out, const Style& st, const Report& report, const Verdict& v, size_t number,
                    bool verbose) {
-  out << st.Bold(std::to_string(number) + ". ") << st.Red(trace::CauseName(v.cause)) << "  "
+  out << st.Bold(std::to_string(number) + ". ") << st.Red(analysis::CauseName(v.cause)) << "  "
       << st.Bold(Printable(Headline(v))) << "\n";
   if (!v.waiting_ranks.empty()) {
     out << "   waiting: " << FormatRanks(v.waiting_ranks);
@@ -199,7 +199,7 @@ void RenderNotes(std::ostream& out, const Style& st, const Report& report) {
 // module, offset, ip, build_id and module_offset (native), library (Python: a library frame, not
 // the user's code). A native frame's file and line come from the debug info of exactly its
 // build, where it is here (symbolize_debug.h), else stay empty and 0.
-json StackFrames(const Stack& s) {
+json StackFrames(const trace::Stack& s) {
   json a = json::array();
   for (const auto& f : s.python)
     a.push_back({{rk::kKind, "python"}, {rk::kFunction, f.function}, {rk::kFile, f.file}, {rk::kLine, f.line},
@@ -342,7 +342,7 @@ json ReportToJson(const Report& report) {
   json verdicts = json::array();
   for (const auto& v : report.verdicts) {
     json j;
-    j[rk::kCause] = trace::CauseName(v.cause);
+    j[rk::kCause] = analysis::CauseName(v.cause);
     j[rk::kComm] = v.comm.empty() ? json(nullptr) : json(v.comm);
     j[rk::kCommName] = v.comm_name;
     j[rk::kCommSize] = v.comm_size;
@@ -361,8 +361,8 @@ json ReportToJson(const Report& report) {
     for (const auto& e : v.evidence) {
       json s;
       s[rk::kWhere] = e.where;
-      s[rk::kState] = trace::CulpritStateName(e.state);
-      s[rk::kCommState] = trace::CommPositionName(e.comm_state);
+      s[rk::kState] = analysis::CulpritStateName(e.state);
+      s[rk::kCommState] = analysis::CommPositionName(e.comm_state);
       s[rk::kSeq] = OrNull(e.comm_seq);
       s[rk::kHost] = e.host;
       s[rk::kPid] = e.pid;
@@ -424,8 +424,8 @@ json ReportToJson(const Report& report) {
                         {rk::kClockSpreadMs, f.clock_spread_ms},
                         {rk::kCallsiteOp, f.callsite_op},
                         {rk::kCallsite, StackFrames(f.callsite)}});
-  return {{rk::kFormat, trace::kReportFormatName},
-          {rk::kVersion, trace::kReportVersion},
+  return {{rk::kFormat, analysis::kReportFormatName},
+          {rk::kVersion, analysis::kReportVersion},
           {rk::kVerdicts, std::move(verdicts)},
           {rk::kFindings, std::move(findings)},
           {rk::kRanksSeen, report.ranks_seen},

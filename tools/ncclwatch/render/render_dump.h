@@ -6,9 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "dump_reader.h"
-#include "model.h"
-#include "style.h"
+#include "format/dump_reader.h"
+#include "model/dump.h"
+#include "render/style.h"
 
 namespace ncclwatch {
 namespace analysis {
@@ -20,7 +20,7 @@ struct ShowOptions {
 
 std::string RenderDumpText(const Dump& dump, const ShowOptions& options);
 // The parsed document with ring.entries cut to the last N; keys as the writer wrote them.
-nlohmann::json DumpToJson(const DumpDocument& doc, const std::string& file, const ShowOptions& options);
+nlohmann::json DumpToJson(const trace::DumpDocument& doc, const std::string& file, const ShowOptions& options);
 
 }  // namespace analysis
 }  // namespace ncclwatch

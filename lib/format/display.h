@@ -1,0 +1,38 @@
+// How people write the trace format's values: the library's messages and the command's
+// reports print sizes and NCCL versions through these.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace ncclwatch {
+namespace trace {
+
+// summary.nccl_version (ncclGetVersion's code, major*10000 + minor*100 + patch since NCCL 2.9;
+// major*1000 + minor*100 + patch before) as people write it: "2.28.0".
+inline std::string NcclVersionText(int64_t code) {
+  if (code <= 0) return "?";
+  const bool old_scheme = code < 20900;
+  const int64_t major = old_scheme ? code / 1000 : code / 10000;
+  const int64_t minor = old_scheme ? code / 100 % 10 : code / 100 % 100;
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(code % 100);
+}
+
+// "4.0 KiB", "1.5 GiB": sizes as every ncclwatch message and report prints them.
+inline std::string FormatBytes(uint64_t bytes) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[64];
+  bool whole = u == 0 || v >= 100 || v == static_cast<double>(static_cast<uint64_t>(v));
+  std::snprintf(buf, sizeof buf, whole ? "%.0f %s" : "%.1f %s", v, kUnits[u]);
+  return buf;
+}
+
+}  // namespace trace
+}  // namespace ncclwatch

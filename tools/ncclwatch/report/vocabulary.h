@@ -1,0 +1,133 @@
+// The analysis report's vocabulary (`ncclwatch analyze --json`, docs/analysis.md): causes,
+// culprit states and positions, key names and the report's own version. The dump schema is
+// include/ncclwatch/trace_format.h; this is what the command says about dumps, shared by the
+// rules that decide, the renderers that word it and ncclwatch-gen's expected verdicts.
+#pragma once
+
+#include "ncclwatch/trace_format.h"
+
+namespace ncclwatch {
+namespace analysis {
+
+// Analyzer verdict causes (`ncclwatch analyze`, docs/trace-format.md "Analysis output").
+#define NCCLWATCH_FOR_EACH_CAUSE(X)            \
+  X(RankMissing, "rank_missing")               \
+  X(RankExited, "rank_exited")                 \
+  X(NcclError, "nccl_error")                   \
+  X(InitHang, "init_hang")                     \
+  X(GpuNotReached, "gpu_not_reached")          \
+  X(StuckInCollective, "stuck_in_collective")  \
+  X(Mismatch, "mismatch")                      \
+  X(P2pUnmatched, "p2p_unmatched")             \
+  X(CrossCommDeadlock, "cross_comm_deadlock")  \
+  X(RankDead, "rank_dead")                     \
+  X(NoHang, "no_hang")
+
+NCCLWATCH_DEFINE_VOCABULARY(Cause, kCauseNames, CauseName, ParseCause, NCCLWATCH_FOR_EACH_CAUSE)
+
+// Where a culprit is, for machines (analyze --json culprit_stacks[].state), beside its sentence.
+#define NCCLWATCH_FOR_EACH_CULPRIT_STATE(X)                                            \
+  X(NoDump, "no_dump")                   /* no dump at all: killed, never started */     \
+  X(UnreadableDump, "unreadable_dump")   /* its dump exists but cannot be read */        \
+  X(Crashed, "crashed")                  /* a fatal signal */                            \
+  X(NcclError, "nccl_error")             /* an NCCL call of its returned an error */     \
+  X(Exited, "exited")                    /* it exited */                                 \
+  X(OutsideNccl, "outside_nccl")         /* alive, no thread inside NCCL */              \
+  X(InsideNccl, "inside_nccl")           /* alive, a thread inside an NCCL call */
+
+NCCLWATCH_DEFINE_VOCABULARY(CulpritState, kCulpritStateNames, CulpritStateName, ParseCulpritState,
+                            NCCLWATCH_FOR_EACH_CULPRIT_STATE)
+
+// Where a culprit is on the verdict's communicator (culprit_stacks[].comm_state, with seq).
+#define NCCLWATCH_FOR_EACH_COMM_POSITION(X)                                                  \
+  X(Unknown, "unknown")                 /* no communicator in the verdict (a crash alone) */ \
+  X(NotCreated, "not_created")          /* it has not created the communicator */            \
+  X(GpuBehind, "gpu_behind")            /* its GPU has not finished seq, which others did */  \
+  X(NotCalled, "not_called")            /* its last call is seq, before the blocked one */    \
+  X(GpuNotReached, "gpu_not_reached")   /* it called the blocked op; its GPU is not in it */  \
+  X(GpuInside, "gpu_inside")            /* its GPU is inside the blocked op */
+
+NCCLWATCH_DEFINE_VOCABULARY(CommPosition, kCommPositionNames, CommPositionName, ParseCommPosition,
+                            NCCLWATCH_FOR_EACH_COMM_POSITION)
+
+// Key names of the analysis output, documented in docs/analysis.md.
+namespace report_key {
+constexpr const char* kVerdicts = "verdicts";
+constexpr const char* kCause = "cause";
+constexpr const char* kComm = "comm";
+constexpr const char* kCommName = "comm_name";
+constexpr const char* kCommSize = "comm_size";
+constexpr const char* kSeq = "seq";
+constexpr const char* kOp = "op";
+constexpr const char* kBytes = "bytes";
+constexpr const char* kP2pSrc = "p2p_src";
+constexpr const char* kP2pDst = "p2p_dst";
+constexpr const char* kCulpritRanks = "culprit_ranks";
+constexpr const char* kCulpritCommRanks = "culprit_comm_ranks";
+constexpr const char* kWaitingRanks = "waiting_ranks";
+constexpr const char* kWaitedS = "waited_s";
+constexpr const char* kCulpritStacks = "culprit_stacks";
+constexpr const char* kCallsite = "callsite";
+constexpr const char* kCallsiteOp = "callsite_op";
+constexpr const char* kCurrent = "current";
+constexpr const char* kThread = "thread";
+constexpr const char* kWhere = "where";
+constexpr const char* kNote = "note";
+constexpr const char* kHost = "host";
+constexpr const char* kPid = "pid";
+constexpr const char* kFile = "file";
+constexpr const char* kCycle = "cycle";
+constexpr const char* kCycleSteps = "cycle_steps";
+constexpr const char* kGroups = "groups";
+constexpr const char* kRanks = "ranks";
+constexpr const char* kCount = "count";
+constexpr const char* kDtype = "dtype";
+constexpr const char* kRoot = "root";
+constexpr const char* kRedop = "redop";
+constexpr const char* kTie = "tie";
+constexpr const char* kCallCountDivergence = "call_count_divergence";
+constexpr const char* kNcclEnv = "nccl_env";
+constexpr const char* kAdvice = "advice";
+constexpr const char* kConsequences = "consequences";
+constexpr const char* kRanksSeen = "ranks_seen";
+constexpr const char* kWorldSize = "world_size";
+constexpr const char* kRanksWithoutDump = "ranks_without_dump";
+constexpr const char* kEarlierDumps = "earlier_dumps";
+constexpr const char* kRank = "rank";
+constexpr const char* kReason = "reason";
+constexpr const char* kProblems = "problems";
+constexpr const char* kProblem = "problem";
+constexpr const char* kAttempts = "attempts";
+constexpr const char* kAttempt = "attempt";
+constexpr const char* kStartUnixNs = "start_unix_ns";
+constexpr const char* kJobInstance = "job_instance";
+constexpr const char* kFiles = "files";
+constexpr const char* kNotes = "notes";
+constexpr const char* kFormat = "format";
+constexpr const char* kVersion = "version";
+constexpr const char* kState = "state";
+constexpr const char* kCommState = "comm_state";
+constexpr const char* kKind = "kind";
+constexpr const char* kFunction = "function";
+constexpr const char* kLine = "line";
+constexpr const char* kModule = "module";
+constexpr const char* kOffset = "offset";
+constexpr const char* kIp = "ip";
+constexpr const char* kBuildId = "build_id";
+constexpr const char* kModuleOffset = "module_offset";
+constexpr const char* kLibrary = "library";
+constexpr const char* kFindings = "findings";
+constexpr const char* kCollectives = "collectives";
+constexpr const char* kLastIn = "last_in";
+constexpr const char* kLatenessMedianMs = "lateness_median_ms";
+constexpr const char* kLatenessP90Ms = "lateness_p90_ms";
+constexpr const char* kClockSpreadMs = "clock_spread_ms";
+}  // namespace report_key
+
+// The analysis output's own identity and version (analyze --json): bump on a change a reader
+// could notice. 2: frames as objects, culprit states, attempts and notes.
+constexpr const char* kReportFormatName = "ncclwatch-report";
+constexpr int kReportVersion = 2;
+
+}  // namespace analysis
+}  // namespace ncclwatch
