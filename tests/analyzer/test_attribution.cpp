@@ -37,7 +37,7 @@ TEST_CASE("a rank not inside NCCL is named as missing, with where it is", "[attr
   CHECK(v.waiting_ranks == Ranks({1, 2}));
   CHECK(v.waited_s == Approx(32));
   REQUIRE(v.evidence.size() == 1);
-  CHECK(v.evidence[0].where.find("not inside NCCL") != std::string::npos);
+  CHECK(analysis::WhereText(v.evidence[0]).find("not inside NCCL") != std::string::npos);
 }
 
 TEST_CASE("mismatch ties name the group without the lowest rank", "[attribution]") {
@@ -198,7 +198,7 @@ TEST_CASE("a rank whose GPU never finished what its peers completed is the GPU c
   CHECK(v.culprit_ranks == Ranks({1}));
   CHECK(v.waiting_ranks == Ranks({0, 2}));
   REQUIRE(v.evidence.size() == 1);
-  CHECK(v.evidence[0].where.find("has not finished #5") != std::string::npos);
+  CHECK(analysis::WhereText(v.evidence[0]).find("has not finished #5") != std::string::npos);
 }
 
 TEST_CASE("a root that finished its broadcast early does not hide the blocked broadcast", "[attribution]") {

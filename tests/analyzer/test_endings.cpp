@@ -92,9 +92,11 @@ TEST_CASE("an NCCL error names the call that failed, not ranks that only heard o
   CHECK(v.culprit_ranks == Ranks({2}));
   CHECK(v.seq == 12);
   REQUIRE(v.evidence.size() == 1);
-  CHECK(v.evidence[0].where.find("returned 2 (unhandled system error)") != std::string::npos);
-  CHECK(v.evidence[0].where.find("then exit") != std::string::npos);
-  CHECK(v.evidence[0].callsite_op.find("AllReduce #12") != std::string::npos);
+  CHECK(analysis::WhereText(v.evidence[0]).find("returned 2 (unhandled system error)") != std::string::npos);
+  CHECK(analysis::WhereText(v.evidence[0]).find("then exit") != std::string::npos);
+  REQUIRE(v.evidence[0].callsite_op);
+  CHECK(v.evidence[0].callsite_op->op == "AllReduce");
+  CHECK(v.evidence[0].callsite_op->seq == 12);
   REQUIRE_FALSE(v.evidence[0].callsite.python.empty());
   CHECK(v.evidence[0].callsite.python[0].function == "train_step");
   CHECK(analysis::AdviceText(v, report).find("unhandled system error") != std::string::npos);
@@ -115,8 +117,8 @@ TEST_CASE("a rank that left normally is named as exited after its last call", "[
   CHECK(v.culprit_ranks == Ranks({1}));
   CHECK(v.seq == 21);
   REQUIRE(v.evidence.size() == 1);
-  CHECK(v.evidence[0].where.find("exited with status 0") != std::string::npos);
-  CHECK(v.evidence[0].where.find("last call on this communicator #20") != std::string::npos);
+  CHECK(analysis::WhereText(v.evidence[0]).find("exited with status 0") != std::string::npos);
+  CHECK(analysis::WhereText(v.evidence[0]).find("last call on this communicator #20") != std::string::npos);
 }
 
 TEST_CASE("a healthy job stopped by SIGTERM is not a hang", "[endings]") {
@@ -204,9 +206,9 @@ TEST_CASE("evidence much older than the rest is said", "[endings]") {
                          Name(R::Stall)));
   dumps[1].summary.time_unix_ns -= int64_t{3600} * 1000000000;
   auto report = Analyze(dir, dumps);
-  REQUIRE(report.notes.size() == 1);
-  CHECK(report.notes[0].find("rank 1's evidence") != std::string::npos);
-  CHECK(report.notes[0].find("older than the newest dump") != std::string::npos);
+  REQUIRE(analysis::NotesText(report).size() == 1);
+  CHECK(analysis::NotesText(report)[0].find("rank 1's evidence") != std::string::npos);
+  CHECK(analysis::NotesText(report)[0].find("older than the newest dump") != std::string::npos);
 }
 
 TEST_CASE("a reused directory: the latest attempt is analyzed, another on request", "[endings]") {
@@ -233,8 +235,8 @@ TEST_CASE("a reused directory: the latest attempt is analyzed, another on reques
   CHECK_FALSE(latest.Hang());
   CHECK(latest.attempts.size() == 2);
   CHECK(latest.attempt == 2);
-  REQUIRE_FALSE(latest.notes.empty());
-  CHECK(latest.notes.back().find("2 attempts") != std::string::npos);
+  REQUIRE_FALSE(analysis::NotesText(latest).empty());
+  CHECK(analysis::NotesText(latest).back().find("2 attempts") != std::string::npos);
 
   TempDir again;
   analysis::LoadOptions first;
@@ -287,7 +289,8 @@ TEST_CASE("a culprit's current stack is the application's, never ncclwatch's own
   const auto& v = report.verdicts[0];
   CHECK(v.culprit_ranks == Ranks({1}));
   REQUIRE(v.evidence.size() == 1);
-  CHECK(v.evidence[0].current_thread == "trainer (tid 4343)");
+  CHECK(v.evidence[0].current_thread == "trainer");
+  CHECK(v.evidence[0].current_tid == 4343);
   REQUIRE(v.evidence[0].current.native.size() == 1);
   CHECK(v.evidence[0].current.native[0].symbol == "save_checkpoint");
 }

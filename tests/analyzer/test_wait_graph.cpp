@@ -52,9 +52,8 @@ TEST_CASE("wait graph: each kind of member that keeps a collective open", "[wait
   docs.push_back(err);
   analysis::DumpSet set = SetOf(docs);
   analysis::WaitGraph g(set);
-  g.Build();
-  REQUIRE(g.units_.size() == 1);
-  const analysis::Unit& u = g.units_[0];
+  REQUIRE(g.units().size() == 1);
+  const analysis::Unit& u = g.units()[0];
   CHECK(u.seq == 9);
   CHECK(u.waiting == std::vector<int>{0});
   REQUIRE(u.blockers.size() == 4);
@@ -77,15 +76,14 @@ TEST_CASE("wait graph: a rank held by another blocked operation points at it", "
   docs.push_back(Dump(3, 4, {Comm(kWorld, 4, 3, 5, 5, 5), Comm(kTp, 2, 1, 3, 3, 3)}));
   analysis::DumpSet set = SetOf(docs);
   analysis::WaitGraph g(set);
-  g.Build();
-  REQUIRE(g.units_.size() == 2);
-  int world = g.comms_[g.comm_by_id_.at(kWorld)].unit, tp = g.comms_[g.comm_by_id_.at(kTp)].unit;
-  const analysis::Blocker* two = BlockerOf(g.units_[world], 2);
+  REQUIRE(g.units().size() == 2);
+  int world = g.comms()[g.CommOf(kWorld)].unit, tp = g.comms()[g.CommOf(kTp)].unit;
+  const analysis::Blocker* two = BlockerOf(g.units()[world], 2);
   REQUIRE(two);
   CHECK(two->terminal == Terminal::kNone);
   CHECK(two->target == tp);
-  CHECK(BlockerOf(g.units_[tp], 3)->terminal == Terminal::kBusy);
-  CHECK_FALSE(g.cyclic_[world]);
+  CHECK(BlockerOf(g.units()[tp], 3)->terminal == Terminal::kBusy);
+  CHECK_FALSE(g.Cyclic(world));
 }
 
 TEST_CASE("wait graph: a communicator still being created waits for the members never joined", "[wait_graph]") {
@@ -97,10 +95,9 @@ TEST_CASE("wait graph: a communicator still being created waits for the members 
   }
   analysis::DumpSet set = SetOf(docs);
   analysis::WaitGraph g(set);
-  g.Build();
-  REQUIRE(g.units_.size() == 1);
-  CHECK(g.units_[0].init);
-  CHECK(g.units_[0].waiting == std::vector<int>{0, 2});
-  REQUIRE(g.units_[0].blockers.size() == 1);
-  CHECK(g.units_[0].blockers[0].global == 1);
+  REQUIRE(g.units().size() == 1);
+  CHECK(g.units()[0].init);
+  CHECK(g.units()[0].waiting == std::vector<int>{0, 2});
+  REQUIRE(g.units()[0].blockers.size() == 1);
+  CHECK(g.units()[0].blockers[0].global == 1);
 }

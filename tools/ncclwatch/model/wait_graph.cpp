@@ -17,7 +17,7 @@ bool NotStarted(const trace::Op& op) {
   return op.state.Is(OpState::Enqueued) || op.state.Is(OpState::PendingLaunch);
 }
 
-void WaitGraph::Build() {
+WaitGraph::WaitGraph(const DumpSet& set) : set_(set), dumps_(set.dumps()) {
   IndexCommunicators();
   for (size_t c = 0; c < comms_.size(); ++c) {
     BuildInitUnit(static_cast<int>(c));
@@ -107,6 +107,11 @@ const trace::CommSummary* WaitGraph::StateOf(int dump, int comm) const {
 int WaitGraph::DumpOfMember(const CommIndex& c, int comm_rank) const {
   if (c.dump[comm_rank] >= 0) return c.dump[comm_rank];
   return c.global[comm_rank] >= 0 ? set_.IndexOfRank(c.global[comm_rank]) : -1;
+}
+
+int WaitGraph::CommOf(const std::string& id) const {
+  auto it = comm_by_id_.find(id);
+  return it == comm_by_id_.end() ? -1 : it->second;
 }
 
 bool WaitGraph::Is(int dump, trace::DumpReason r) const { return dumps_[dump].summary.reason == trace::DumpReasonName(r); }

@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "model/dump_set.h"
-#include "report/report.h"
 
 namespace ncclwatch {
 namespace analysis {
@@ -28,6 +27,17 @@ constexpr double kStuckAloneAfterS = 1.0;
 
 // ncclResult_t ncclRemoteError: a rank that got it only learned that another one failed.
 constexpr int64_t kNcclRemoteError = 6;
+
+// Signature of the operation one group of ranks called at the mismatching sequence number.
+struct MismatchGroup {
+  std::vector<int> ranks;
+  std::string op;
+  int64_t count = -1;
+  std::string dtype;
+  int root = -1;
+  std::string redop;
+  int64_t bytes = -1;
+};
 
 // Why a member keeps a blocked operation from completing.
 enum class BlockKind {
@@ -103,14 +113,21 @@ bool NotStarted(const trace::Op& op);
 
 class WaitGraph {
  public:
-  explicit WaitGraph(DumpSet& set) : set_(set), dumps_(set.dumps()) {}
-  // Indexes communicators, builds the blocked operations, follows every blocker, finds cycles.
-  void Build();
+  // Builds the graph from the selected dumps of `set` (their summaries only): indexes
+  // communicators, builds the blocked operations, follows every blocker, finds cycles. The
+  // graph never changes afterwards; `set` must outlive it.
+  explicit WaitGraph(const DumpSet& set);
 
-  void IndexCommunicators();
-  // Members without a dump: when the known members' global ranks are base + stride * comm
-  // rank (world, TP and DP groups are), the missing ones follow the same rule.
-  void InferMissingGlobals(CommIndex* c);
+  const std::vector<Dump>& dumps() const { return dumps_; }
+  const std::vector<CommIndex>& comms() const { return comms_; }
+  const std::vector<Unit>& units() const { return units_; }
+  // Index in comms() of a communicator id, or -1.
+  int CommOf(const std::string& id) const;
+  // The strongly connected component of a unit in the wait-for graph, and whether the unit
+  // lies on a wait cycle.
+  int Component(int unit) const { return scc_[unit]; }
+  bool Cyclic(int unit) const { return cyclic_[unit]; }
+
   const trace::CommSummary* StateOf(int dump, int comm) const;
   // The dump of a member: its own claim, else the dump of its inferred global rank (a live
   // rank that has not created this communicator yet).
@@ -121,10 +138,16 @@ class WaitGraph {
   bool IsErrored(int dump) const;
   // Its error only says that another rank failed (ncclRemoteError).
   bool IsRemoteError(int dump) const;
+  int FindInFlight(int dump, const std::string& comm, int64_t seq) const;
+
+ private:
+  void IndexCommunicators();
+  // Members without a dump: when the known members' global ranks are base + stride * comm
+  // rank (world, TP and DP groups are), the missing ones follow the same rule.
+  void InferMissingGlobals(CommIndex* c);
   // The kind of a member that did not complete the operation, from its dump alone; kGpuLag
   // when its dump says nothing against it (the caller decides from its sequence state).
   BlockKind KindFromDump(int dump) const;
-  int FindInFlight(int dump, const std::string& comm, int64_t seq) const;
   int FindP2pInFlight(int dump, const std::string& comm, trace::OpKind kind, int peer, int64_t p2p_seq) const;
   // The sequence number a communicator is blocked at, or -1: the lowest one that some member
   // issued and has not completed, skipping one that every other member completed (the few left
@@ -148,7 +171,7 @@ class WaitGraph {
   void ResolveBlockers(int ui);
   void FindCycles();
 
-  DumpSet& set_;
+  const DumpSet& set_;
   const std::vector<Dump>& dumps_;
   std::vector<CommIndex> comms_;
   std::unordered_map<std::string, int> comm_by_id_;
@@ -156,19 +179,6 @@ class WaitGraph {
   std::map<std::tuple<int, int, int, int64_t>, int> p2p_units_;
   std::vector<int> scc_;        // strongly connected component of each unit
   std::vector<bool> cyclic_;    // the unit lies on a wait cycle
-};
-
-// Evidence about one culprit: where it is and its stacks, read from its full dump.
-class Evidence {
- public:
-  Evidence(const WaitGraph& graph, DumpSet& set) : g_(graph), set_(set) {}
-  void FillEvidence(const Unit* u, int dump, CulpritEvidence* e);
-  // The culprit's position as one sentence; with `e`, also as its state fields.
-  std::string Where(const Unit* u, int dump, CulpritEvidence* e = nullptr) const;
-
- private:
-  const WaitGraph& g_;
-  DumpSet& set_;
 };
 
 }  // namespace analysis

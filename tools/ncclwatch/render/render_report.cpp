@@ -36,6 +36,32 @@ std::string CulpritName(const Verdict& v) {
   return s;
 }
 
+std::string OpRefText(const OpRef& r) { return OpLabel(r.op, r.seq) + " on " + CommLabel(r.comm, r.comm_name); }
+
+std::string CycleStepText(const CycleStep& step) {
+  std::string unit = OpLabel(step.unit.op, step.unit.seq);
+  if (step.p2p) unit += " " + std::to_string(step.p2p_src) + "->" + std::to_string(step.p2p_dst);
+  return "rank " + std::to_string(step.from) + " waits in " + unit + " on " +
+         CommLabel(step.unit.comm, step.unit.comm_name) + " for rank " + std::to_string(step.to);
+}
+
+std::string ThreadLabel(const CulpritEvidence& e) {
+  if (e.current_tid < 0) return "";
+  return (e.current_thread.empty() ? "thread" : e.current_thread) + " (tid " + std::to_string(e.current_tid) + ")";
+}
+
+std::string StackNoteText(const CulpritEvidence& e) {
+  switch (e.stack_note) {
+    case StackNote::kNone: return "";
+    case StackNote::kNoUsableDump: return "no stacks: no usable dump";
+    case StackNote::kDetailsUnreadable:
+      return "no stacks: " + (e.stack_note_text.empty() ? std::string("details unreadable") : e.stack_note_text);
+    case StackNote::kThreadNote: return e.stack_note_text;
+    case StackNote::kNoThreads: return "no thread stacks in its dump";
+  }
+  return "";
+}
+
 std::string Where(const Verdict& v) {
   if (v.comm.empty()) return "";
   std::string op = v.p2p ? OpLabel(v.op, v.seq) + " " + std::to_string(v.p2p_src) + "->" +
@@ -62,17 +88,10 @@ std::string Headline(const Verdict& v) {
     case Cause::InitHang:
       return who.empty() ? "every member is inside " + Where(v) + " and none returns"
                          : who + " never joined: the others wait in " + Where(v);
-    default: return "no hang";
+    case Cause::NoHang:
+    case Cause::Count: break;
   }
-}
-
-std::string Who(const Verdict& v) {
-  std::string who = v.culprit_ranks.empty() && !v.culprit_comm_ranks.empty()
-                        ? FormatRanks(v.culprit_comm_ranks, "comm rank") + " (global rank unknown)"
-                        : FormatRanks(v.culprit_ranks);
-  if (!v.culprit_ranks.empty() && !v.culprit_comm_ranks.empty())
-    who += " and " + FormatRanks(v.culprit_comm_ranks, "comm rank") + " (global rank unknown)";
-  return who;
+  return "no hang";
 }
 
 void RenderStack(std::ostream& out, const Style& st, const trace::Stack& s, bool verbose, const char* indent) {
@@ -101,16 +120,16 @@ void RenderEvidence(std::ostream& out, const Style& st, const CulpritEvidence& e
   std::string who = e.rank >= 0 ? "rank " + std::to_string(e.rank) : "comm rank " + std::to_string(e.comm_rank);
   out << "   " << st.Yellow(who);
   if (!e.host.empty()) out << " (" << Printable(e.host) << ", pid " << e.pid << ")";
-  out << ": " << Printable(e.where) << "\n";
+  out << ": " << Printable(WhereText(e)) << "\n";
   if (!e.current.Empty()) {
-    out << "     now, " << Printable(e.current_thread) << ":\n";
+    out << "     now, " << Printable(ThreadLabel(e)) << ":\n";
     RenderStack(out, st, e.current, verbose, "       ");
   }
   if (!e.callsite.Empty()) {
-    out << "     " << Printable(e.callsite_op) << " was called from:\n";
+    out << "     " << Printable(e.callsite_op ? OpRefText(*e.callsite_op) : "") << " was called from:\n";
     RenderStack(out, st, e.callsite, verbose, "       ");
   }
-  if (!e.stack_note.empty()) out << "     " << st.Dim(Printable(e.stack_note)) << "\n";
+  if (e.stack_note != StackNote::kNone) out << "     " << st.Dim(Printable(StackNoteText(e))) << "\n";
 }
 
 void RenderVerdict(std::ostream& out, const Style& st, const Report& report, const Verdict& v, size_t number,
@@ -133,7 +152,7 @@ void RenderVerdict(std::ostream& out, const Style& st, const Report& report, con
     std::string chain;
     for (size_t i = 0; i < v.cycle.size(); ++i) chain += (i ? " -> " : "") + std::to_string(v.cycle[i]);
     out << "   wait cycle: " << chain << "\n";
-    for (const auto& step : v.cycle_steps) out << "     " << step << "\n";
+    for (const auto& step : v.cycle_steps) out << "     " << CycleStepText(step) << "\n";
   }
   for (const auto& e : v.evidence) RenderEvidence(out, st, e, verbose);
   size_t named = v.culprit_ranks.size() + v.culprit_comm_ranks.size();
@@ -192,7 +211,7 @@ void RenderFindings(std::ostream& out, const Style& st, const Report& report, bo
 }
 
 void RenderNotes(std::ostream& out, const Style& st, const Report& report) {
-  for (const auto& n : report.notes) out << st.Dim("note: " + Printable(n)) << "\n";
+  for (const auto& n : NotesText(report)) out << st.Dim("note: " + Printable(n)) << "\n";
 }
 
 // Frames as objects, Python first, innermost first: kind, function, file, line (0 unknown),
@@ -223,6 +242,60 @@ json OrNull(int64_t v) { return v < 0 ? json(nullptr) : json(v); }
 
 }  // namespace
 
+std::string PositionText(const CulpritPosition& p) {
+  using State = CulpritState;
+  std::string where;
+  switch (p.state) {
+    case State::NoDump: return "left no dump";
+    case State::UnreadableDump: return "its dump is unreadable";
+    case State::Crashed: return "crashed: " + (p.detail.empty() ? std::string("fatal signal") : p.detail);
+    case State::NcclError: where = "NCCL error: " + (p.detail.empty() ? std::string("an NCCL call failed") : p.detail); break;
+    case State::Exited:
+      where = "exited" + (p.exit_status >= 0 ? " with status " + std::to_string(p.exit_status) : std::string()) +
+              (p.exit_in_flight ? " with operations in flight" : "");
+      break;
+    case State::OutsideNccl: where = "not inside NCCL"; break;
+    case State::InsideNccl:
+      where = "inside " + p.function + " for " + FormatSeconds(p.since_s) + " (tid " + std::to_string(p.tid) + ")";
+      break;
+    case State::Count: break;
+  }
+  const std::string seq = "#" + std::to_string(p.comm_seq);
+  const std::string age = p.issued_age_s >= 0 ? " (issued " + FormatSeconds(p.issued_age_s) + " ago)" : "";
+  switch (p.comm_state) {
+    case CommPosition::Unknown: break;
+    case CommPosition::NotCreated: where += "; it has not created this communicator"; break;
+    case CommPosition::GpuBehind: where += "; its GPU has not finished " + seq + ", which the others completed"; break;
+    case CommPosition::NotCalled: where += "; last call on this communicator " + seq; break;
+    case CommPosition::GpuNotReached: where += "; its GPU has not reached " + seq + age; break;
+    case CommPosition::GpuInside: where += "; its GPU is inside " + seq + age; break;
+    case CommPosition::Count: break;
+  }
+  if (!p.then.empty()) {
+    where += "; then";
+    for (const auto& r : p.then) where += " " + r;
+  }
+  return where;
+}
+
+std::string WhereText(const CulpritEvidence& e) {
+  if (e.position.state == CulpritState::UnreadableDump) return "its dump is unreadable (" + e.file + ")";
+  return PositionText(e.position);
+}
+
+std::vector<std::string> NotesText(const Report& report) {
+  std::vector<std::string> notes;
+  for (const auto& d : report.stale_evidence)
+    notes.push_back("rank " + std::to_string(d.rank) + "'s evidence (" + d.file + ", " + d.reason + ") is " +
+                    FormatSeconds(d.behind_s) + " older than the newest dump: it may describe an earlier state");
+  if (report.attempts.size() > 1)
+    notes.push_back(std::to_string(report.attempts.size()) + " attempts of the job in this directory; " +
+                    "analyzing attempt " + std::to_string(report.attempt) +
+                    (report.attempt == static_cast<int>(report.attempts.size()) ? " (the latest)" : "") +
+                    "; --attempt N picks another");
+  return notes;
+}
+
 std::string RenderReportText(const Report& report, const ReportTextOptions& options) {
   std::ostringstream out;
   const Style& st = options.style;
@@ -247,14 +320,14 @@ std::string RenderReportText(const Report& report, const ReportTextOptions& opti
     RenderVerdict(out, st, report, v, ++n, options.verbose);
   }
   RenderFindings(out, st, report, options.verbose);
-  if (!report.notes.empty()) out << "\n";
+  if (!NotesText(report).empty()) out << "\n";
   RenderNotes(out, st, report);
   RenderHistory(out, st, report, options.verbose);
   return out.str();
 }
 
 std::string AdviceText(const Verdict& v, const Report& report) {
-  std::string who = Who(v);
+  std::string who = CulpritName(v);
   switch (v.cause) {
     case Cause::RankMissing:
       return who + " never called " + OpLabel(v.op, v.seq) +
@@ -302,12 +375,12 @@ std::string AdviceText(const Verdict& v, const Report& report) {
                                       : " left no dump: it was likely killed (OOM killer, node failure); ") +
              "check its log and dmesg on its host.";
     case Cause::NcclError:
-      return "An NCCL call of " + who + " failed (" + v.culprit_detail +
+      return "An NCCL call of " + who + " failed (" + (v.culprit_position ? v.culprit_position->detail : "") +
              "); the others wait for it in " + OpLabel(v.op, v.seq) +
              ". Rerun with NCCL_DEBUG=WARN (or INFO) for NCCL's own reason; the failing call's "
              "call site is below.";
     case Cause::RankExited:
-      return who + " " + v.culprit_detail + " before " + OpLabel(v.op, v.seq) +
+      return who + " " + (v.culprit_position ? PositionText(*v.culprit_position) : "") + " before " + OpLabel(v.op, v.seq) +
              ", which the others wait in: uneven inputs (a rank with fewer batches leaves the loop "
              "first: use drop_last, equal shards or DDP's join()), an early return, or a pipeline "
              "stage that finished. Make every rank issue the same collectives before it exits.";
@@ -333,9 +406,9 @@ std::string AdviceText(const Verdict& v, const Report& report) {
       if (!report.ranks_without_dump.empty()) s += " " + FormatRanks(report.ranks_without_dump) + " left no usable dump.";
       return s;
     }
-    default:
-      return "";
+    case Cause::Count: break;
   }
+  return "";
 }
 
 json ReportToJson(const Report& report) {
@@ -360,24 +433,26 @@ json ReportToJson(const Report& report) {
     json stacks = json::object();
     for (const auto& e : v.evidence) {
       json s;
-      s[rk::kWhere] = e.where;
-      s[rk::kState] = analysis::CulpritStateName(e.state);
-      s[rk::kCommState] = analysis::CommPositionName(e.comm_state);
-      s[rk::kSeq] = OrNull(e.comm_seq);
+      s[rk::kWhere] = WhereText(e);
+      s[rk::kState] = CulpritStateName(e.position.state);
+      s[rk::kCommState] = CommPositionName(e.position.comm_state);
+      s[rk::kSeq] = OrNull(e.position.comm_seq);
       s[rk::kHost] = e.host;
       s[rk::kPid] = e.pid;
       s[rk::kFile] = e.file;
-      s[rk::kCallsiteOp] = e.callsite_op;
+      s[rk::kCallsiteOp] = e.callsite_op ? OpRefText(*e.callsite_op) : "";
       s[rk::kCallsite] = StackFrames(e.callsite);
-      s[rk::kThread] = e.current_thread;
+      s[rk::kThread] = ThreadLabel(e);
       s[rk::kCurrent] = StackFrames(e.current);
-      if (!e.stack_note.empty()) s[rk::kNote] = e.stack_note;
+      if (e.stack_note != StackNote::kNone) s[rk::kNote] = StackNoteText(e);
       stacks[e.rank >= 0 ? std::to_string(e.rank) : "comm:" + std::to_string(e.comm_rank)] = std::move(s);
     }
     j[rk::kCulpritStacks] = std::move(stacks);
     if (!v.cycle.empty()) {
       j[rk::kCycle] = v.cycle;
-      j[rk::kCycleSteps] = v.cycle_steps;
+      json steps = json::array();
+      for (const auto& step : v.cycle_steps) steps.push_back(CycleStepText(step));
+      j[rk::kCycleSteps] = std::move(steps);
     }
     if (!v.groups.empty()) {
       json groups = json::array();
@@ -435,7 +510,7 @@ json ReportToJson(const Report& report) {
           {rk::kProblems, std::move(problems)},
           {rk::kAttempts, std::move(attempts)},
           {rk::kAttempt, report.attempt},
-          {rk::kNotes, report.notes}};
+          {rk::kNotes, NotesText(report)}};
 }
 
 }  // namespace analysis

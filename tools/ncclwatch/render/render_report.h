@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -21,6 +22,12 @@ std::string RenderReportText(const Report& report, const ReportTextOptions& opti
 // verdict's data (attribution decides, the renderer words it).
 std::string AdviceText(const Verdict& v, const Report& report);
 nlohmann::json ReportToJson(const Report& report);
+// Where a culprit is, as one line: "inside ncclGroupEnd for 612 s (tid 7); its GPU has not
+// reached #42 (issued 610 s ago)".
+std::string PositionText(const CulpritPosition& p);
+std::string WhereText(const CulpritEvidence& e);
+// Notes about the evidence: stale dumps, several attempts in one directory.
+std::vector<std::string> NotesText(const Report& report);
 
 }  // namespace analysis
 }  // namespace ncclwatch

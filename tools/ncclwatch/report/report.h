@@ -4,15 +4,50 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "model/dump_set.h"
 #include "model/dump.h"
+#include "model/wait_graph.h"
 #include "report/vocabulary.h"
 
 namespace ncclwatch {
 namespace analysis {
+
+// An operation named by its communicator and sequence number (p2p sequence number for Send/Recv).
+struct OpRef {
+  std::string op;
+  int64_t seq = 0;
+  std::string comm, comm_name;
+};
+
+// Where a culprit is, as data (the renderer words it: "inside ncclGroupEnd for 612 s (tid 7);
+// its GPU has not reached #42 (issued 610 s ago)").
+struct CulpritPosition {
+  CulpritState state = CulpritState::NoDump;
+  std::string detail;          // Crashed, NcclError: the dump's own detail (may be empty)
+  int64_t exit_status = -1;    // Exited: its status, -1 unknown
+  bool exit_in_flight = false;  // Exited with operations in flight
+  std::string function;        // InsideNccl: the NCCL call its first thread inside NCCL is in
+  double since_s = 0;          // InsideNccl: for how long
+  int64_t tid = 0;             // InsideNccl: that thread
+  // Where it is on the verdict's communicator (Unknown: no collective in the verdict).
+  CommPosition comm_state = CommPosition::Unknown;
+  int64_t comm_seq = -1;       // the sequence number comm_state is about; -1 none
+  double issued_age_s = -1;    // GpuInside, GpuNotReached: how long ago it issued comm_seq
+  std::vector<std::string> then;  // reasons of the later dumps of its teardown
+};
+
+// Why a culprit's evidence has no stacks, or what its dump says about a missing one.
+enum class StackNote : uint8_t {
+  kNone,
+  kNoUsableDump,       // no dump, or an unreadable one
+  kDetailsUnreadable,  // its summary was read, its details not (stack_note_text: the reader's reason)
+  kThreadNote,         // the thread's own note in the dump (stack_note_text)
+  kNoThreads,          // its dump has no thread stacks
+};
 
 // What the report knows about one culprit, for "where is it and how did it get there".
 struct CulpritEvidence {
@@ -20,28 +55,23 @@ struct CulpritEvidence {
   int comm_rank = -1;  // rank in the verdict's communicator
   std::string host;
   int64_t pid = 0;
-  std::string file;       // its dump file, empty when it left none
-  std::string where;      // one line: "not inside NCCL", "inside ncclGroupEnd for 612 s", ...
-  // The same for machines: what it is doing, and where it is on the verdict's communicator.
-  analysis::CulpritState state = analysis::CulpritState::NoDump;
-  analysis::CommPosition comm_state = analysis::CommPosition::Unknown;
-  int64_t comm_seq = -1;  // the sequence number comm_state is about; -1 none
-  std::string callsite_op;  // which operation `callsite` belongs to
-  trace::Stack callsite;         // call-site stack of its op at the verdict's seq, or its last op
-  std::string current_thread;  // which thread `current` is
-  trace::Stack current;          // its stack at dump time
-  std::string stack_note;  // why stacks are missing (no dump, details unreadable, ...)
+  std::string file;       // its dump file (or its unreadable one), empty when it left none
+  CulpritPosition position;
+  std::optional<OpRef> callsite_op;  // which operation `callsite` belongs to
+  trace::Stack callsite;  // call-site stack of its op at the verdict's seq, or its last op
+  std::string current_thread;  // name of the thread `current` is, empty: unnamed
+  int64_t current_tid = -1;    // -1: no thread
+  trace::Stack current;   // its stack at dump time
+  StackNote stack_note = StackNote::kNone;
+  std::string stack_note_text;
 };
 
-// Signature of the operation one group of ranks called at the mismatching sequence number.
-struct MismatchGroup {
-  std::vector<int> ranks;
-  std::string op;
-  int64_t count = -1;
-  std::string dtype;
-  int root = -1;
-  std::string redop;
-  int64_t bytes = -1;
+// One wait of a deadlock's cycle: rank `from` waits in `unit` for rank `to`.
+struct CycleStep {
+  int from = -1, to = -1;
+  OpRef unit;
+  bool p2p = false;
+  int p2p_src = -1, p2p_dst = -1;  // global ranks of the transfer, for Send/Recv
 };
 
 // A communicator blocked only because of a verdict's root cause.
@@ -70,7 +100,7 @@ struct Verdict {
   double waited_s = -1;
   std::vector<CulpritEvidence> evidence;  // for the first few culprits
   std::vector<int> cycle;                 // deadlocks: ranks in wait order, first repeated last
-  std::vector<std::string> cycle_steps;   // one line per wait in the cycle
+  std::vector<CycleStep> cycle_steps;     // one per wait in the cycle
   std::vector<MismatchGroup> groups;      // mismatch: majority first
   bool tie = false;                       // mismatch: groups of equal size
   bool call_count_divergence = false;
@@ -79,7 +109,8 @@ struct Verdict {
   // What the advice sentence (written by the renderer, render_report.h) needs to know.
   bool culprit_in_nccl = false;         // rank_missing: a culprit's host is inside an NCCL call
   bool culprit_crashed = false;         // rank_dead: a culprit left a crash dump (not nothing)
-  std::string culprit_detail;           // nccl_error: the failing call and error; rank_exited: status
+  // nccl_error, rank_exited: where the first culprit with a dump that failed or exited is.
+  std::optional<CulpritPosition> culprit_position;
   bool stopped_while_healthy = false;   // no_hang: ranks were at different seqs, nothing past due
   double oldest_in_flight_s = -1;       // no_hang: the oldest operation in flight when dumped
 };
@@ -96,7 +127,7 @@ struct Finding {
   size_t last_in = 0;      // of those, how many this rank reached last
   double lateness_median_ms = 0, lateness_p90_ms = 0;  // behind the other members' median
   double clock_spread_ms = 0;  // uncertainty of the aligned clock between its host and others
-  std::string callsite_op;
+  std::string callsite_op;  // the operation those calls issue
   trace::Stack callsite;  // the call site of most of its late collectives
 };
 
@@ -116,7 +147,14 @@ struct Report {
   std::vector<Problem> problems;
   std::vector<Attempt> attempts;  // of the job in this directory (DumpSet::attempts)
   int attempt = 0;                // the one analyzed
-  std::vector<std::string> notes;  // about the evidence: stale dumps, several attempts
+  // Dumps much older than the newest of the attempt: they may describe an earlier state.
+  struct StaleEvidence {
+    int rank;
+    std::string file;
+    std::string reason;
+    double behind_s;  // older than the newest dump by
+  };
+  std::vector<StaleEvidence> stale_evidence;
   bool Hang() const {
     for (const auto& v : verdicts)
       if (v.cause != analysis::Cause::NoHang) return true;

@@ -10,8 +10,9 @@
 #include <tuple>
 #include <unordered_map>
 
-#include "render/text_format.h"
 #include "model/wait_graph.h"
+#include "rules/causes.h"
+#include "rules/evidence.h"
 
 namespace ncclwatch {
 namespace analysis {
@@ -26,61 +27,32 @@ namespace {
 constexpr double kFrameworkTimeoutMinS = 1.0;
 // Evidence this much older than the newest dump of the attempt may describe an earlier state.
 constexpr double kStaleEvidenceS = 60.0;
-// The attribution rules, in one place. A blocker's terminal gives the cause (collective,
-// point-to-point); each cause has a rank among causes of equal impact and says whether it needs
-// the job to show a hang: a snapshot or a SIGTERM of a healthy job finds ranks at different
-// sequence numbers, which alone is not a hang, while a crash, an error or an exit that others
-// wait for is one at any age.
-struct TerminalRule {
-  Terminal terminal;
-  Cause collective, p2p;
-};
-constexpr TerminalRule kTerminalRules[] = {
-    {Terminal::kDead, Cause::RankDead, Cause::RankDead},
-    {Terminal::kError, Cause::NcclError, Cause::NcclError},
-    {Terminal::kExited, Cause::RankExited, Cause::RankExited},
-    {Terminal::kBusy, Cause::RankMissing, Cause::P2pUnmatched},
-    {Terminal::kGpuStuck, Cause::GpuNotReached, Cause::GpuNotReached},
-};
-struct CauseRule {
-  Cause cause;
-  int priority;         // lower first, among verdicts blocking as many ranks
-  bool needs_hang;      // reported only when the job shows a hang (see JobShowsHang)
-};
-constexpr CauseRule kCauseRules[] = {
-    {Cause::RankDead, 0, false},          {Cause::NcclError, 1, false},
-    {Cause::RankExited, 2, false},        {Cause::Mismatch, 3, false},
-    {Cause::InitHang, 4, true},           {Cause::CrossCommDeadlock, 5, true},
-    {Cause::P2pUnmatched, 6, true},       {Cause::RankMissing, 7, true},
-    {Cause::GpuNotReached, 8, true},      {Cause::StuckInCollective, 9, true},
-    {Cause::NoHang, 10, false},
-};
-const CauseRule& RuleOf(Cause c) {
+// The rows named by a blocker's terminal, lower priority first.
+std::vector<const CauseRule*> TerminalRulesByPriority() {
+  std::vector<const CauseRule*> rows;
   for (const auto& r : kCauseRules)
-    if (r.cause == c) return r;
-  return kCauseRules[std::size(kCauseRules) - 1];
+    if (r.terminal != Terminal::kNone) rows.push_back(&r);
+  std::sort(rows.begin(), rows.end(), [](const CauseRule* a, const CauseRule* b) { return a->priority < b->priority; });
+  return rows;
 }
 
-int CausePriority(Cause c) { return RuleOf(c).priority; }
-
-class Attributor : public WaitGraph {
+class Attributor {
  public:
-  Attributor(DumpSet& set, const AttributionOptions& options) : WaitGraph(set), options_(options) {}
+  Attributor(DumpSet& set, const AttributionOptions& options) : set_(set), g_(set), options_(options) {}
 
   Report Run() {
-    Build();
     BuildVerdicts();
 
     Report report;
     report.world_size = set_.world_size();
-    report.ranks_seen = static_cast<int>(dumps_.size());
+    report.ranks_seen = static_cast<int>(g_.dumps().size());
     for (int r = 0; r < std::min(report.world_size, kMaxCommSize); ++r)
       if (set_.IndexOfRank(r) < 0) report.ranks_without_dump.push_back(r);
     report.verdicts = std::move(verdicts_);
     if (report.verdicts.empty()) report.verdicts.push_back(NoHangVerdict(report));
     report.attempts = set_.attempts();
     report.attempt = set_.chosen_attempt();
-    AddStaleEvidenceNotes(&report);
+    AddStaleEvidence(&report);
     for (const auto& h : set_.history()) report.earlier_dumps.push_back({h.summary.rank, h.file_name, h.summary.reason});
     std::sort(report.earlier_dumps.begin(), report.earlier_dumps.end(),
               [](const auto& a, const auto& b) { return std::tie(a.rank, a.file) < std::tie(b.rank, b.file); });
@@ -89,32 +61,6 @@ class Attributor : public WaitGraph {
   }
 
  private:
-  // ------------------------------------------------------------------------------------------
-  // Communicators and their members.
-
-
-
-
-
-
-
-
-  // ------------------------------------------------------------------------------------------
-  // Blocked operations.
-
-
-
-
-
-
-
-
-
-
-  // ------------------------------------------------------------------------------------------
-  // Deadlocks: strongly connected components of the unit wait-for graph (iterative Tarjan).
-
-
   // ------------------------------------------------------------------------------------------
   // Verdicts.
 
@@ -133,9 +79,9 @@ class Attributor : public WaitGraph {
 
   void BuildVerdicts() {
     std::vector<Draft> drafts;
-    std::vector<bool> cycle_done(units_.size(), false);
-    for (size_t ui = 0; ui < units_.size(); ++ui) {
-      Unit& u = units_[ui];
+    std::vector<bool> cycle_done(g_.units().size(), false);
+    for (size_t ui = 0; ui < g_.units().size(); ++ui) {
+      const Unit& u = g_.units()[ui];
       int i = static_cast<int>(ui);
       if (u.init) {
         std::vector<const Blocker*> bs;
@@ -151,18 +97,20 @@ class Attributor : public WaitGraph {
         drafts.push_back(TerminalDraft(i, Cause::StuckInCollective, {}));
         continue;
       }
-      for (const TerminalRule& rule : kTerminalRules) {
+      // Terminal causes in priority order, as many as the blockers' terminals name.
+      for (const CauseRule* rule : TerminalRulesByPriority()) {
+        if (!AppliesTo(*rule, u.p2p)) continue;
         std::vector<const Blocker*> bs;
         for (const auto& b : u.blockers)
-          if (b.terminal == rule.terminal) bs.push_back(&b);
+          if (b.terminal == rule->terminal) bs.push_back(&b);
         // Ranks that only heard of another's failure (ncclRemoteError) are not its cause.
-        if (rule.terminal == Terminal::kError) {
-          auto remote = [&](const Blocker* b) { return IsRemoteError(b->dump); };
+        if (rule->terminal == Terminal::kError) {
+          auto remote = [&](const Blocker* b) { return g_.IsRemoteError(b->dump); };
           if (!std::all_of(bs.begin(), bs.end(), remote)) bs.erase(std::remove_if(bs.begin(), bs.end(), remote), bs.end());
         }
-        if (!bs.empty()) drafts.push_back(TerminalDraft(i, u.p2p ? rule.p2p : rule.collective, bs));
+        if (!bs.empty()) drafts.push_back(TerminalDraft(i, rule->cause, bs));
       }
-      if (cyclic_[ui] && !cycle_done[ui]) drafts.push_back(CycleDraft(i, &cycle_done));
+      if (g_.Cyclic(ui) && !cycle_done[ui]) drafts.push_back(CycleDraft(i, &cycle_done));
     }
     AddCrashedRanksNobodyWaitsFor(&drafts);
     // Without a sign of a hang, ranks at different sequence numbers are a job stopped (or
@@ -180,7 +128,7 @@ class Attributor : public WaitGraph {
     std::sort(merged.begin(), merged.end(), [&](const Draft& a, const Draft& b) {
       size_t ia = Impact(a), ib = Impact(b);
       if (ia != ib) return ia > ib;
-      int pa = CausePriority(a.v.cause), pb = CausePriority(b.v.cause);
+      int pa = RuleOf(a.v.cause).priority, pb = RuleOf(b.v.cause).priority;
       if (pa != pb) return pa < pb;
       return std::tie(a.v.comm, a.v.seq) < std::tie(b.v.comm, b.v.seq);
     });
@@ -198,48 +146,41 @@ class Attributor : public WaitGraph {
   bool JobShowsHang() const {
     using R = trace::DumpReason;
     const std::string stall = trace::DumpReasonName(R::Stall);
-    for (size_t i = 0; i < dumps_.size(); ++i) {
+    for (size_t i = 0; i < g_.dumps().size(); ++i) {
       int d = static_cast<int>(i);
-      const trace::Summary& s = dumps_[i].summary;
+      const trace::Summary& s = g_.dumps()[i].summary;
       // An error of a call that created nothing (a failed ncclCommInitRank) hangs nobody.
-      if (Is(d, R::Stall) || Is(d, R::FatalSignal) || Is(d, R::AsyncError) || s.failed) return true;
+      if (g_.Is(d, R::Stall) || g_.Is(d, R::FatalSignal) || g_.Is(d, R::AsyncError) || s.failed) return true;
       if (s.trigger && s.trigger->reason == stall) return true;
       for (const auto& op : s.in_flight) {
         if (op.deadline_s > 0 && op.age_s >= op.deadline_s) return true;
-        if (Is(d, R::Abort) && op.age_s >= kFrameworkTimeoutMinS) return true;
+        if (g_.Is(d, R::Abort) && op.age_s >= kFrameworkTimeoutMinS) return true;
       }
     }
     return false;
   }
 
-  void AddStaleEvidenceNotes(Report* report) const {
+  void AddStaleEvidence(Report* report) const {
     int64_t newest = 0;
-    for (const auto& d : dumps_) newest = std::max(newest, d.summary.time_unix_ns);
-    for (const auto& d : dumps_) {
+    for (const auto& d : g_.dumps()) newest = std::max(newest, d.summary.time_unix_ns);
+    for (const auto& d : g_.dumps()) {
       double behind = static_cast<double>(newest - d.summary.time_unix_ns) / 1e9;
       if (d.summary.time_unix_ns > 0 && behind > kStaleEvidenceS)
-        report->notes.push_back("rank " + std::to_string(d.summary.rank) + "'s evidence (" + d.file_name + ", " +
-                                d.summary.reason + ") is " + FormatSeconds(behind) +
-                                " older than the newest dump: it may describe an earlier state");
+        report->stale_evidence.push_back({d.summary.rank, d.file_name, d.summary.reason, behind});
     }
-    if (report->attempts.size() > 1)
-      report->notes.push_back(std::to_string(report->attempts.size()) + " attempts of the job in this directory; " +
-                              "analyzing attempt " + std::to_string(report->attempt) +
-                              (report->attempt == static_cast<int>(report->attempts.size()) ? " (the latest)" : "") +
-                              "; --attempt N picks another");
   }
 
   std::vector<int> Globals(const Unit& u, const std::vector<int>& comm_ranks) const {
     std::vector<int> g;
     for (int r : comm_ranks)
-      if (comms_[u.comm].global[r] >= 0) g.push_back(comms_[u.comm].global[r]);
+      if (g_.comms()[u.comm].global[r] >= 0) g.push_back(g_.comms()[u.comm].global[r]);
     std::sort(g.begin(), g.end());
     return g;
   }
 
   Verdict BaseVerdict(int ui, Cause cause) const {
-    const Unit& u = units_[ui];
-    const CommIndex& c = comms_[u.comm];
+    const Unit& u = g_.units()[ui];
+    const CommIndex& c = g_.comms()[u.comm];
     Verdict v;
     v.cause = cause;
     v.comm = c.id;
@@ -257,7 +198,7 @@ class Attributor : public WaitGraph {
     }
     if (u.init)  // the creation call the members are inside
       for (int r : u.waiting)
-        for (const auto& t : dumps_[DumpOfMember(c, r)].summary.in_nccl)
+        for (const auto& t : g_.dumps()[g_.DumpOfMember(c, r)].summary.in_nccl)
           if (v.op.empty()) v.op = t.function;
     v.waiting_ranks = Globals(u, u.waiting);
     v.waited_s = u.waited_s;
@@ -300,12 +241,12 @@ class Attributor : public WaitGraph {
     }
     // Communicator ranks of different communicators are different ranks: never merge those.
     d.merge_key = std::string(analysis::CauseName(cause)) + ":" + CulpritKey(d) +
-                  (comm_ranks_only ? comms_[units_[ui].comm].id : "");
+                  (comm_ranks_only ? g_.comms()[g_.units()[ui].comm].id : "");
     return d;
   }
 
   Draft MismatchDraft(int ui) {
-    const Unit& u = units_[ui];
+    const Unit& u = g_.units()[ui];
     Draft d;
     d.v = BaseVerdict(ui, Cause::Mismatch);
     d.units.push_back(ui);
@@ -335,8 +276,8 @@ class Attributor : public WaitGraph {
       // Prefer a host that never issued the call (the order inversion) over a GPU queued
       // behind a blocked operation on its stream (a bystander of the cycle).
       const Blocker* next = nullptr;
-      for (const auto& b : units_[v].blockers)
-        if (b.target >= 0 && scc_[b.target] == scc_[v] &&
+      for (const auto& b : g_.units()[v].blockers)
+        if (b.target >= 0 && g_.Component(b.target) == g_.Component(v) &&
             (!next || (next->kind != BlockKind::kHostMissing && b.kind == BlockKind::kHostMissing)))
           next = &b;
       if (!next) break;  // cannot happen for a cyclic unit; be safe
@@ -344,16 +285,16 @@ class Attributor : public WaitGraph {
       v = next->target;
     }
     std::vector<std::pair<int, const Blocker*>> cycle(path.begin() + (seen.count(v) ? seen[v] : 0), path.end());
-    for (size_t i = 0; i < units_.size(); ++i)
-      if (scc_[i] == scc_[ui]) (*done)[i] = true;
+    for (size_t i = 0; i < g_.units().size(); ++i)
+      if (g_.Component(i) == g_.Component(ui)) (*done)[i] = true;
     // Start at the unit with the most waiting ranks: it is the one users see timing out.
     size_t start = 0;
     for (size_t i = 0; i < cycle.size(); ++i)
-      if (units_[cycle[i].first].waiting.size() > units_[cycle[start].first].waiting.size()) start = i;
+      if (g_.units()[cycle[i].first].waiting.size() > g_.units()[cycle[start].first].waiting.size()) start = i;
     std::rotate(cycle.begin(), cycle.begin() + start, cycle.end());
 
     std::set<int> comms_in_cycle;
-    for (const auto& step : cycle) comms_in_cycle.insert(units_[step.first].comm);
+    for (const auto& step : cycle) comms_in_cycle.insert(g_.units()[step.first].comm);
     Cause cause = comms_in_cycle.size() > 1 ? Cause::CrossCommDeadlock : Cause::P2pUnmatched;
     Draft d;
     d.v = BaseVerdict(cycle.empty() ? ui : cycle[0].first, cause);
@@ -362,7 +303,7 @@ class Attributor : public WaitGraph {
     if (cycle.empty()) return d;
     // Everyone inside an operation of the cycle waits on the deadlock.
     for (const auto& step : cycle) {
-      const Unit& cu = units_[step.first];
+      const Unit& cu = g_.units()[step.first];
       std::vector<int> w = Globals(cu, cu.waiting);
       d.v.waiting_ranks.insert(d.v.waiting_ranks.end(), w.begin(), w.end());
       d.v.waited_s = std::max(d.v.waited_s, cu.waited_s);
@@ -374,8 +315,7 @@ class Attributor : public WaitGraph {
     d.v.cycle.push_back(prev->global);
     for (const auto& [unit, b] : cycle) {
       d.v.cycle.push_back(b->global);
-      d.v.cycle_steps.push_back("rank " + std::to_string(prev->global) + " waits in " + UnitLabel(unit) +
-                                " for rank " + std::to_string(b->global));
+      d.v.cycle_steps.push_back(StepOf(unit, prev->global, b->global));
       AddCulprit(&d, b->global, b->comm_rank, b->dump);
       prev = b;
     }
@@ -383,14 +323,19 @@ class Attributor : public WaitGraph {
     return d;
   }
 
-  std::string UnitLabel(int ui) const {
-    const Unit& u = units_[ui];
-    const CommIndex& c = comms_[u.comm];
-    std::string op = u.op ? u.op->OpName() : "?";
-    std::string s = OpLabel(op, u.seq);
-    if (u.p2p)
-      s += " " + std::to_string(c.global[u.src]) + "->" + std::to_string(c.global[u.dst]);
-    return s + " on " + CommLabel(c.id, c.name);
+  CycleStep StepOf(int ui, int from, int to) const {
+    const Unit& u = g_.units()[ui];
+    const CommIndex& c = g_.comms()[u.comm];
+    CycleStep step;
+    step.from = from;
+    step.to = to;
+    step.unit = OpRef{u.op ? u.op->OpName() : "?", u.seq, c.id, c.name};
+    step.p2p = u.p2p;
+    if (u.p2p) {
+      step.p2p_src = c.global[u.src];
+      step.p2p_dst = c.global[u.dst];
+    }
+    return step;
   }
 
   // A crash dump nobody waits on (yet) is still a verdict: the job cannot go on without it.
@@ -398,9 +343,9 @@ class Attributor : public WaitGraph {
     std::set<int> named;
     for (const auto& d : *drafts)
       for (const auto& c : d.culprits) named.insert(c.global);
-    for (size_t i = 0; i < dumps_.size(); ++i) {
-      const trace::Summary& s = dumps_[i].summary;
-      if (!IsDead(static_cast<int>(i)) || named.count(s.rank)) continue;
+    for (size_t i = 0; i < g_.dumps().size(); ++i) {
+      const trace::Summary& s = g_.dumps()[i].summary;
+      if (!g_.IsDead(static_cast<int>(i)) || named.count(s.rank)) continue;
       Draft d;
       d.v.cause = Cause::RankDead;
       AddCulprit(&d, s.rank, -1, static_cast<int>(i));
@@ -423,7 +368,7 @@ class Attributor : public WaitGraph {
       }
       Draft& m = out[it->second];
       // Keep as primary the unit with the most waiting ranks.
-      if (!d.units.empty() && (m.units.empty() || units_[d.units[0]].waiting.size() > units_[m.units[0]].waiting.size())) {
+      if (!d.units.empty() && (m.units.empty() || g_.units()[d.units[0]].waiting.size() > g_.units()[m.units[0]].waiting.size())) {
         std::vector<int> units = std::move(m.units);
         d.units.insert(d.units.end(), units.begin(), units.end());
         m.v = std::move(d.v);
@@ -437,8 +382,8 @@ class Attributor : public WaitGraph {
   }
 
   Consequence ConsequenceOf(int ui) const {
-    const Unit& u = units_[ui];
-    const CommIndex& c = comms_[u.comm];
+    const Unit& u = g_.units()[ui];
+    const CommIndex& c = g_.comms()[u.comm];
     Consequence q;
     q.comm = c.id;
     q.comm_name = c.name;
@@ -452,13 +397,13 @@ class Attributor : public WaitGraph {
   // Units that wait, directly or through others, on this verdict's root units.
   void AddConsequences(Draft* d) {
     if (d->units.empty()) return;
-    if (reverse_.empty() && !units_.empty()) {
-      reverse_.resize(units_.size());
-      for (size_t v = 0; v < units_.size(); ++v)
-        for (const auto& b : units_[v].blockers)
+    if (reverse_.empty() && !g_.units().empty()) {
+      reverse_.resize(g_.units().size());
+      for (size_t v = 0; v < g_.units().size(); ++v)
+        for (const auto& b : g_.units()[v].blockers)
           if (b.target >= 0) reverse_[b.target].push_back(static_cast<int>(v));
     }
-    std::vector<bool> seen(units_.size(), false);
+    std::vector<bool> seen(g_.units().size(), false);
     std::vector<int> queue(d->units.begin(), d->units.end());
     for (int u : queue) seen[u] = true;
     for (size_t i = 0; i < queue.size(); ++i)
@@ -483,7 +428,7 @@ class Attributor : public WaitGraph {
   // Evidence: stacks of the culprits, read from their full dumps.
 
   void AddEvidence(Draft* d) {
-    const Unit* u = d->units.empty() ? nullptr : &units_[d->units[0]];
+    const Unit* u = d->units.empty() ? nullptr : &g_.units()[d->units[0]];
     size_t n = std::min(d->culprits.size(), options_.max_evidence);
     for (size_t i = 0; i < n; ++i) {
       int dump = d->culprits[i].dump;
@@ -491,11 +436,11 @@ class Attributor : public WaitGraph {
       e.rank = d->culprits[i].global;
       e.comm_rank = d->culprits[i].comm_rank;
       if (u && e.rank >= 0) {
-        const CommIndex& c = comms_[u->comm];
+        const CommIndex& c = g_.comms()[u->comm];
         for (int r = 0; r < c.size; ++r)
           if (c.global[r] == e.rank) e.comm_rank = r;
       }
-      evidence_.FillEvidence(u, dump, &e);
+      evidence_.Fill(u, dump, &e);
       d->v.evidence.push_back(std::move(e));
     }
     if (d->v.cause == Cause::StuckInCollective && !d->v.waiting_ranks.empty()) {
@@ -515,12 +460,14 @@ class Attributor : public WaitGraph {
   void AddAdviceFacts(Draft* d) const {
     for (const auto& c : d->culprits) {
       if (c.dump < 0) continue;
-      const trace::Summary& s = dumps_[c.dump].summary;
+      const trace::Summary& s = g_.dumps()[c.dump].summary;
       d->v.culprit_in_nccl = d->v.culprit_in_nccl || !s.in_nccl.empty();
       d->v.culprit_crashed = true;
-      if (!d->v.culprit_detail.empty()) continue;
-      if (IsErrored(c.dump)) d->v.culprit_detail = s.detail;
-      else if (IsExited(c.dump)) d->v.culprit_detail = evidence_.Where(nullptr, c.dump);
+      // The first that says something: an error without a detail leaves room for the next.
+      const std::optional<CulpritPosition>& known = d->v.culprit_position;
+      if (known && (known->state == CulpritState::Exited || !known->detail.empty())) continue;
+      if ((g_.IsErrored(c.dump) && (!s.detail.empty() || !known)) || (!g_.IsErrored(c.dump) && g_.IsExited(c.dump)))
+        d->v.culprit_position = evidence_.PositionOf(nullptr, c.dump);
     }
   }
 
@@ -528,13 +475,15 @@ class Attributor : public WaitGraph {
     Verdict v;
     v.cause = Cause::NoHang;
     v.stopped_while_healthy = stopped_while_healthy_;
-    for (const auto& d : dumps_)
+    for (const auto& d : g_.dumps())
       for (const auto& op : d.summary.in_flight) v.oldest_in_flight_s = std::max(v.oldest_in_flight_s, op.age_s);
     return v;
   }
 
+  DumpSet& set_;
+  const WaitGraph g_;  // built once, read-only
   AttributionOptions options_;
-  Evidence evidence_{*this, set_};
+  Evidence evidence_{g_, set_};
   std::vector<std::vector<int>> reverse_;
   std::vector<Verdict> verdicts_;
   bool stopped_while_healthy_ = false;

@@ -1,0 +1,26 @@
+// Evidence about one culprit: where it is (as data) and its stacks, read from its full dump.
+#pragma once
+
+#include "model/dump_set.h"
+#include "model/wait_graph.h"
+#include "report/report.h"
+
+namespace ncclwatch {
+namespace analysis {
+
+class Evidence {
+ public:
+  Evidence(const WaitGraph& graph, DumpSet& set) : g_(graph), set_(set) {}
+  // Fills everything but rank and comm_rank (the caller's); `u` is the verdict's blocked
+  // operation (null: none), `dump` the culprit's (-1: it left none).
+  void Fill(const Unit* u, int dump, CulpritEvidence* e);
+  // Where the culprit of `dump` is; on the communicator of `u` too when `u` is a collective.
+  CulpritPosition PositionOf(const Unit* u, int dump) const;
+
+ private:
+  const WaitGraph& g_;
+  DumpSet& set_;
+};
+
+}  // namespace analysis
+}  // namespace ncclwatch
