@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include "format/dump_reader.h"
+#include "render/render_report.h"
 #include "test_support.h"
 
 using namespace ncclwatch;
@@ -158,7 +159,7 @@ TEST_CASE("the loader reports each bad file in one line and analyzes the rest", 
   REQUIRE(set.Load(dir.path(), {}, &error));
   CHECK(set.dumps().size() == 4);
   std::map<std::string, std::string> problems;
-  for (const auto& p : set.problems()) problems[p.file] = p.problem;
+  for (const auto& p : set.problems()) problems[p.file] = analysis::ProblemText(p);
   CHECK(problems.size() == 8);
   CHECK(Contains(problems["rank00007-h-1-0-stall.json"], "truncated JSON at byte " + std::to_string(cut.size()) + " (summary unreadable); skipped"));
   CHECK(Contains(problems["rankx-foreign-1-0-stall.json"], "not an ncclwatch dump"));
@@ -190,7 +191,7 @@ TEST_CASE("several dumps of one rank: the latest is the evidence", "[dumpset]") 
   CHECK(report.verdicts[0].culprit_ranks == std::vector<int>{1});
   // Two processes claiming one rank in one attempt is said, in one line.
   REQUIRE(report.problems.size() == 1);
-  CHECK(Contains(report.problems[0].problem, "another process claims rank 0 with a later dump"));
+  CHECK(Contains(analysis::ProblemText(report.problems[0]), "another process claims rank 0 with a later dump"));
 }
 
 TEST_CASE("the file name's rank is parsed for unreadable dumps", "[dumpset]") {

@@ -91,7 +91,7 @@ int Run(int argc, char** argv) {
   Report report;
   if (!set.dumps().empty()) report = Attribute(set, attribution);
   for (const auto& p : set.problems())
-    std::fprintf(stderr, "ncclwatch: %s: %s\n", Printable(p.file).c_str(), Printable(p.problem).c_str());
+    std::fprintf(stderr, "%s\n", ProblemLine(p).c_str());
   if (set.dumps().empty()) {
     std::fprintf(stderr, "ncclwatch: %s: no readable dump (%zu rank*.json files)\n", dir, set.files_seen());
     return kExitBadInput;

@@ -8,6 +8,7 @@
 #include "model/clock_align.h"
 #include "model/dump_set.h"
 #include "render/text_format.h"
+#include "render/render_report.h"
 #include "render/timeline.h"
 #include "subcommand.h"
 
@@ -67,7 +68,7 @@ int Run(int argc, char** argv) {
   }
   if (set.dumps().empty()) {
     for (const auto& p : set.problems())
-      std::fprintf(stderr, "ncclwatch: %s: %s\n", Printable(p.file).c_str(), Printable(p.problem).c_str());
+      std::fprintf(stderr, "%s\n", ProblemLine(p).c_str());
     std::fprintf(stderr, "ncclwatch: %s: no readable dump (%zu rank*.json files)\n", dir, set.files_seen());
     return kExitBadInput;
   }
@@ -98,7 +99,7 @@ int Run(int argc, char** argv) {
     std::fflush(stdout);
   }
   for (const auto& p : set.problems())
-    std::fprintf(stderr, "ncclwatch: %s: %s\n", Printable(p.file).c_str(), Printable(p.problem).c_str());
+    std::fprintf(stderr, "%s\n", ProblemLine(p).c_str());
   std::FILE* say = out == stdout ? stderr : stdout;
   if (out != stdout)
     std::fprintf(say, "ncclwatch: wrote %s: %zu ranks, %zu events; open it in https://ui.perfetto.dev\n",

@@ -83,17 +83,15 @@ bool DumpSet::Load(const std::string& dir, const LoadOptions& options, std::stri
   for (auto& s : slots) {
     bytes_read_ += s.result.bytes_read;
     if (!s.result.usable) {
-      problems_.push_back({s.dump.file_name, s.result.problem + "; skipped"});
+      AddProblem(s.dump.file_name, ProblemKind::kUnreadable, s.result.problem);
       int claimed = RankFromFileName(s.dump.file_name);
       if (claimed >= 0) unreadable_ranks_.emplace(claimed, s.dump.file_name);
       continue;
     }
-    if (!s.result.problem.empty()) problems_.push_back({s.dump.file_name, s.result.problem});
+    if (!s.result.problem.empty()) AddProblem(s.dump.file_name, ProblemKind::kReader, s.result.problem);
     if (s.dump.summary.rank < 0) s.dump.summary.rank = InferRank(s.dump.summary);
     if (s.dump.summary.rank < 0) {
-      problems_.push_back({s.dump.file_name,
-                           "global rank unknown (summary.rank is -1 and no full-size "
-                           "communicator); skipped"});
+      AddProblem(s.dump.file_name, ProblemKind::kRankUnknown);
       continue;
     }
     usable.push_back(std::move(s.dump));
@@ -235,8 +233,7 @@ std::vector<Dump> DumpSet::SplitAttempts(std::vector<Dump> usable, int wanted) {
   chosen_attempt_ = attempts_.empty() ? 0 : static_cast<int>(attempts_.size());
   if (wanted > 0 && wanted <= static_cast<int>(attempts_.size())) chosen_attempt_ = wanted;
   else if (wanted != 0)
-    problems_.push_back({"--attempt", std::to_string(wanted) + " is not an attempt here: there are " +
-                                 std::to_string(attempts_.size()) + " attempts; the latest is used"});
+    AddProblem("--attempt", ProblemKind::kNoSuchAttempt, "", "", wanted, static_cast<int64_t>(attempts_.size()));
   std::vector<Dump> chosen;
   for (auto& d : usable)
     if (d.attempt == chosen_attempt_) chosen.push_back(std::move(d));
@@ -259,8 +256,7 @@ void DumpSet::Select(std::vector<Dump> usable, int attempt) {
     for (size_t i = begin + 1; i < end; ++i)
       if (usable[i].summary.dump_seq == usable[i - 1].summary.dump_seq) {
         duplicate[i - begin] = true;
-        problems_.push_back({usable[i].file_name, "same process and dump_seq as " + usable[i - 1].file_name +
-                                                      "; skipped"});
+        AddProblem(usable[i].file_name, ProblemKind::kSameDumpSeq, "", usable[i - 1].file_name);
       }
     size_t evidence = end - 1;
     while (evidence > begin && duplicate[evidence - begin]) --evidence;
@@ -284,12 +280,9 @@ void DumpSet::Select(std::vector<Dump> usable, int attempt) {
     if (!dumps_.empty() && dumps_.back().summary.rank == d.summary.rank) {
       const Dump& chosen = dumps_.back();
       if (chosen.summary.time_unix_ns == d.summary.time_unix_ns) {
-        problems_.push_back({d.file_name, "claims rank " + std::to_string(d.summary.rank) +
-                                              " at the same time as " + chosen.file_name +
-                                              "; skipped"});
+        AddProblem(d.file_name, ProblemKind::kSameTimeClaim, "", chosen.file_name, d.summary.rank);
       } else {
-        problems_.push_back({d.file_name, "another process claims rank " + std::to_string(d.summary.rank) +
-                                              " with a later dump (" + chosen.file_name + "); not used"});
+        AddProblem(d.file_name, ProblemKind::kLaterClaim, "", chosen.file_name, d.summary.rank);
         history_.push_back(std::move(d));
       }
       continue;
@@ -321,6 +314,18 @@ int DumpSet::IndexOfRank(int rank) const {
   return it == by_rank_.end() ? -1 : static_cast<int>(it->second);
 }
 
+void DumpSet::AddProblem(std::string file, ProblemKind kind, std::string message, std::string other,
+                         int64_t number, int64_t count) {
+  Problem p;
+  p.file = std::move(file);
+  p.kind = kind;
+  p.message = std::move(message);
+  p.other = std::move(other);
+  p.number = number;
+  p.count = count;
+  problems_.push_back(std::move(p));
+}
+
 const trace::Detail* DumpSet::Detail(size_t index) {
   if (index >= dumps_.size()) return nullptr;
   Dump& d = dumps_[index];
@@ -332,17 +337,14 @@ const trace::Detail* DumpSet::Detail(size_t index) {
   ++details_read_;
   if (!r.usable || !full.detail) {
     d.detail_problem = r.problem.empty() ? "details unreadable" : r.problem;
-    problems_.push_back({d.file_name, d.detail_problem + "; details not used"});
+    AddProblem(d.file_name, ProblemKind::kDetailsUnreadable, d.detail_problem);
     return nullptr;
   }
-  if (!full.detail_problem.empty()) problems_.push_back({d.file_name, full.detail_problem});
+  if (!full.detail_problem.empty()) AddProblem(d.file_name, ProblemKind::kReader, full.detail_problem);
   d.detail = full.detail;
   return d.detail.get();
 }
 
-void DumpSet::AddProblem(std::string file, std::string problem) {
-  problems_.push_back({std::move(file), std::move(problem)});
-}
 
 }  // namespace analysis
 }  // namespace ncclwatch

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstddef>
 #include <functional>
 #include <map>
 #include <memory>
@@ -17,9 +18,24 @@
 namespace ncclwatch {
 namespace analysis {
 
+// A file (or an option) the set could not use as it is, as data: render/ words it.
+enum class ProblemKind : uint8_t {
+  kUnreadable,         // the reader could not use it (message): skipped
+  kReader,             // the reader's remark about a file it could use (message)
+  kRankUnknown,        // no global rank (summary.rank -1, no full-size communicator): skipped
+  kNoSuchAttempt,      // --attempt `number` of `count` attempts: the latest is used
+  kSameDumpSeq,        // the same process and dump_seq as `other`: skipped
+  kSameTimeClaim,      // claims rank `number` at the same time as `other`: skipped
+  kLaterClaim,         // another process claims rank `number` with a later dump (`other`)
+  kDetailsUnreadable,  // its details could not be read (message): not used
+};
+
 struct Problem {
-  std::string file;     // file name (no directory)
-  std::string problem;  // one line
+  std::string file;  // file name (no directory), or the option
+  ProblemKind kind = ProblemKind::kReader;
+  std::string message;  // the trace reader's own words, where it has some
+  std::string other;    // the other file
+  int64_t number = 0, count = 0;
 };
 
 struct LoadOptions {
@@ -75,7 +91,6 @@ class DumpSet {
     if (index < dumps_.size() && !dumps_[index].path.empty()) dumps_[index].detail.reset();
   }
 
-  void AddProblem(std::string file, std::string problem);
 
   // Attempts found in the directory; the analysis uses chosen_attempt() only.
   const std::vector<Attempt>& attempts() const { return attempts_; }
@@ -85,6 +100,8 @@ class DumpSet {
   void Select(std::vector<Dump> usable, int attempt);
   std::vector<Dump> SplitAttempts(std::vector<Dump> usable, int wanted);
   void ComputeWorldSize();
+  void AddProblem(std::string file, ProblemKind kind, std::string message = {}, std::string other = {},
+                  int64_t number = 0, int64_t count = 0);
 
   std::string dir_;
   std::vector<Dump> dumps_;

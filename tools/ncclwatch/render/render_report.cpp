@@ -283,6 +283,28 @@ std::string WhereText(const CulpritEvidence& e) {
   return PositionText(e.position);
 }
 
+std::string ProblemText(const Problem& p) {
+  const std::string rank = std::to_string(p.number);
+  switch (p.kind) {
+    case ProblemKind::kUnreadable: return p.message + "; skipped";
+    case ProblemKind::kReader: return p.message;
+    case ProblemKind::kRankUnknown:
+      return "global rank unknown (summary.rank is -1 and no full-size communicator); skipped";
+    case ProblemKind::kNoSuchAttempt:
+      return rank + " is not an attempt here: there are " + std::to_string(p.count) + " attempts; the latest is used";
+    case ProblemKind::kSameDumpSeq: return "same process and dump_seq as " + p.other + "; skipped";
+    case ProblemKind::kSameTimeClaim: return "claims rank " + rank + " at the same time as " + p.other + "; skipped";
+    case ProblemKind::kLaterClaim:
+      return "another process claims rank " + rank + " with a later dump (" + p.other + "); not used";
+    case ProblemKind::kDetailsUnreadable: return p.message + "; details not used";
+  }
+  return p.message;
+}
+
+std::string ProblemLine(const Problem& p) {
+  return "ncclwatch: " + Printable(p.file) + ": " + Printable(ProblemText(p));
+}
+
 std::vector<std::string> NotesText(const Report& report) {
   std::vector<std::string> notes;
   for (const auto& d : report.stale_evidence)
@@ -479,7 +501,7 @@ json ReportToJson(const Report& report) {
   for (const auto& e : report.earlier_dumps)
     earlier.push_back({{rk::kRank, e.rank}, {rk::kFile, e.file}, {rk::kReason, e.reason}});
   json problems = json::array();
-  for (const auto& p : report.problems) problems.push_back({{rk::kFile, p.file}, {rk::kProblem, p.problem}});
+  for (const auto& p : report.problems) problems.push_back({{rk::kFile, p.file}, {rk::kProblem, ProblemText(p)}});
   json attempts = json::array();
   for (const auto& a : report.attempts)
     attempts.push_back({{rk::kAttempt, a.index}, {rk::kStartUnixNs, a.start_unix_ns},

@@ -26,6 +26,9 @@ nlohmann::json ReportToJson(const Report& report);
 // reached #42 (issued 610 s ago)".
 std::string PositionText(const CulpritPosition& p);
 std::string WhereText(const CulpritEvidence& e);
+// A problem with a file of the set: its sentence, and the line commands print on stderr.
+std::string ProblemText(const Problem& p);
+std::string ProblemLine(const Problem& p);
 // Notes about the evidence: stale dumps, several attempts in one directory.
 std::vector<std::string> NotesText(const Report& report);
 
