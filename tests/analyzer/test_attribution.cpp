@@ -1,4 +1,6 @@
 // Attribution rules on small hand-made dump sets (docs/analysis.md "Attribution rules").
+#include <fstream>
+#include <iterator>
 #include <set>
 
 #include <catch2/catch.hpp>
@@ -215,4 +217,28 @@ TEST_CASE("a root that finished its broadcast early does not hide the blocked br
   CHECK(report.verdicts[0].cause == Cause::StuckInCollective);
   CHECK(report.verdicts[0].seq == 4);
   CHECK(report.verdicts[0].waiting_ranks == Ranks({1, 2, 3}));
+}
+
+// Adding a cause is one row (rules/causes.h, checked at compile time), its sentences and its
+// docs: each cause has advice of its own and a place in docs/analysis.md.
+TEST_CASE("attribution: every cause has its advice and its docs", "[attribution]") {
+  std::ifstream in(DOCS_DIR "/analysis.md");
+  REQUIRE(in);
+  std::string docs((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  analysis::Report report;
+  std::set<std::string> advice;
+  for (size_t i = 0; i < static_cast<size_t>(Cause::Count); ++i) {
+    analysis::Verdict v;
+    v.cause = static_cast<Cause>(i);
+    v.culprit_ranks = {3};
+    v.op = "AllReduce";
+    v.seq = 7;
+    const std::string name = analysis::CauseName(v.cause);
+    INFO(name);
+    CHECK(docs.find("`" + name + "`") != std::string::npos);
+    const std::string text = analysis::AdviceText(v, report);
+    CHECK_FALSE(text.empty());
+    advice.insert(text);
+  }
+  CHECK(advice.size() == static_cast<size_t>(Cause::Count));  // no cause borrows another's words
 }
