@@ -88,6 +88,18 @@ bool EndsWith(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
+// The frame through the symbolization pass, as the renderers get it.
+SourceLines Symbolized(const trace::NativeFrame& f) {
+  CulpritEvidence e;
+  e.current.native.push_back(f);
+  Verdict v;
+  v.evidence.push_back(e);
+  Report r;
+  r.verdicts.push_back(v);
+  SymbolizeReport(&r);
+  return r.source_lines;
+}
+
 }  // namespace
 
 TEST_CASE("a native frame gets file:line from the debug info of its exact build", "[symbolize]") {
@@ -99,7 +111,8 @@ TEST_CASE("a native frame gets file:line from the debug info of its exact build"
   CHECK(EndsWith(source->file, "test_symbolize_debug.cpp"));
   CHECK(source->line == line);
   CHECK(source->function.empty());  // the frame has its symbol
-  const std::string text = FormatNativeFrame(frame);
+  const std::string text = FormatNativeFrame(frame, Symbolized(frame));
+  CHECK(FormatNativeFrame(frame, SourceLines()).find(" at ") == std::string::npos);  // renderers read no file
   CHECK(text.find("symbolize_debug_test::SampleCallSite(int*)+0x10") == 0);
   CHECK(EndsWith(text, "test_symbolize_debug.cpp:" + std::to_string(line)));
 
@@ -108,7 +121,7 @@ TEST_CASE("a native frame gets file:line from the debug info of its exact build"
   const std::optional<SourceLine> named = SourceLineOf(unnamed);
   REQUIRE(named);
   CHECK(named->function == "symbolize_debug_test::SampleCallSite(int*)");
-  CHECK(FormatNativeFrame(unnamed).find("symbolize_debug_test::SampleCallSite(int*) (") == 0);
+  CHECK(FormatNativeFrame(unnamed, Symbolized(unnamed)).find("symbolize_debug_test::SampleCallSite(int*) (") == 0);
 }
 
 TEST_CASE("no source line for another build, a frame without build id, or a module not here", "[symbolize]") {
@@ -117,7 +130,7 @@ TEST_CASE("no source line for another build, a frame without build id, or a modu
   trace::NativeFrame other_build = frame;
   other_build.build_id[0] = other_build.build_id[0] == '0' ? '1' : '0';
   CHECK(!SourceLineOf(other_build));
-  CHECK(FormatNativeFrame(other_build).find(" at ") == std::string::npos);
+  CHECK(FormatNativeFrame(other_build, Symbolized(other_build)).find(" at ") == std::string::npos);
   trace::NativeFrame no_build_id = frame;
   no_build_id.build_id.clear();
   CHECK(!SourceLineOf(no_build_id));

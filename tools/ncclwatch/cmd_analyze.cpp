@@ -11,6 +11,7 @@
 #include "rules/attribution.h"
 #include "model/dump_set.h"
 #include "render/render_report.h"
+#include "render/symbolize_debug.h"
 #include "render/text_format.h"
 #include "subcommand.h"
 
@@ -90,6 +91,7 @@ int Run(int argc, char** argv) {
 
   Report report;
   if (!set.dumps().empty()) report = Attribute(set, attribution);
+  SymbolizeReport(&report);  // before rendering: renderers only look source lines up
   for (const auto& p : set.problems())
     std::fprintf(stderr, "%s\n", ProblemLine(p).c_str());
   if (set.dumps().empty()) {

@@ -22,6 +22,7 @@
 #include "rules/attribution.h"
 #include "model/dump_set.h"
 #include "render/render_report.h"
+#include "render/symbolize_debug.h"
 #include "common/config.h"
 #include "format/display.h"
 #include "format/file_name.h"
@@ -207,6 +208,7 @@ class LiveWatch {
     analysis::DumpSet set = Load();
     if (set.dumps().empty()) return false;
     analysis::Report report = analysis::Attribute(set);
+    analysis::SymbolizeReport(&report);
     std::string key;
     for (const auto& v : report.verdicts) {
       key += analysis::CauseName(v.cause);

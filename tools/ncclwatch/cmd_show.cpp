@@ -6,6 +6,7 @@
 
 #include "format/dump_reader.h"
 #include "render/render_dump.h"
+#include "render/symbolize_debug.h"
 #include "render/text_format.h"
 #include "subcommand.h"
 
@@ -70,6 +71,7 @@ int Run(int argc, char** argv) {
     std::fputc('\n', stdout);
   } else {
     options.style = Style(Style::ColorWanted(no_color));
+    options.source_lines = SymbolizeDump(dump);
     std::string text = RenderDumpText(dump, options);
     std::fwrite(text.data(), 1, text.size(), stdout);
   }

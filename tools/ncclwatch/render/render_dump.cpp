@@ -77,9 +77,9 @@ std::vector<std::string> OpCells(const trace::Op& op) {
           op.dtype + (op.redop.empty() ? "" : " " + op.redop), FormatBytes(op.bytes)};
 }
 
-void RenderStack(std::ostream& out, const Style& st, const trace::Stack& s, const char* indent) {
+void RenderStack(std::ostream& out, const Style& st, const trace::Stack& s, const SourceLines& lines, const char* indent) {
   for (const auto& f : s.python) out << indent << (f.library ? st.Dim(FormatPythonFrame(f)) : FormatPythonFrame(f)) << "\n";
-  for (const auto& f : s.native) out << indent << st.Dim(FormatNativeFrame(f)) << "\n";
+  for (const auto& f : s.native) out << indent << st.Dim(FormatNativeFrame(f, lines)) << "\n";
 }
 
 }  // namespace
@@ -165,12 +165,12 @@ std::string RenderDumpText(const Dump& dump, const ShowOptions& options) {
     if (th.own) out << "  " << st.Dim("ncclwatch's own");
     if (!th.note.empty()) out << "  " << st.Dim(th.note);
     out << "\n";
-    RenderStack(out, st, th.stack, "      ");
+    RenderStack(out, st, th.stack, options.source_lines, "      ");
   }
   out << "\n" << st.Bold("callsites") << "\n";
   for (const auto& c : d->callsites) {
     out << "  #" << c.id << "\n";
-    RenderStack(out, st, c.stack, "      ");
+    RenderStack(out, st, c.stack, options.source_lines, "      ");
   }
   if (!d->recoveries.empty()) {
     out << "\n" << st.Bold("recoveries") << "\n";

@@ -8,6 +8,7 @@
 
 #include "format/dump_reader.h"
 #include "model/dump.h"
+#include "report/source_lines.h"
 #include "render/style.h"
 
 namespace ncclwatch {
@@ -16,6 +17,7 @@ namespace analysis {
 struct ShowOptions {
   Style style;
   size_t ring_entries = 20;  // last N ring entries
+  SourceLines source_lines;  // the symbolization pass's (SymbolizeDump), for native frames
 };
 
 std::string RenderDumpText(const Dump& dump, const ShowOptions& options);

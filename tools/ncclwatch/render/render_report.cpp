@@ -1,5 +1,4 @@
 #include "render/render_report.h"
-#include "render/symbolize_debug.h"
 
 #include <unistd.h>
 
@@ -94,7 +93,8 @@ std::string Headline(const Verdict& v) {
   return "no hang";
 }
 
-void RenderStack(std::ostream& out, const Style& st, const trace::Stack& s, bool verbose, const char* indent) {
+void RenderStack(std::ostream& out, const Style& st, const trace::Stack& s, const SourceLines& lines, bool verbose,
+                 const char* indent) {
   size_t shown = 0;
   for (const auto& f : s.python) {
     if (!verbose && shown == kPythonFramesShown) {
@@ -111,23 +111,24 @@ void RenderStack(std::ostream& out, const Style& st, const trace::Stack& s, bool
       out << indent << st.Dim("... " + std::to_string(s.native.size() - shown) + " more native frames") << "\n";
       break;
     }
-    out << indent << st.Dim(FormatNativeFrame(f)) << "\n";
+    out << indent << st.Dim(FormatNativeFrame(f, lines)) << "\n";
     ++shown;
   }
 }
 
-void RenderEvidence(std::ostream& out, const Style& st, const CulpritEvidence& e, bool verbose) {
+void RenderEvidence(std::ostream& out, const Style& st, const CulpritEvidence& e, const SourceLines& lines,
+                    bool verbose) {
   std::string who = e.rank >= 0 ? "rank " + std::to_string(e.rank) : "comm rank " + std::to_string(e.comm_rank);
   out << "   " << st.Yellow(who);
   if (!e.host.empty()) out << " (" << Printable(e.host) << ", pid " << e.pid << ")";
   out << ": " << Printable(WhereText(e)) << "\n";
   if (!e.current.Empty()) {
     out << "     now, " << Printable(ThreadLabel(e)) << ":\n";
-    RenderStack(out, st, e.current, verbose, "       ");
+    RenderStack(out, st, e.current, lines, verbose, "       ");
   }
   if (!e.callsite.Empty()) {
     out << "     " << Printable(e.callsite_op ? OpRefText(*e.callsite_op) : "") << " was called from:\n";
-    RenderStack(out, st, e.callsite, verbose, "       ");
+    RenderStack(out, st, e.callsite, lines, verbose, "       ");
   }
   if (e.stack_note != StackNote::kNone) out << "     " << st.Dim(Printable(StackNoteText(e))) << "\n";
 }
@@ -154,7 +155,7 @@ void RenderVerdict(std::ostream& out, const Style& st, const Report& report, con
     out << "   wait cycle: " << chain << "\n";
     for (const auto& step : v.cycle_steps) out << "     " << CycleStepText(step) << "\n";
   }
-  for (const auto& e : v.evidence) RenderEvidence(out, st, e, verbose);
+  for (const auto& e : v.evidence) RenderEvidence(out, st, e, report.source_lines, verbose);
   size_t named = v.culprit_ranks.size() + v.culprit_comm_ranks.size();
   if (named > v.evidence.size())
     out << "   " << st.Dim("(stacks shown for " + std::to_string(v.evidence.size()) + " of " +
@@ -205,7 +206,7 @@ void RenderFindings(std::ostream& out, const Style& st, const Report& report, bo
     out << "\n    every member waits for it at each of these collectives: look at what it does before them\n";
     if (!f.callsite.python.empty() || !f.callsite.native.empty()) {
       out << "    where it issues them" << (f.callsite_op.empty() ? "" : " (" + f.callsite_op + ")") << ":\n";
-      RenderStack(out, st, f.callsite, verbose, "      ");
+      RenderStack(out, st, f.callsite, report.source_lines, verbose, "      ");
     }
   }
 }
@@ -217,8 +218,8 @@ void RenderNotes(std::ostream& out, const Style& st, const Report& report) {
 // Frames as objects, Python first, innermost first: kind, function, file, line (0 unknown),
 // module, offset, ip, build_id and module_offset (native), library (Python: a library frame, not
 // the user's code). A native frame's file and line come from the debug info of exactly its
-// build, where it is here (symbolize_debug.h), else stay empty and 0.
-json StackFrames(const trace::Stack& s) {
+// build, where the symbolization pass found it (symbolize_debug.h), else stay empty and 0.
+json StackFrames(const trace::Stack& s, const SourceLines& lines) {
   json a = json::array();
   for (const auto& f : s.python)
     a.push_back({{rk::kKind, "python"}, {rk::kFunction, f.function}, {rk::kFile, f.file}, {rk::kLine, f.line},
@@ -229,7 +230,7 @@ json StackFrames(const trace::Stack& s) {
     return std::string(b);
   };
   for (const auto& f : s.native) {
-    const std::optional<SourceLine> source = SourceLineOf(f);
+    const SourceLine* source = lines.Of(f);
     const std::string function = !f.symbol.empty() || !source ? f.symbol : source->function;
     a.push_back({{rk::kKind, "native"}, {rk::kFunction, function}, {rk::kFile, source ? source->file : ""},
                  {rk::kLine, source ? source->line : 0}, {rk::kModule, f.module}, {rk::kOffset, f.offset},
@@ -463,9 +464,9 @@ json ReportToJson(const Report& report) {
       s[rk::kPid] = e.pid;
       s[rk::kFile] = e.file;
       s[rk::kCallsiteOp] = e.callsite_op ? OpRefText(*e.callsite_op) : "";
-      s[rk::kCallsite] = StackFrames(e.callsite);
+      s[rk::kCallsite] = StackFrames(e.callsite, report.source_lines);
       s[rk::kThread] = ThreadLabel(e);
-      s[rk::kCurrent] = StackFrames(e.current);
+      s[rk::kCurrent] = StackFrames(e.current, report.source_lines);
       if (e.stack_note != StackNote::kNone) s[rk::kNote] = StackNoteText(e);
       stacks[e.rank >= 0 ? std::to_string(e.rank) : "comm:" + std::to_string(e.comm_rank)] = std::move(s);
     }
@@ -520,7 +521,7 @@ json ReportToJson(const Report& report) {
                         {rk::kLatenessP90Ms, f.lateness_p90_ms},
                         {rk::kClockSpreadMs, f.clock_spread_ms},
                         {rk::kCallsiteOp, f.callsite_op},
-                        {rk::kCallsite, StackFrames(f.callsite)}});
+                        {rk::kCallsite, StackFrames(f.callsite, report.source_lines)}});
   return {{rk::kFormat, analysis::kReportFormatName},
           {rk::kVersion, analysis::kReportVersion},
           {rk::kVerdicts, std::move(verdicts)},

@@ -221,5 +221,32 @@ void SetDebugFileDirectory(const std::string& directory) {
   *g_debug_directory = directory;
 }
 
+namespace {
+void AddStack(const trace::Stack& s, SourceLines* lines) {
+  for (const auto& f : s.native) {
+    if (lines->Seen(f)) continue;
+    const std::optional<SourceLine> line = SourceLineOf(f);
+    lines->Set(f, line ? &*line : nullptr);
+  }
+}
+}  // namespace
+
+void SymbolizeReport(Report* report) {
+  for (const auto& v : report->verdicts)
+    for (const auto& e : v.evidence) {
+      AddStack(e.current, &report->source_lines);
+      AddStack(e.callsite, &report->source_lines);
+    }
+  for (const auto& f : report->findings) AddStack(f.callsite, &report->source_lines);
+}
+
+SourceLines SymbolizeDump(const Dump& dump) {
+  SourceLines lines;
+  if (!dump.detail) return lines;
+  for (const auto& t : dump.detail->threads) AddStack(t.stack, &lines);
+  for (const auto& c : dump.detail->callsites) AddStack(c.stack, &lines);
+  return lines;
+}
+
 }  // namespace analysis
 }  // namespace ncclwatch

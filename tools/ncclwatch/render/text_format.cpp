@@ -5,7 +5,6 @@
 #include <optional>
 
 #include "format/display.h"
-#include "render/symbolize_debug.h"
 
 namespace ncclwatch {
 namespace analysis {
@@ -59,8 +58,8 @@ std::string FormatPythonFrame(const trace::PythonFrame& f) {
   return Printable((f.function.empty() ? "?" : f.function) + " (" + f.file + ":" + std::to_string(f.line) + ")");
 }
 
-std::string FormatNativeFrame(const trace::NativeFrame& f) {
-  const std::optional<SourceLine> source = SourceLineOf(f);  // where this build's debug info is here
+std::string FormatNativeFrame(const trace::NativeFrame& f, const SourceLines& lines) {
+  const SourceLine* source = lines.Of(f);  // where this build's debug info was found
   const size_t slash = f.module.rfind('/');
   const std::string module = slash == std::string::npos ? f.module : f.module.substr(slash + 1);
   const auto hex = [](uint64_t v) {
@@ -81,11 +80,11 @@ std::string FormatNativeFrame(const trace::NativeFrame& f) {
   return Printable(s);
 }
 
-std::vector<std::string> FormatStack(const trace::Stack& s) {
+std::vector<std::string> FormatStack(const trace::Stack& s, const SourceLines& source_lines) {
   std::vector<std::string> lines;
   lines.reserve(s.python.size() + s.native.size());
   for (const auto& f : s.python) lines.push_back(FormatPythonFrame(f));
-  for (const auto& f : s.native) lines.push_back(FormatNativeFrame(f));
+  for (const auto& f : s.native) lines.push_back(FormatNativeFrame(f, source_lines));
   return lines;
 }
 

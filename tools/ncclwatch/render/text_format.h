@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "model/dump.h"
+#include "report/source_lines.h"
 
 namespace ncclwatch {
 namespace analysis {
@@ -23,10 +24,11 @@ std::string Printable(const std::string& s);
 std::string FormatPythonFrame(const trace::PythonFrame& f);
 // "ncclAllReduce+0x1c (libnccl.so.2)"; "libc.so.6+0x8a3c4" (its module offset) when the symbol is
 // unknown, the ip when the module is too; " at file:line" after it where this build's debug info
-// is here (symbolize_debug.h), which also names a frame that has no symbol.
-std::string FormatNativeFrame(const trace::NativeFrame& f);
+// was found by the symbolization pass (symbolize_debug.h), which also names a frame that has no
+// symbol.
+std::string FormatNativeFrame(const trace::NativeFrame& f, const SourceLines& lines);
 // A stack as lines, Python frames first (innermost first within each), as the report prints it.
-std::vector<std::string> FormatStack(const trace::Stack& s);
+std::vector<std::string> FormatStack(const trace::Stack& s, const SourceLines& lines);
 // "world (3f2a9c0d..)" or "3f2a9c0d1e2f3a4b" when the communicator has no name.
 std::string CommLabel(const std::string& id, const std::string& name);
 // "AllReduce #42" / "Send #3"

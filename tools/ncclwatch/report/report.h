@@ -11,6 +11,7 @@
 #include "model/dump_set.h"
 #include "model/dump.h"
 #include "model/wait_graph.h"
+#include "report/source_lines.h"
 #include "report/vocabulary.h"
 
 namespace ncclwatch {
@@ -147,6 +148,7 @@ struct Report {
   std::vector<Problem> problems;
   std::vector<Attempt> attempts;  // of the job in this directory (DumpSet::attempts)
   int attempt = 0;                // the one analyzed
+  SourceLines source_lines;  // of the native frames it prints: the symbolization pass's
   // Dumps much older than the newest of the attempt: they may describe an earlier state.
   struct StaleEvidence {
     int rank;

@@ -1,0 +1,44 @@
+// Source lines of the native frames a report (or a dump shown) will print: found by the
+// symbolization pass before rendering (render/symbolize_debug.h reads debug info), looked up
+// by the renderers, which never read a file themselves.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+
+#include "format/records.h"
+
+namespace ncclwatch {
+namespace analysis {
+
+struct SourceLine {
+  std::string file;      // as the debug info names it
+  int line = 0;
+  std::string function;  // from the debug info's symbol table, only when the frame has no symbol
+};
+
+class SourceLines {
+ public:
+  // Null where the pass found nothing (or never saw the frame).
+  const SourceLine* Of(const trace::NativeFrame& f) const {
+    auto it = lines_.find(Key(f));
+    return it == lines_.end() ? nullptr : &it->second;
+  }
+  bool Seen(const trace::NativeFrame& f) const { return seen_.count(Key(f)) > 0; }
+  void Set(const trace::NativeFrame& f, const SourceLine* line) {
+    seen_.emplace(Key(f), true);
+    if (line) lines_[Key(f)] = *line;
+  }
+  size_t size() const { return lines_.size(); }
+
+ private:
+  using FrameKey = std::tuple<std::string, std::string, uint64_t>;  // module, build id, offset
+  static FrameKey Key(const trace::NativeFrame& f) { return {f.module, f.build_id, f.module_offset}; }
+  std::map<FrameKey, SourceLine> lines_;
+  std::map<FrameKey, bool> seen_;
+};
+
+}  // namespace analysis
+}  // namespace ncclwatch
