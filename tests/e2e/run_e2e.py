@@ -24,9 +24,12 @@ from ncclwatch_testing import (Failure, catches, blocked_in_syscall, check, read
 
 B = None  # build directory
 CASES = {}
-# Cases that measure time (how soon a stall is seen, who is slow): ctest runs them alone.
+# Cases that measure time (how soon a stall is seen, who is slow), or whose order of dumps is a
+# race others' load can lose (abort then SIGABRT, seen with ctest -j4 on 2 busy cores: a peer
+# request answered between the two): ctest runs them alone.
 SERIAL = {"busy_rank_every_rank_dumps", "adaptive_deadline_within_15s", "stall_then_recovery", "slow_rank_named",
-          "healthy_jitter_names_nobody", "slow_rank_below_a_hang", "run_reports_a_healthy_stop"}
+          "healthy_jitter_names_nobody", "slow_rank_below_a_hang", "run_reports_a_healthy_stop",
+          "ending_framework_abort_then_sigabrt"}
 
 
 def case(fn):
