@@ -1,5 +1,5 @@
-// Helpers for the analyzer tests: temporary directories, small hand-made dumps built as the
-// trace format's typed records and written through its one writer, and running the command.
+// Helpers for the analyzer tests: small hand-made dumps built as the trace format's typed
+// records and written through its one writer, and running the command.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +12,7 @@
 #include "model/dump_set.h"
 #include "format/records.h"
 #include "ncclwatch/trace_format.h"
+#include "temp_dir.h"  // TempDir, shared with the other C++ tests
 
 namespace ncclwatch {
 namespace testing {
@@ -19,18 +20,6 @@ namespace testing {
 // Keys stay in insertion order, as the writer lays them out (summary before the ring).
 using json = nlohmann::ordered_json;
 using trace::Document;
-
-// A fresh directory under $TMPDIR, removed with its content on destruction.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  const std::string& path() const { return path_; }
-  std::string Write(const std::string& name, const std::string& content) const;  // returns path
-
- private:
-  std::string path_;
-};
 
 std::string ReadFile(const std::string& path);
 

@@ -16,25 +16,25 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from ncclwatch_testing import (Failure, catches, blocked_in_syscall, check, read_text, run_cases, temp_dir,  # noqa: E402
+                               wait_for, wait_for_ranks)
 
 B = None  # build directory
 CASES = {}
+# Cases that measure time (how soon a stall is seen, who is slow), or whose order of dumps is a
+# race others' load can lose (abort then SIGABRT, seen with ctest -j4 on 2 busy cores: a peer
+# request answered between the two): ctest runs them alone.
+SERIAL = {"busy_rank_every_rank_dumps", "adaptive_deadline_within_15s", "stall_then_recovery", "slow_rank_named",
+          "healthy_jitter_names_nobody", "slow_rank_below_a_hang", "run_reports_a_healthy_stop",
+          "ending_framework_abort_then_sigabrt"}
 
 
 def case(fn):
     CASES[fn.__name__] = fn
     return fn
-
-
-class Failure(Exception):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise Failure(what)
 
 
 class Job:
@@ -69,7 +69,9 @@ class Job:
 
 def job(n, args, env=None, timeout=30, preload=True, program="sim_workload", cwd=None, after_start=None,
         launcher_args=()):
-    tmp = tempfile.mkdtemp(prefix="ncclwatch-e2e-")
+    """Runs the job under simlaunch; after_start(launcher) runs while it does. Its output goes to
+    files (no pipe to fill while after_start waits)."""
+    tmp = temp_dir("ncclwatch-e2e-")
     e = dict(os.environ)
     e.pop("LD_PRELOAD", None)
     for k in list(e):
@@ -82,11 +84,18 @@ def job(n, args, env=None, timeout=30, preload=True, program="sim_workload", cwd
     e.update(env or {})
     cmd = [os.path.join(B, "bin", "simlaunch"), "-n", str(n), "--timeout", str(timeout)] + list(launcher_args) + \
           ["--", os.path.join(B, "bin", program)] + args
-    p = subprocess.Popen(cmd, env=e, cwd=cwd or tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if after_start:
-        after_start(p)
-    out, err = p.communicate(timeout=timeout + 60)
-    return Job(p.returncode, out, err, tmp)
+    out_path, err_path = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
+    with open(out_path, "w") as out, open(err_path, "w") as err:
+        p = subprocess.Popen(cmd, env=e, cwd=cwd or tmp, stdout=out, stderr=err)
+    try:
+        if after_start:
+            after_start(p)
+        p.wait(timeout=timeout + 60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return Job(p.returncode, read_text(out_path), read_text(err_path), tmp)
 
 
 def ring_entries(d):
@@ -118,19 +127,11 @@ def ring_entries(d):
     return out
 
 
-def rank_pids(launcher_pid):
-    """Pids of the launcher's children (the ranks)."""
-    pids = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                if int(fields[1]) == launcher_pid:
-                    pids.append(int(d))
-            except OSError:
-                pass
-    return pids
+def ranks_catching(p, n, *signals):
+    """The pids of the job's n ranks once each has ncclwatch's handlers for `signals` (installed
+    when its library starts): a signal sent then is ncclwatch's to handle."""
+    names = "/".join(signal.Signals(s).name for s in signals)
+    return wait_for_ranks(p, n, lambda pid: all(catches(pid, s) for s in signals), f"catching {names}")
 
 
 def stalled(d):
@@ -181,7 +182,7 @@ def non_nccl_process_untouched():
     lib = os.path.join(B, "lib", "libncclwatch.so")
     probe = ["python3", "-c", "import os,threading; print(len(os.listdir('/proc/self/task')), sorted(os.listdir('.')))"]
     for preload in (False, True):
-        cwd = tempfile.mkdtemp(prefix="ncclwatch-e2e-")
+        cwd = temp_dir("ncclwatch-e2e-")
         env = dict(os.environ, LD_PRELOAD=lib) if preload else dict(os.environ)
         r = subprocess.run(probe, env=env, cwd=cwd, capture_output=True, text=True)
         if not preload:
@@ -204,7 +205,7 @@ def version_only_starts_nothing():
             dirs.append(real)  # the real NCCL, where the toolkit is installed
             break
     for libdir in dirs:
-        cwd = tempfile.mkdtemp(prefix="ncclwatch-e2e-")
+        cwd = temp_dir("ncclwatch-e2e-")
         env = dict(os.environ, LD_PRELOAD=lib, LD_LIBRARY_PATH=libdir)
         r = subprocess.run([exe], env=env, cwd=cwd, capture_output=True, text=True)
         check(r.returncode == 0, f"{libdir}: ncclGetVersion works through the library: {r.stdout} {r.stderr}")
@@ -269,7 +270,7 @@ def shared_checks_by_rank(j):
 
 @case
 def relay_one_reader_per_host():
-    relay = tempfile.mkdtemp(prefix="ncclwatch-e2e-relay-")
+    relay = temp_dir("ncclwatch-e2e-relay-")
     hosts = {"simhost0": range(0, 4), "simhost1": range(4, 8)}
     # Idle for 3 s: one process per host reads the shared directory, the others the relay.
     j = job(8, ["--iters", "5", "--linger-ms", "3000"], launcher_args=["--hosts", "2"], timeout=30,
@@ -397,15 +398,14 @@ def second_signal_keeps_first_dump_and_status():
     # the ranks end as the first signal would have ended them.
     for gap_ms in (0, 5, 20, 0, 20):
         def poke(p, gap=gap_ms):
-            time.sleep(2.0)
-            pids = rank_pids(p.pid)
+            pids = ranks_catching(p, 3, signal.SIGINT, signal.SIGTERM)
             for sig, pause in ((signal.SIGINT, gap / 1000.0), (signal.SIGTERM, 0)):
                 for pid in pids:
                     try:
                         os.kill(pid, sig)
                     except ProcessLookupError:
                         pass  # already ended by the first signal: nothing left to race
-                time.sleep(pause)
+                time.sleep(pause)  # the gap between the two signals is what this case varies
         j = job(3, ["--iters", "20", "--busy-rank", "0", "--busy-at", "5", "--busy-ms", "-1"],
                 env={"NCCLWATCH_TIMEOUT": "600"}, timeout=30, after_start=poke)
         for r in range(3):
@@ -455,8 +455,7 @@ def fatal_signal_dumps_and_keeps_status():
 @case
 def on_demand_signal_dumps_and_continues():
     def poke(p):
-        time.sleep(1.0)
-        for pid in rank_pids(p.pid):
+        for pid in ranks_catching(p, 2, signal.SIGUSR2):
             os.kill(pid, signal.SIGUSR2)
     j = job(2, ["--iters", "10", "--busy-rank", "0", "--busy-at", "3", "--busy-ms", "2500"], timeout=20,
             after_start=poke)
@@ -568,7 +567,7 @@ def stall_then_recovery():
 @case
 def run_wrapper():
     nw = os.path.join(B, "bin", "ncclwatch")
-    tmp = tempfile.mkdtemp(prefix="ncclwatch-e2e-")
+    tmp = temp_dir("ncclwatch-e2e-")
     base = {k: v for k, v in os.environ.items() if not k.startswith("NCCLWATCH_") and k != "LD_PRELOAD"}
     # The exit status is the command's, whatever it is; LD_PRELOAD is prepended, not replaced.
     r = subprocess.run([nw, "run", "--", "sh", "-c", "echo \"$LD_PRELOAD|$NCCLWATCH_DIR\"; exit 3"],
@@ -617,7 +616,7 @@ def run_reports_a_healthy_stop():
     # printed at the end: "no hang" and the slow rank, never "no change since the report above"
     # with no report above.
     nw = os.path.join(B, "bin", "ncclwatch")
-    tmp = tempfile.mkdtemp(prefix="ncclwatch-e2e-")
+    tmp = temp_dir("ncclwatch-e2e-")
     base = {k: v for k, v in os.environ.items() if not k.startswith("NCCLWATCH_") and k != "LD_PRELOAD"}
     r = subprocess.run([nw, "run", "--dir", os.path.join(tmp, "d"), "--timeout", "600", "--",
                         os.path.join(B, "bin", "simlaunch"), "-n", "4", "--timeout", "5", "--",
@@ -629,7 +628,6 @@ def run_reports_a_healthy_stop():
     check("slow_rank  rank 3" in r.stdout, f"with the straggler:\n{r.stdout[-2000:]}")
     check("no change since" not in r.stderr, f"no 'no change' without a report above:\n{r.stderr[-2000:]}")
     check("process(es) watched" in r.stderr, f"one line on what was watched:\n{r.stderr[-1000:]}")
-    shutil.rmtree(tmp, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -785,8 +783,9 @@ def analyze_rank_dead():
 @case
 def analyze_no_hang():
     def poke(p):
-        time.sleep(1.0)
-        for pid in rank_pids(p.pid):
+        ranks_catching(p, 2, signal.SIGUSR2)
+        # Lingering: the main thread sleeps (clock_nanosleep; a collective waits on a futex).
+        for pid in wait_for_ranks(p, 2, lambda pid: blocked_in_syscall(pid, 230), "idle after their last iteration"):
             os.kill(pid, signal.SIGUSR2)
     # Dumps taken while every rank idles after its last iteration: nothing is stuck.
     j = job(2, ["--iters", "10", "--linger-ms", "2500"], timeout=20, after_start=poke)
@@ -886,7 +885,7 @@ def generated_dump_matches_library_dump():
     check({"stall", "peer_request"} <= reasons, f"library dumps for a stall and a peer request: {reasons}")
     generated = []
     for scenario in ("gpu_not_reached", "rank_missing"):
-        out = tempfile.mkdtemp(prefix="ncclwatch-gen-")
+        out = temp_dir("ncclwatch-gen-")
         r = subprocess.run([os.path.join(B, "bin", "ncclwatch-gen"), "--ranks", "4", "--ring", "64", "--scenario",
                             scenario, "--out", out], capture_output=True, text=True)
         check(r.returncode == 0, f"ncclwatch-gen {scenario}: {r.stderr}")
@@ -946,10 +945,10 @@ def ending_reused_directory():
     # Two attempts into one directory: a hang (rank 3 busy), then a healthy run stopped by
     # SIGTERM. The latest attempt is analyzed and said to be one of two; --attempt 1 gives the
     # hang of the first.
-    shared = tempfile.mkdtemp(prefix="ncclwatch-e2e-reused-")
+    shared = temp_dir("ncclwatch-e2e-reused-")
     env = {"NCCLWATCH_DIR": shared, "NCCLWATCH_TIMEOUT": "2"}
     job(4, ["--iters", "20", "--busy-rank", "3", "--busy-at", "5", "--busy-ms", "-1"], env=env, timeout=8)
-    time.sleep(1.5)  # the second attempt starts after the first ended, as a restart does
+    # The second attempt starts after the first ended (job() returns then), as a restart does.
     job(4, ["--iters", "1000000"], env=dict(env, NCCLWATCH_TIMEOUT="600"), timeout=4)
     rc, latest = analyze_dir(shared)
     check(len(latest["attempts"]) == 2 and latest["attempt"] == 2, f"two attempts, the latest analyzed: {latest['attempts']}")
@@ -960,17 +959,16 @@ def ending_reused_directory():
     v = first["verdicts"][0]
     check(rc == 1 and v["cause"] == "rank_missing" and v["culprit_ranks"] == [3],
           f"--attempt 1: rank_missing rank 3:\n{json.dumps(first['verdicts'], indent=1)[:2000]}")
-    shutil.rmtree(shared, ignore_errors=True)
 
 @case
 def live_dump_snapshot():
     # `ncclwatch dump DIR` against a running healthy job: every rank answers the request, the job
     # goes on, and the snapshot reads no_hang (exit 0).
-    shared = tempfile.mkdtemp(prefix="ncclwatch-e2e-live-")
+    shared = temp_dir("ncclwatch-e2e-live-")
     result = {}
 
     def snapshot(p):
-        time.sleep(2)
+        ranks_catching(p, 4, signal.SIGTERM)  # the library runs in every rank: it watches the directory
         r = subprocess.run([os.path.join(B, "bin", "ncclwatch"), "dump", shared, "--json", "--wait", "10"],
                            capture_output=True, text=True)
         result["rc"], result["out"], result["err"] = r.returncode, r.stdout, r.stderr
@@ -985,7 +983,6 @@ def live_dump_snapshot():
           f"the snapshot of a healthy job is no_hang (exit {result['rc']}):\n{result['out'][:1500]}")
     r = subprocess.run([os.path.join(B, "bin", "ncclwatch"), "dump", "/nonexistent-dir"], capture_output=True, text=True)
     check(r.returncode == 2 and r.stderr.count("\n") == 1, f"a missing directory: one line, exit 2: {r.stderr}")
-    shutil.rmtree(shared, ignore_errors=True)
 
 PROM_LINE = re.compile(r'^(ncclwatch_[a-z_]+)\{((?:[a-z_]+="[^"\\]*",?)*)\} (-?[0-9.e+]+)$')
 
@@ -1022,17 +1019,18 @@ def check_prometheus_text(text):
 def metrics_textfile():
     # NCCLWATCH_METRICS=DIR: each process keeps a Prometheus file there while it runs, and removes
     # it when it exits normally.
-    metrics = tempfile.mkdtemp(prefix="ncclwatch-e2e-metrics-")
+    metrics = temp_dir("ncclwatch-e2e-metrics-")
     seen = {}
 
+    def all_counted():
+        # Both files, each past the 300 all-reduces (the job lingers 7 s after them).
+        texts = {path: read_text(path) for path in glob.glob(os.path.join(metrics, "*.prom"))}
+        done = [max([float(v) for v in re.findall(r"^ncclwatch_collectives_completed_total\{.*\} (\S+)$", t, re.M)]
+                    or [0]) for t in texts.values()]
+        return len(texts) == 2 and all(d >= 300 for d in done) and texts
+
     def sample(p):
-        deadline = time.time() + 20
-        while time.time() < deadline and len(glob.glob(os.path.join(metrics, "*.prom"))) < 2:
-            time.sleep(0.2)
-        time.sleep(0.5)
-        for path in glob.glob(os.path.join(metrics, "*.prom")):
-            with open(path) as f:
-                seen[path] = f.read()
+        seen.update(wait_for(all_counted, "two metrics files counting 300 all-reduces"))
 
     j = job(2, ["--iters", "300", "--linger-ms", "7000"], env={"NCCLWATCH_METRICS": metrics}, timeout=30,
             after_start=sample)
@@ -1045,7 +1043,6 @@ def metrics_textfile():
         done = [v for n, l, v in samples if n == "ncclwatch_collectives_completed_total"]
         check(done and max(done) >= 300, f"{path}: completions counted: {done}")
     check(glob.glob(os.path.join(metrics, "*")) == [], f"files removed at exit: {os.listdir(metrics)}")
-    shutil.rmtree(metrics, ignore_errors=True)
 
 @case
 def one_line_per_rank_per_event():
@@ -1133,28 +1130,23 @@ def ending_graph_then_missing():
 
 def main():
     global B
+    assert SERIAL <= set(CASES), SERIAL - set(CASES)
     ap = argparse.ArgumentParser()
-    ap.add_argument("--build", required=True)
-    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--build")
+    ap.add_argument("--list", action="store_true", help="the case names, one a line (CMake reads them)")
+    ap.add_argument("--list-serial", action="store_true", help="the cases that must run alone")
     ap.add_argument("cases", nargs="*")
     a = ap.parse_args()
-    B = os.path.abspath(a.build)
-    if a.list:
-        print("\n".join(CASES))
+    if a.list or a.list_serial:
+        print("\n".join(c for c in CASES if a.list or c in SERIAL))
         return 0
-    failed = 0
-    for name in a.cases or list(CASES):
-        t = time.time()
-        try:
-            CASES[name]()
-            print(f"PASS {name} ({time.time() - t:.1f} s)")
-        except Failure as f:
-            failed += 1
-            print(f"FAIL {name}: {f}")
-        except Exception as e:  # a broken dump or a crash of the test itself is a failure too
-            failed += 1
-            print(f"FAIL {name}: {type(e).__name__}: {e}")
-    return 1 if failed else 0
+    if not a.build:
+        ap.error("--build is required")
+    B = os.path.abspath(a.build)
+    unknown = [c for c in a.cases if c not in CASES]
+    if unknown:
+        ap.error(f"unknown case(s): {' '.join(unknown)}")
+    return run_cases(CASES, a.cases)
 
 
 if __name__ == "__main__":

@@ -23,30 +23,12 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
-import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from ncclwatch_testing import SKIP, check, clean_env, run, run_cases, temp_dir  # noqa: E402
 
 A = None
-SKIP = 77
-
-
-class Failure(Exception):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise Failure(what)
-
-
-def run(cmd, **kw):
-    return subprocess.run(cmd, capture_output=True, text=True, **kw)
-
-
-def clean_env():
-    """The environment without ncclwatch's settings or a preload of the caller's."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("NCCLWATCH_") and k != "LD_PRELOAD"}
 
 
 def files_under(root):
@@ -84,7 +66,7 @@ def preloaded_by(ncclwatch):
 
 
 def installed_run():
-    prefix = tempfile.mkdtemp(prefix="ncclwatch-install-")
+    prefix = temp_dir("ncclwatch-install-")
     r = run([A.cmake, "--install", A.build, "--prefix", prefix])
     check(r.returncode == 0, f"cmake --install failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
 
@@ -108,7 +90,7 @@ def installed_run():
 
     # Other layouts of a prefix: GNUInstallDirs' multiarch lib dir, lib64.
     for libdir in ([f"lib/{A.multiarch}"] if A.multiarch else []) + ["lib64"]:
-        other = tempfile.mkdtemp(prefix="ncclwatch-layout-")
+        other = temp_dir("ncclwatch-layout-")
         os.makedirs(os.path.join(other, "bin"))
         os.makedirs(os.path.join(other, libdir))
         shutil.copy2(nw, os.path.join(other, "bin", "ncclwatch"))
@@ -118,7 +100,7 @@ def installed_run():
         shutil.rmtree(other)
 
     # A simulated job through the installed command.
-    tmp = tempfile.mkdtemp(prefix="ncclwatch-install-job-")
+    tmp = temp_dir("ncclwatch-install-job-")
     dumps, stderr = hang_job(nw, tmp)
     check("libunwind" not in stderr, f"no line about libunwind where it is there:\n{stderr[-3000:]}")
     # Native stacks in the dumps name frames of the installed library (its watchdog thread):
@@ -167,7 +149,7 @@ def without_libunwind():
     if probe is None or probe.returncode != 0:
         print(f"SKIP: cannot hide libunwind.so.8 (needs root and unshare): {probe.stderr.strip() if probe else ''}")
         return SKIP
-    tmp = tempfile.mkdtemp(prefix="ncclwatch-nounwind-")
+    tmp = temp_dir("ncclwatch-nounwind-")
     script = hide + ' && exec "$@"'
     dumps, stderr = hang_job(os.path.join(A.build, "bin", "ncclwatch"), tmp,
                              wrap=["unshare", "-m", "sh", "-c", script, "sh"])
@@ -182,7 +164,7 @@ def deb_package():
     if not shutil.which("dpkg-deb"):
         print("SKIP: dpkg-deb not found (not a Debian-based system): the package cannot be read")
         return SKIP
-    out = tempfile.mkdtemp(prefix="ncclwatch-deb-")
+    out = temp_dir("ncclwatch-deb-")
     r = run([A.cpack, "-G", "DEB", "--config", os.path.join(A.build, "CPackConfig.cmake"), "-B", out], cwd=out)
     check(r.returncode == 0, f"cpack failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
     debs = glob.glob(os.path.join(out, "*.deb"))
@@ -244,15 +226,7 @@ def main():
     p.add_argument("--static-runtime", action="store_true")
     p.add_argument("case", choices=sorted(CASES))
     A = p.parse_args()
-    try:
-        rc = CASES[A.case]()
-    except Failure as e:
-        print(f"FAIL {A.case}: {e}")
-        return 1
-    if rc == SKIP:
-        return SKIP
-    print(f"PASS {A.case}")
-    return 0
+    return run_cases(CASES, [A.case])
 
 
 if __name__ == "__main__":

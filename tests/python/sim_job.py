@@ -9,7 +9,11 @@ checkpoint" at step BUSY_STEP; the other ranks wait in an all-reduce.
 import concurrent.futures
 import ctypes
 import os
+import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from ncclwatch_testing import check as check_that, wait_for  # noqa: E402
 
 RANK, WORLD = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 BUSY_RANK, BUSY_STEP = int(os.environ.get("BUSY_RANK", "1")), int(os.environ.get("BUSY_STEP", "5"))
@@ -22,8 +26,7 @@ sync_api = ctypes.CDLL(None)  # waits release the GIL, as PyTorch does
 
 
 def check(r, what):
-    if r != 0:
-        raise SystemExit(f"{what} failed: {r}")
+    check_that(r == 0, f"{what} failed: {r}")
 
 
 def exchange_id():
@@ -35,8 +38,7 @@ def exchange_id():
             f.write(uid.raw)
         os.rename(path + ".tmp", path)
     else:
-        while not os.path.exists(path):
-            time.sleep(0.01)
+        wait_for(lambda: os.path.exists(path), f"rank 0's {path}")
         with open(path, "rb") as f:
             uid = ctypes.create_string_buffer(f.read(), 128)
     return uid
@@ -47,7 +49,7 @@ class UniqueId(ctypes.Structure):
 
 
 def save_checkpoint():
-    time.sleep(600)  # BUSY-LINE: where the busy rank is when everybody dumps
+    time.sleep(600)  # BUSY-LINE: where the busy rank is when everybody dumps (the behaviour under test)
 
 
 def train_step(comm, buf, count, stream):

@@ -12,18 +12,15 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from ncclwatch_testing import Checks, temp_dir  # noqa: E402
 
 build = os.path.abspath(sys.argv[1])
 here = os.path.dirname(os.path.abspath(__file__))
 script = os.path.join(here, "sim_job.py")
 lines = {tag: i for i, l in enumerate(open(script), 1) for tag in ("BUSY-LINE", "CALL-LINE") if tag in l}
-failures, passes = [], []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    (passes if cond else failures).append(what)
+check = Checks(verbose=True)
 
 
 def is_call_line(frames):
@@ -32,7 +29,7 @@ def is_call_line(frames):
 
 
 def run_job(name, extra_env):
-    tmp = tempfile.mkdtemp(prefix="ncclwatch-py-")
+    tmp = temp_dir("ncclwatch-py-")
     env = dict(os.environ, LD_PRELOAD=os.path.join(build, "lib", "libncclwatch.so"), NCCLWATCH_DIR=tmp,
                NCCLWATCH_TIMEOUT="3", NCCLWATCH_PEER_POLL_MS="200", BUSY_RANK="1", BUSY_STEP="5", **extra_env)
     p = subprocess.run([os.path.join(build, "bin", "simlaunch"), "-n", "2", "--timeout", "10", "--",
@@ -79,5 +76,4 @@ def run_job(name, extra_env):
 run_job("GIL held (PyDLL)", {"NCCL_API": "pydll"})
 run_job("GIL released (CDLL)", {"NCCL_API": "cdll"})
 run_job("GIL released in a thread pool", {"NCCL_API": "cdll", "POOL": "1"})
-print(f"{len(passes)} passed, {len(failures)} failed")
-sys.exit(1 if failures else 0)
+sys.exit(check.finish())

@@ -1,5 +1,4 @@
 // Tests of the simulated CUDA driver (libcuda.so.1 under tools/sim/cuda).
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 #include <dlfcn.h>
 

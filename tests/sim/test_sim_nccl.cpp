@@ -1,7 +1,6 @@
 // In-process tests of the simulated NCCL: reductions, fault syntax, exports, and every
 // collective / p2p / hang / abort behaviour on single-process cliques (ncclCommInitAll or one
 // thread per rank). The multi-process behaviour is tested through simlaunch (tests/sim/CMakeLists.txt, check_run.sh).
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 #include <dlfcn.h>
 #include <unistd.h>

@@ -19,10 +19,13 @@ import sys
 import threading
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from ncclwatch_testing import SKIP, Checks, wait_for  # noqa: E402
+
 if sys.version_info < (3, 9):
     print("Python %s has no PyFrame_GetCode/PyFrame_GetBack: Python stacks unsupported, test skipped"
           % sys.version.split()[0])
-    sys.exit(77)
+    sys.exit(SKIP)
 
 THIS_FILE = os.path.realpath(__file__)
 LIB = sys.argv[1]
@@ -36,13 +39,7 @@ for lib in (keep_gil, drop_gil):
     lib.nw_capture_cost_ns.restype = ctypes.c_double
     lib.nw_python_callsite_problem.argtypes = [ctypes.c_char_p, ctypes.c_int]
 
-failures = []
-
-
-def check(condition, message):
-    if not condition:
-        failures.append(message)
-        print("FAIL:", message, file=sys.stderr)
+check = Checks(out=sys.stderr)
 
 
 def line_of(tag):
@@ -184,12 +181,26 @@ def sleeper():
         time.sleep(0.05)  # LINE:sleep
 
 
+def parked_at(thread, function, tag, innermost):
+    """Whether the thread's Python stack is at `function`'s line `tag` (its innermost frame, or
+    any frame below a library one)."""
+    frame = sys._current_frames().get(thread.ident)
+    while frame is not None:
+        if frame.f_code.co_name == function and frame.f_lineno == line_of(tag):
+            return True
+        if innermost:
+            return False
+        frame = frame.f_back
+    return False
+
+
 def check_thread_stacks():
     parked = [threading.Thread(target=waiter, name="py-waiter", daemon=True),
               threading.Thread(target=sleeper, name="py-sleeper", daemon=True)]
     for thread in parked:
         thread.start()
-    time.sleep(0.2)
+    wait_for(lambda: parked_at(parked[0], "waiter", "event_wait", innermost=False)
+             and parked_at(parked[1], "sleeper", "sleep", innermost=True), "the parked threads at their lines")
 
     result = {}
 
@@ -311,7 +322,4 @@ check_thread_stacks()
 check_forked_child()
 check_gil_held_elsewhere()
 report_cost()
-if failures:
-    print("%d check(s) failed" % len(failures), file=sys.stderr)
-    sys.exit(1)
-print("all Python stack checks passed")
+sys.exit(check.finish())

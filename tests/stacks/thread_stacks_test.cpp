@@ -11,8 +11,12 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <mutex>
+#include <sstream>
+#include <string>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -38,6 +42,46 @@ pid_t Tid() { return static_cast<pid_t>(syscall(SYS_gettid)); }
 
 long long MillisecondsSince(Clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+}
+
+// A line of /proc/self/task/TID/status or, for "State", the state letter from .../stat.
+std::string ThreadStatus(pid_t tid, const std::string& field) {
+  const std::string dir = "/proc/self/task/" + std::to_string(tid);
+  if (field == "State") {
+    std::ifstream f(dir + "/stat");
+    const std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const size_t close = stat.rfind(')');
+    return close == std::string::npos || close + 2 >= stat.size() ? "" : stat.substr(close + 2, 1);
+  }
+  std::ifstream f(dir + "/status");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind(field + ":", 0) == 0) return line.substr(field.size() + 1);
+  return "";
+}
+
+// Waits until `ready()`; the deadline is only reached when something is broken (a loaded CI
+// machine can starve a thread for seconds).
+template <typename Ready>
+void WaitUntil(Ready ready, const char* what) {
+  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(30);
+  while (!ready()) {
+    INFO("waiting for: " << what);
+    REQUIRE(Clock::now() < deadline);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+// Thread `tid` sleeps in the kernel: parked in its wait.
+void WaitUntilSleeping(pid_t tid) {
+  WaitUntil([&] { return ThreadStatus(tid, "State") == "S"; }, "the thread to sleep in its wait");
+}
+
+// The stack signal is pending at thread `tid`: sent to it, not yet taken.
+bool StackSignalPending(pid_t tid) {
+  std::istringstream hex(ThreadStatus(tid, "SigPnd"));
+  unsigned long long mask = 0;
+  hex >> std::hex >> mask;
+  return (mask >> (StackSignal() - 1)) & 1;
 }
 
 void BlockStackSignal(int how) {
@@ -112,13 +156,14 @@ namespace {
 // A thread running `body` (which parks on the given Parking) until destroyed.
 class ParkedThread {
  public:
-  ParkedThread(const char* name, std::function<void(Parking*)> body)
+  // `sleeps`: the body parks in a wait, not a busy loop (which it enters once it has its tid).
+  ParkedThread(const char* name, std::function<void(Parking*)> body, bool sleeps = true)
       : thread_([this, name, body] {
           pthread_setname_np(pthread_self(), name);
           body(&parking_);
         }) {
-    while (parking_.tid.load() == 0) std::this_thread::yield();
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // let it reach its wait
+    WaitUntil([this] { return parking_.tid.load() != 0; }, "the parked thread to start");
+    if (sleeps) WaitUntilSleeping(parking_.tid.load());
   }
   ~ParkedThread() {
     parking_.Release();
@@ -174,7 +219,7 @@ TEST_CASE("every thread shows its own function in its stack") {
   EnsureStackSignal();
   ParkedThread condvar("park-condvar", ParkInCondvarWait);
   ParkedThread sleeper("park-sleep", ParkInSleep);
-  ParkedThread busy("park-busy", ParkInBusyLoop);
+  ParkedThread busy("park-busy", ParkInBusyLoop, /*sleeps=*/false);
 
   const struct {
     const ParkedThread& thread;
@@ -256,8 +301,8 @@ TEST_CASE("a thread that does not answer costs at most the timeout and its late 
   CHECK(Find(first, silent.tid()).note.find("no answer") != std::string::npos);
 
   silent.parking()->Release();
-  while (!unblocked.load() || second_park.tid.load() == 0) std::this_thread::yield();
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  WaitUntil([&] { return unblocked.load() && second_park.tid.load() != 0; }, "the second park");
+  WaitUntilSleeping(second_park.tid.load());
   const std::vector<ThreadStack> second = CaptureAllThreads(2000, false, 0);
   CHECK(StackContains(Find(second, silent.tid()).ips, "ParkInCondvarWait"));
   second_park.Release();
@@ -276,7 +321,7 @@ TEST_CASE("a thread sleeping in nanosleep finishes its sleep after being sampled
   for (int i = 0; i < 3; ++i) {
     const std::vector<ThreadStack> threads = CaptureAllThreads(1000, false, 0);
     CHECK(StackContains(Find(threads, sleeper.tid()).ips, "ParkInNanosleep"));
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // samples spread over the sleep
   }
   while (interruptions.load() < 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   CHECK(slept_ms.load() >= kSleepMs);
@@ -307,7 +352,8 @@ TEST_CASE("a child forked in the middle of a capture captures its own stacks") {
   });
   detail::SetCheckSignalMaskForTesting(false);  // the capture below waits its full second
   std::thread capturing([] { CaptureAllThreads(1000, false, 0); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // now it holds the lock and a slot
+  // Its signal is pending at the silent thread: the capture holds the lock and a slot now.
+  WaitUntil([&] { return StackSignalPending(silent.tid()); }, "the capture to signal the silent thread");
 
   const pid_t child = fork();
   REQUIRE(child >= 0);

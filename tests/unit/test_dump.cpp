@@ -1,15 +1,18 @@
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -17,16 +20,34 @@
 #include "dump/dump_writer.h"
 #include "format/dump_reader.h"
 #include "format/ring_columns.h"
+#include "temp_dir.h"
 
 using namespace ncclwatch;
+using testing::TempDir;
 using nlohmann::json;
 namespace k = trace::key;
 
 namespace {
 
-std::string TempDir() {
-  char tmpl[] = "/tmp/ncclwatch-test-XXXXXX";
-  return mkdtemp(tmpl);
+// Returns once the file system's clock has moved on: a request rewritten within the same tick
+// (same size, its inode reused) would look unchanged to PollRequest, which is not what these
+// tests are about.
+void WaitForNextFileTime() {
+  TempDir probe_dir;
+  const std::string probe = probe_dir.path() + "/probe";
+  { std::ofstream(probe) << "x"; }
+  auto stamp = [&] {
+    struct stat st {};
+    REQUIRE(utimensat(AT_FDCWD, probe.c_str(), nullptr, 0) == 0);
+    REQUIRE(stat(probe.c_str(), &st) == 0);
+    return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  };
+  const int64_t first = stamp();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (stamp() == first) {
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));  // a poll interval only
+  }
 }
 
 std::vector<std::string> List(const std::string& dir) {
@@ -206,7 +227,8 @@ TEST_CASE("dump file names follow the format's rule") {
 }
 
 TEST_CASE("dumps are never overwritten and never more than the bound") {
-  std::string dir = TempDir();
+  TempDir dir_tmp;
+  std::string dir = dir_tmp.path();
   DumpDirectory d(dir, dir + "-fallback", 3);
   std::string a = d.Write("rank00000-h-1-0-stall", "{\"a\":1}\n");
   std::string b = d.Write("rank00000-h-1-0-stall", "{\"b\":2}\n");
@@ -231,7 +253,8 @@ TEST_CASE("dumps are never overwritten and never more than the bound") {
 }
 
 TEST_CASE("with NCCLWATCH_MAX_DUMPS=1 the first dump stays and later ones are refused") {
-  std::string dir = TempDir();
+  TempDir dir_tmp;
+  std::string dir = dir_tmp.path();
   DumpDirectory d(dir, dir + "-fallback", 1);
   std::string a = d.Write("first", "{\"a\":1}\n");
   REQUIRE(!a.empty());
@@ -242,7 +265,8 @@ TEST_CASE("with NCCLWATCH_MAX_DUMPS=1 the first dump stays and later ones are re
 }
 
 TEST_CASE("an unwritable dump directory falls back, with one line") {
-  std::string fallback = TempDir() + "/fallback";
+  TempDir fallback_tmp;
+  std::string fallback = fallback_tmp.path() + "/fallback";
   DumpDirectory d("/proc/ncclwatch-cannot-write-here", fallback, 5);
   std::string p = d.Write("rank00001-h-1-0-abort", "{}");
   REQUIRE(!p.empty());
@@ -250,7 +274,8 @@ TEST_CASE("an unwritable dump directory falls back, with one line") {
 }
 
 TEST_CASE("the job-wide dump request is seen once per change") {
-  std::string dir = TempDir();
+  TempDir dir_tmp;
+  std::string dir = dir_tmp.path();
   DumpDirectory writer(dir, dir, 5), reader(dir, dir, 5);
   CHECK_FALSE(reader.PollRequest().has_value());
   PeerRequest r{"h-1-0", 2, "h", "stall", "", 0};
@@ -260,7 +285,7 @@ TEST_CASE("the job-wide dump request is seen once per change") {
   CHECK(got->request == "h-1-0");
   CHECK(got->origin_rank == 2);
   CHECK_FALSE(reader.PollRequest().has_value());
-  usleep(20000);
+  WaitForNextFileTime();
   REQUIRE(writer.WriteRequest({"h-1-1", 2, "h", "abort", "", 0}));
   got = reader.PollRequest();
   REQUIRE(got.has_value());
@@ -268,20 +293,21 @@ TEST_CASE("the job-wide dump request is seen once per change") {
 }
 
 TEST_CASE("a request left by an earlier attempt or another job is not served") {
-  std::string dir = TempDir();
+  TempDir dir_tmp;
+  std::string dir = dir_tmp.path();
   DumpDirectory writer(dir, dir, 5), reader(dir, dir, 5);
   const uint64_t start = 2000;
   REQUIRE(writer.WriteRequest({"old-1", 1, "h", "stall", "torchelastic:x:0", 1000}));  // before we started
   CHECK_FALSE(reader.PollRequest("torchelastic:x:0", start).has_value());
-  usleep(20000);
+  WaitForNextFileTime();
   REQUIRE(writer.WriteRequest({"other-1", 1, "h", "stall", "torchelastic:y:0", 3000}));  // another job
   CHECK_FALSE(reader.PollRequest("torchelastic:x:0", start).has_value());
-  usleep(20000);
+  WaitForNextFileTime();
   REQUIRE(writer.WriteRequest({"ours-1", 1, "h", "stall", "torchelastic:x:0", 3000}));
   auto got = reader.PollRequest("torchelastic:x:0", start);
   REQUIRE(got.has_value());
   CHECK(got->request == "ours-1");
-  usleep(20000);
+  WaitForNextFileTime();
   REQUIRE(writer.WriteRequest({"unknown-1", 1, "h", "stall", "", 0}));  // an older writer: served
   got = reader.PollRequest("torchelastic:x:0", start);
   REQUIRE(got.has_value());
@@ -289,8 +315,10 @@ TEST_CASE("a request left by an earlier attempt or another job is not served") {
 }
 
 TEST_CASE("a link planted under a temporary name is never followed") {
-  std::string dir = TempDir();
-  std::string victim = TempDir() + "/victim";
+  TempDir dir_tmp;
+  std::string dir = dir_tmp.path();
+  TempDir victim_tmp;
+  std::string victim = victim_tmp.path() + "/victim";
   { std::ofstream(victim) << "precious"; }
   std::string path = dir + "/rank00000-h-1-0-stall.json";
   std::string tmp = dir + "/.tmp-rank00000-h-1-0-stall.json-" + std::to_string(getpid());
@@ -309,7 +337,8 @@ TEST_CASE("a link planted under a temporary name is never followed") {
 TEST_CASE("the predictable /tmp fallback is refused when it is not this user's own directory") {
   std::string name = "ncclwatch-test-planted-" + std::to_string(getpid());
   std::string shared = "/tmp/" + name + "-" + std::to_string(getuid());
-  std::string elsewhere = TempDir();
+  TempDir elsewhere_tmp;
+  std::string elsewhere = elsewhere_tmp.path();
   REQUIRE(symlink(elsewhere.c_str(), shared.c_str()) == 0);
   char cwd[4096];
   REQUIRE(getcwd(cwd, sizeof cwd));
@@ -323,7 +352,8 @@ TEST_CASE("the predictable /tmp fallback is refused when it is not this user's o
 }
 
 TEST_CASE("dump directories are never writable by others, whatever the umask") {
-  std::string base = TempDir();
+  TempDir base_tmp;
+  std::string base = base_tmp.path();
   mode_t old = umask(0);
   DumpDirectory d(base + "/a/b", base + "/fallback", 5);
   std::string p = d.Write("rank00000-h-1-0-stall", "{}");
@@ -355,8 +385,10 @@ std::string CaptureStderr(Fn fn) {
 }  // namespace
 
 TEST_CASE("a full disk hands the dump to the fallback directory, with one line naming both") {
-  std::string dir = TempDir();
-  std::string fallback = TempDir() + "/fallback";
+  TempDir dir_tmp;
+  std::string dir = dir_tmp.path();
+  TempDir fallback_tmp;
+  std::string fallback = fallback_tmp.path() + "/fallback";
   DumpDirectory d(dir, fallback, 5);
   REQUIRE(!d.Write("before", "{}").empty());  // the directory was fine until now
   FailWritesForTest(dir + "/", ENOSPC);
@@ -378,7 +410,8 @@ TEST_CASE("a full disk hands the dump to the fallback directory, with one line n
 
 TEST_CASE("when every directory is full the dump is lost with a line, and the next dump tries again") {
   std::string token = "full-" + std::to_string(getpid());
-  std::string dir = TempDir() + "/" + token;
+  TempDir dir_tmp;
+  std::string dir = dir_tmp.path() + "/" + token;
   std::string fallback_name = "ncclwatch-test-" + token;  // ./ and /tmp/...-uid: both contain the token
   DumpDirectory d(dir, fallback_name, 5);
   FailWritesForTest(token, EDQUOT);
@@ -396,9 +429,11 @@ TEST_CASE("when every directory is full the dump is lost with a line, and the ne
 }
 
 TEST_CASE("a regular file as the dump directory is reported as not a directory") {
-  std::string file = TempDir() + "/plain-file";
+  TempDir file_tmp;
+  std::string file = file_tmp.path() + "/plain-file";
   { std::ofstream(file) << "x"; }
-  std::string fallback = TempDir() + "/fallback";
+  TempDir fallback_tmp;
+  std::string fallback = fallback_tmp.path() + "/fallback";
   DumpDirectory d(file, fallback, 5);
   std::string p;
   std::string err = CaptureStderr([&] { p = d.Write("rank00000-h-1-0-stall", "{}"); });

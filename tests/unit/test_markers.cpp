@@ -7,44 +7,19 @@
 #include <thread>
 #include <vector>
 
+#include "fake_cuda_driver.h"
 #include "gpu/markers.h"
 
 using namespace ncclwatch;
 
 namespace {
 
-std::atomic<intptr_t> g_next_event{1};
-std::atomic<int> g_created{0};
-std::atomic<int> g_fail_creates{0};  // the next N cuEventCreate calls fail
+using testing::FakeCuda;
 
-CUresult Ctx(CUcontext* c) { return *c = reinterpret_cast<CUcontext>(0x10), CUDA_SUCCESS; }
-CUresult StreamCtx(CUstream, CUcontext* c) { return Ctx(c); }
-CUresult PushCtx(CUcontext) { return CUDA_SUCCESS; }
-CUresult PopCtx(CUcontext*) { return CUDA_SUCCESS; }
-CUresult NotCapturing(CUstream, CUstreamCaptureStatus* s) { return *s = CU_STREAM_CAPTURE_STATUS_NONE, CUDA_SUCCESS; }
-CUresult Create(CUevent* e, unsigned) {
-  int fail = g_fail_creates.load();
-  while (fail > 0 && !g_fail_creates.compare_exchange_weak(fail, fail - 1)) {
-  }
-  if (fail > 0) return CUDA_ERROR_OUT_OF_MEMORY;
-  *e = reinterpret_cast<CUevent>(g_next_event.fetch_add(1));
-  g_created.fetch_add(1);
-  return CUDA_SUCCESS;
-}
-CUresult Record(CUevent, CUstream) { return CUDA_SUCCESS; }
-CUresult Destroy(CUevent) { return CUDA_SUCCESS; }
-
+// A fresh fake GPU for each test.
 CudaDriver FakeDriver() {
-  CudaDriver d;
-  d.CtxGetCurrent = &Ctx;
-  d.CtxPushCurrent = &PushCtx;
-  d.CtxPopCurrent = &PopCtx;
-  d.StreamGetCtx = &StreamCtx;
-  d.StreamIsCapturing = &NotCapturing;
-  d.EventCreate = &Create;
-  d.EventRecord = &Record;
-  d.EventDestroy = &Destroy;
-  return d;
+  FakeCuda::Reset();
+  return FakeCuda::Driver();
 }
 
 const CUstream kStream = reinterpret_cast<CUstream>(0x1234);
@@ -59,7 +34,6 @@ Marker* Take(GpuMarkers& markers) {
 }  // namespace
 
 TEST_CASE("a marker given back is the next one taken, with its events") {
-  g_created = 0;
   CudaDriver driver = FakeDriver();
   GpuMarkers markers(&driver, false);
   Marker* first = Take(markers);
@@ -72,7 +46,7 @@ TEST_CASE("a marker given back is the next one taken, with its events") {
   // LIFO: the last one given back (still in cache) comes first; no event is created again.
   CHECK(Take(markers) == second);
   CHECK(Take(markers) == first);
-  CHECK(g_created == 4);
+  CHECK(FakeCuda::Created() == 4);
   CHECK(markers.MarkersCreated() == 2);
 }
 
@@ -109,10 +83,9 @@ TEST_CASE("beyond the per-context bound operations go unmonitored until a marker
 }
 
 TEST_CASE("a marker whose events could not be created is retried, not lost") {
-  g_created = 0;
   CudaDriver driver = FakeDriver();
   GpuMarkers markers(&driver, false);
-  g_fail_creates = 1;
+  FakeCuda::FailNextCreates(1);
   Marker* m = nullptr;
   CHECK(markers.Begin(kStream, &m) == MarkResult::Unmonitored);
   Marker* retried = Take(markers);

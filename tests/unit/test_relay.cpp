@@ -9,15 +9,12 @@
 
 #include "dump/dump_files.h"
 #include "dump/request_relay.h"
+#include "temp_dir.h"
 
 using namespace ncclwatch;
+using testing::TempDir;
 
 namespace {
-
-std::string TempDir() {
-  char tmpl[] = "/tmp/ncclwatch-relay-test-XXXXXX";
-  return mkdtemp(tmpl);
-}
 
 // One rank: its view of the shared dump directory and its relay.
 struct Rank {
@@ -31,7 +28,8 @@ struct Rank {
 }  // namespace
 
 TEST_CASE("relay: one watcher per host reads the shared directory, the others read the relay") {
-  std::string shared = TempDir(), relay_dir = TempDir();
+  TempDir shared_tmp, relay_tmp;
+  std::string shared = shared_tmp.path(), relay_dir = relay_tmp.path();
   Rank a(shared, relay_dir, "hostA"), b(shared, relay_dir, "hostA"), c(shared, relay_dir, "hostA");
   Rank other_host(shared, relay_dir, "hostB");
   for (Rank* r : {&a, &b, &c, &other_host}) CHECK_FALSE(r->Poll().has_value());
@@ -62,7 +60,8 @@ TEST_CASE("relay: one watcher per host reads the shared directory, the others re
 }
 
 TEST_CASE("relay: when the watcher leaves, another rank of the host takes over") {
-  std::string shared = TempDir(), relay_dir = TempDir();
+  TempDir shared_tmp, relay_tmp;
+  std::string shared = shared_tmp.path(), relay_dir = relay_tmp.path();
   auto a = std::make_unique<Rank>(shared, relay_dir, "h");
   Rank b(shared, relay_dir, "h");
   a->Poll();
@@ -80,7 +79,8 @@ TEST_CASE("relay: when the watcher leaves, another rank of the host takes over")
 }
 
 TEST_CASE("relay: an unusable relay directory costs one line and each rank reads the shared directory") {
-  std::string shared = TempDir();
+  TempDir shared_tmp;
+  std::string shared = shared_tmp.path();
   Rank a(shared, "/proc/ncclwatch-no-such-dir", "h"), b(shared, "/proc/ncclwatch-no-such-dir", "h");
   Rank off(shared, "none", "h");
   DumpDirectory writer(shared, shared, 5);
@@ -96,7 +96,8 @@ TEST_CASE("relay: an unusable relay directory costs one line and each rank reads
 
 TEST_CASE("relay: another user's file under the relay's name is never used") {
   if (getuid() != 0) return;  // needs to create a file owned by someone else
-  std::string shared = TempDir(), relay_dir = TempDir();
+  TempDir shared_tmp, relay_tmp;
+  std::string shared = shared_tmp.path(), relay_dir = relay_tmp.path();
   DumpDirectory probe(shared, shared, 5);
   char cwd[4096];
   REQUIRE(getcwd(cwd, sizeof cwd));
@@ -113,7 +114,8 @@ TEST_CASE("relay: another user's file under the relay's name is never used") {
 }
 
 TEST_CASE("relay: the watcher leaves nothing behind in the node-local directory at a normal exit") {
-  std::string shared = TempDir(), relay_dir = TempDir();
+  TempDir shared_tmp, relay_tmp;
+  std::string shared = shared_tmp.path(), relay_dir = relay_tmp.path();
   Rank a(shared, relay_dir, "h");
   DumpDirectory writer(shared, shared, 5);
   REQUIRE(writer.WriteRequest({"h-5-0", 1, "h", "stall", "", 0}));

@@ -2,83 +2,23 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
-#include <map>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/clock.h"
+#include "fake_cuda_driver.h"
 #include "watchdog/watchdog.h"
 
 using namespace ncclwatch;
 
 namespace {
 
-struct FakeGpu {
-  std::map<CUevent, bool> reached;  // recorded events: reached yet?
-  intptr_t next = 1;
-  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-  CUstreamCaptureMode last_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
-  int created = 0;
-} g_gpu;
-std::mutex g_gpu_mu;  // the event calls come from the watchdog's thread too when it runs
-
-CUresult Ok0(unsigned) { return CUDA_SUCCESS; }
-CUresult GetCtx(CUstream, CUcontext* c) { return *c = reinterpret_cast<CUcontext>(0x10), CUDA_SUCCESS; }
-CUresult CurCtx(CUcontext* c) { return *c = reinterpret_cast<CUcontext>(0x10), CUDA_SUCCESS; }
-CUresult Push(CUcontext) { return CUDA_SUCCESS; }
-CUresult Pop(CUcontext*) { return CUDA_SUCCESS; }
-CUresult IsCapturing(CUstream, CUstreamCaptureStatus* s) { return *s = g_gpu.capture, CUDA_SUCCESS; }
-CUresult Exchange(CUstreamCaptureMode* m) {
-  std::swap(g_gpu.last_mode, *m);
-  return CUDA_SUCCESS;
-}
-CUresult Create(CUevent* e, unsigned) {
-  std::lock_guard<std::mutex> lock(g_gpu_mu);
-  *e = reinterpret_cast<CUevent>(g_gpu.next++);
-  g_gpu.created++;
-  return CUDA_SUCCESS;
-}
-CUresult Record(CUevent e, CUstream) {
-  std::lock_guard<std::mutex> lock(g_gpu_mu);
-  return g_gpu.reached[e] = false, CUDA_SUCCESS;
-}
-CUresult Query(CUevent e) {
-  std::lock_guard<std::mutex> lock(g_gpu_mu);
-  return g_gpu.reached[e] ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
-}
-void Reach(CUevent e) {
-  std::lock_guard<std::mutex> lock(g_gpu_mu);
-  g_gpu.reached[e] = true;
-}
-CUresult Elapsed(float* ms, CUevent, CUevent) { return *ms = 1.5f, CUDA_SUCCESS; }
-CUresult Destroy(CUevent) { return CUDA_SUCCESS; }
-CUresult Version(int* v) { return *v = 12080, CUDA_SUCCESS; }
-CUresult ErrStr(CUresult, const char** s) { return *s = "fake", CUDA_SUCCESS; }
-
-CudaDriver FakeDriver() {
-  CudaDriver d;
-  d.Init = &Ok0;
-  d.DriverGetVersion = &Version;
-  d.CtxGetCurrent = &CurCtx;
-  d.CtxPushCurrent = &Push;
-  d.CtxPopCurrent = &Pop;
-  d.StreamGetCtx = &GetCtx;
-  d.StreamIsCapturing = &IsCapturing;
-  d.ThreadExchangeStreamCaptureMode = &Exchange;
-  d.EventCreate = &Create;
-  d.EventRecord = &Record;
-  d.EventQuery = &Query;
-  d.EventElapsedTime = &Elapsed;
-  d.EventDestroy = &Destroy;
-  d.GetErrorString = &ErrStr;
-  return d;
-}
+using testing::FakeCuda;
 
 struct Bench {
   Config config;
-  CudaDriver driver = FakeDriver();
+  CudaDriver driver = FakeCuda::Driver();
   FlightRing ring{64};
   ThreadRegistry threads;
   GpuMarkers markers{&driver, false};
@@ -88,7 +28,7 @@ struct Bench {
   std::unique_ptr<Watchdog> wd;
 
   Bench() {
-    g_gpu = FakeGpu{};
+    FakeCuda::Reset();
     config.timeout.default_s = 5;
     config.adaptive = 20;
     config.adaptive_floor_s = 1;
@@ -138,12 +78,12 @@ TEST_CASE("states move forward as the GPU reaches and completes the operation") 
   Marker* m = b.Launch(1, 100 * S);
   b.wd->PollOnce(101 * S);
   CHECK(b.StateOf(0) == trace::OpState::Enqueued);
-  g_gpu.reached[m->start] = true;
+  FakeCuda::Reach(m->start);
   b.wd->PollOnce(102 * S);
   CHECK(b.StateOf(0) == trace::OpState::GpuReached);
   CHECK(b.comm.last_gpu_reached == 1);
   CHECK(b.comm.last_completed == 0);
-  g_gpu.reached[m->end] = true;
+  FakeCuda::Reach(m->end);
   b.wd->PollOnce(103 * S);
   CHECK(b.StateOf(0) == trace::OpState::Completed);
   CHECK(b.comm.last_completed == 1);
@@ -154,7 +94,7 @@ TEST_CASE("states move forward as the GPU reaches and completes the operation") 
 TEST_CASE("a stall is reported once, with where the operation is, and its recovery follows") {
   Bench b;
   Marker* m = b.Launch(1, 100 * S);
-  g_gpu.reached[m->start] = true;
+  FakeCuda::Reach(m->start);
   b.wd->PollOnce(104 * S);
   CHECK(b.stalls.empty());
   b.wd->PollOnce(106 * S);  // 6 s > 5 s default deadline
@@ -167,7 +107,7 @@ TEST_CASE("a stall is reported once, with where the operation is, and its recove
   REQUIRE(inflight.size() == 1);
   CHECK(inflight[0].stalled);
   CHECK(inflight[0].age_s == Approx(7.0).margin(0.1));
-  g_gpu.reached[m->end] = true;
+  FakeCuda::Reach(m->end);
   b.wd->PollOnce(110 * S);
   REQUIRE(b.recoveries.size() == 1);
   CHECK(b.recoveries[0].recovered_after_s == Approx(10.0));
@@ -215,12 +155,12 @@ TEST_CASE("an operation whose ring record was overwritten before the watchdog to
   CHECK(inflight[0].op.comm_id == 77);
   CHECK(inflight[0].op.comm_size == 4);
   CHECK(inflight[0].op.bytes == 1u << 20);
-  g_gpu.reached[m->start] = true;
+  FakeCuda::Reach(m->start);
   b.wd->PollOnce(106 * S);
   REQUIRE(b.stalls.size() == 1);
   CHECK(b.stalls[0].find("AllGather seq 1 on comm") != std::string::npos);
   CHECK(b.stalls[0].find("reached by the GPU but not completed") != std::string::npos);
-  g_gpu.reached[m->end] = true;
+  FakeCuda::Reach(m->end);
   b.wd->PollOnce(107 * S);
   CHECK(b.wd->Inflight(100).empty());
   CHECK(b.comm.last_completed == 1);
@@ -231,7 +171,8 @@ TEST_CASE("an operation's clock starts when the one before it on the stream comp
   Marker* m1 = b.Launch(1, 100 * S);
   b.Launch(2, 100 * S);  // queued behind seq 1 on the same stream
   b.wd->PollOnce(104 * S);
-  g_gpu.reached[m1->start] = g_gpu.reached[m1->end] = true;
+  FakeCuda::Reach(m1->start);
+  FakeCuda::Reach(m1->end);
   b.wd->PollOnce(104 * S);
   b.wd->PollOnce(108 * S);  // seq 2 is 8 s old but current for 4 s only
   CHECK(b.stalls.empty());
@@ -242,7 +183,8 @@ TEST_CASE("an operation's clock starts when the one before it on the stream comp
 TEST_CASE("history tightens the deadline to the adaptive one") {
   Bench b;
   Marker* m = b.Launch(1, 100 * S);
-  g_gpu.reached[m->start] = g_gpu.reached[m->end] = true;
+  FakeCuda::Reach(m->start);
+  FakeCuda::Reach(m->end);
   b.wd->PollOnce(100 * S + S / 10);  // healthy in 0.1 s
   b.Launch(2, 101 * S);
   b.wd->PollOnce(103 * S + S / 10);  // 2.1 s > max(floor 1 s, 20 x 0.1 s)
@@ -251,23 +193,24 @@ TEST_CASE("history tightens the deadline to the adaptive one") {
 
 TEST_CASE("captured operations get no marker, and the watchdog's queries never invalidate a capture") {
   Bench b;
-  g_gpu.capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  FakeCuda::SetCapture(CU_STREAM_CAPTURE_STATUS_ACTIVE);
   Marker* m = nullptr;
   CHECK(b.markers.Begin(reinterpret_cast<CUstream>(0x5), &m) == MarkResult::Captured);
   CHECK(m == nullptr);
-  CHECK(g_gpu.created == 0);
+  CHECK(FakeCuda::Created() == 0);
   b.markers.PrepareThread();
-  CHECK(g_gpu.last_mode == CU_STREAM_CAPTURE_MODE_RELAXED);
+  CHECK(FakeCuda::LastCaptureMode() == CU_STREAM_CAPTURE_MODE_RELAXED);
 }
 
 TEST_CASE("markers come back to the pool: no new events in steady state") {
   Bench b;
   for (uint64_t i = 1; i <= 50; ++i) {
     Marker* m = b.Launch(i, (100 + i) * S);
-    g_gpu.reached[m->start] = g_gpu.reached[m->end] = true;
+    FakeCuda::Reach(m->start);
+    FakeCuda::Reach(m->end);
     b.wd->PollOnce((100 + i) * S + 1);
   }
-  CHECK(g_gpu.created == 2);  // one start/end pair, reused
+  CHECK(FakeCuda::Created() == 2);  // one start/end pair, reused
 }
 
 TEST_CASE("a thread blocked inside an NCCL call past the deadline is a stall too") {
@@ -315,7 +258,8 @@ TEST_CASE("an operation recorded after the poll read its clock is not late") {
   Marker* m = b.Launch(1, 100 * S);
   b.wd->PollOnce(100 * S - 1000);  // the poll's clock was read just before the launch
   CHECK(b.stalls.empty());
-  g_gpu.reached[m->start] = g_gpu.reached[m->end] = true;
+  FakeCuda::Reach(m->start);
+  FakeCuda::Reach(m->end);
   b.wd->PollOnce(100 * S - 500);
   CHECK(b.recoveries.empty());
   // ...and the healthy duration recorded for it is 0, not huge: history still tightens deadlines.
@@ -352,17 +296,18 @@ TEST_CASE("at a steady high operation rate the watchdog keeps up without the app
     while (seq < 8 * Watchdog::kWakeBacklog && std::chrono::steady_clock::now() < give_up) {
       for (int i = 0; i < 40; ++i) {
         Marker* m = b.Launch(++seq, MonoNs());
-        Reach(m->start);
-        Reach(m->end);
+        FakeCuda::Reach(m->start);
+        FakeCuda::Reach(m->end);
       }
+      // The behaviour under test: a steady rate, 40 operations a millisecond at most.
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     b.wd->Stop(2000);
     REQUIRE(!b.wd->running());
-    INFO(seq << " operations, " << g_gpu.created / 2 << " markers created");
+    INFO(seq << " operations, " << FakeCuda::Created() / 2 << " markers created");
     REQUIRE(seq >= 8 * Watchdog::kWakeBacklog);
     // Markers came back for reuse: far fewer than the operations.
-    CHECK(static_cast<uint64_t>(g_gpu.created / 2) < seq / 4);
+    CHECK(static_cast<uint64_t>(FakeCuda::Created() / 2) < seq / 4);
     best_wakes = std::min<uint64_t>(best_wakes, b.wd->submit_wakes());
   }
   // The first burst may need one wake-up before the pace is known; after that, none.
