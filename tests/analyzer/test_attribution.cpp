@@ -242,3 +242,23 @@ TEST_CASE("attribution: every cause has its advice and its docs", "[attribution]
   }
   CHECK(advice.size() == static_cast<size_t>(Cause::Count));  // no cause borrows another's words
 }
+
+namespace {
+template <typename E, typename NameFn, typename ParseFn>
+void CheckNamesParseBack(NameFn name, ParseFn parse) {
+  for (size_t i = 0; i < static_cast<size_t>(E::Count); ++i) {
+    E v = E::Count;
+    INFO(name(static_cast<E>(i)));
+    REQUIRE(parse(name(static_cast<E>(i)), &v));
+    CHECK(static_cast<size_t>(v) == i);
+  }
+  E v = E::Count;
+  CHECK_FALSE(parse("no such name", &v));
+}
+}  // namespace
+
+TEST_CASE("report vocabulary: every name parses back to its value", "[attribution]") {
+  CheckNamesParseBack<Cause>(analysis::CauseName, analysis::ParseCause);
+  CheckNamesParseBack<analysis::CulpritState>(analysis::CulpritStateName, analysis::ParseCulpritState);
+  CheckNamesParseBack<analysis::CommPosition>(analysis::CommPositionName, analysis::ParseCommPosition);
+}

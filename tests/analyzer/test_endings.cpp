@@ -54,6 +54,30 @@ TEST_CASE("the framework aborts first: the abort is the evidence, not the SIGABR
   CHECK(v.waiting_ranks == Ranks({1, 2, 3}));
 }
 
+TEST_CASE("an answer to a peer's request between the abort and the SIGABRT leaves the abort the evidence", "[endings]") {
+  // On a busy machine a waiting rank can answer another rank's request after its own abort dump
+  // and before its abort(): abort, peer_request, fatal_signal. The teardown began at the abort.
+  TempDir dir;
+  Document busy = Dump(0, 4, {Comm(kWorld, 4, 0, 7, 7, 7)}, {}, Name(R::PeerRequest));
+  busy.summary.trigger->reason = Name(R::Abort);
+  std::vector<Document> dumps = {busy};
+  for (int r = 1; r < 4; ++r) {
+    Document abort = Dump(r, 4, {Comm(kWorld, 4, r, 8, 8, 7)}, {Op(kWorld, 8, "AllGather", "gpu_reached", 4.2)},
+                          Name(R::Abort));
+    Document answer = Then(abort, R::PeerRequest);
+    dumps.push_back(abort);
+    dumps.push_back(answer);
+    dumps.push_back(Then(answer, R::FatalSignal));
+  }
+  auto report = Analyze(dir, dumps);
+  INFO(analysis::ReportToJson(report).dump());
+  REQUIRE(report.verdicts.size() == 1);
+  const auto& v = report.verdicts[0];
+  CHECK(v.cause == Cause::RankMissing);
+  CHECK(v.culprit_ranks == Ranks({0}));
+  CHECK(v.waiting_ranks == Ranks({1, 2, 3}));
+}
+
 TEST_CASE("a crash with no abort before it is still rank_dead", "[endings]") {
   TempDir dir;
   std::vector<Document> dumps = {Dump(0, 2, {Comm(kWorld, 2, 0, 5, 5, 4)}, {}, Name(R::FatalSignal)),

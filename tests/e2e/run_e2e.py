@@ -24,12 +24,10 @@ from ncclwatch_testing import (Failure, catches, blocked_in_syscall, check, read
 
 B = None  # build directory
 CASES = {}
-# Cases that measure time (how soon a stall is seen, who is slow), or whose order of dumps is a
-# race others' load can lose (abort then SIGABRT, seen with ctest -j4 on 2 busy cores: a peer
-# request answered between the two): ctest runs them alone.
+# Cases that measure time (how soon a stall is seen, who is slow, how long a stop takes): ctest
+# runs them alone.
 SERIAL = {"busy_rank_every_rank_dumps", "adaptive_deadline_within_15s", "stall_then_recovery", "slow_rank_named",
-          "healthy_jitter_names_nobody", "slow_rank_below_a_hang", "run_reports_a_healthy_stop",
-          "ending_framework_abort_then_sigabrt"}
+          "healthy_jitter_names_nobody", "slow_rank_below_a_hang", "run_reports_a_healthy_stop"}
 
 
 def case(fn):
@@ -1113,8 +1111,11 @@ def ending_framework_abort_then_sigabrt():
     # a fatal_signal dump after the abort dump). The busy rank is still the culprit.
     j = job(4, ["--iters", "20", "--busy-rank", "0", "--busy-at", "5", "--busy-ms", "-1", "--abort-after-ms", "2000",
                 "--abort-signal"], env={"NCCLWATCH_TIMEOUT": "600"}, timeout=10)
+    # Under load a rank may answer another's request between the two (a peer_request): the abort
+    # still leads and stays the evidence.
     for r in (1, 2, 3):
-        check(j.reasons(r)[:2] == ["abort", "fatal_signal"], f"rank {r}: abort then SIGABRT: {j.reasons(r)}")
+        own = [x for x in j.reasons(r) if x != "peer_request"]
+        check(own[:2] == ["abort", "fatal_signal"], f"rank {r}: abort then SIGABRT: {j.reasons(r)}")
     v = first_verdict(j, "rank_missing", [0], seq=6)
 
 @case

@@ -238,11 +238,6 @@ TEST_CASE("every vocabulary name parses back to its value") {
     REQUIRE(ParseCommState(CommStateName(static_cast<CommState>(i)), &v));
     CHECK(static_cast<size_t>(v) == i);
   }
-  for (size_t i = 0; i < static_cast<size_t>(Cause::Count); ++i) {
-    Cause v = Cause::Count;
-    REQUIRE(ParseCause(CauseName(static_cast<Cause>(i)), &v));
-    CHECK(static_cast<size_t>(v) == i);
-  }
   for (size_t i = 0; i < static_cast<size_t>(OpKind::Count); ++i) {
     OpKind v = OpKind::Count;
     REQUIRE(ParseOpKind(OpKindName(static_cast<OpKind>(i)), &v));

@@ -260,7 +260,12 @@ void DumpSet::Select(std::vector<Dump> usable, int attempt) {
       }
     size_t evidence = end - 1;
     while (evidence > begin && duplicate[evidence - begin]) --evidence;
-    while (evidence > begin && FollowsTeardown(usable[evidence])) --evidence;
+    // Back over a teardown's later dumps, and over answers to other ranks' requests written
+    // while it went on (a busy machine can take one between an abort and the SIGABRT after it).
+    if (FollowsTeardown(usable[evidence]))
+      while (evidence > begin &&
+             (FollowsTeardown(usable[evidence]) || IsReason(usable[evidence], trace::DumpReason::PeerRequest)))
+        --evidence;
     if (!StartsTeardown(usable[evidence])) evidence = end - 1;
     std::vector<std::string> then;
     for (size_t i = evidence + 1; i < end; ++i) then.push_back(usable[i].summary.reason);
