@@ -7,25 +7,47 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
+quick=false
+[ "${1:-}" = "--quick" ] && quick=true
 scripts/build.sh build
+
+asan_targets=(test_core test_format test_stacks test_sim_cuda test_sim_nccl analyzer_tests)
+tsan_targets=(test_core test_stacks)
+sanitizer_build() {  # NAME SANITIZERS TARGETS...
+  local dir=build-$1 san=$2
+  shift 2
+  cmake -S . -B "$dir" -DNCCLWATCH_SANITIZE="$san" -DNCCLWATCH_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null
+  cmake --build "$dir" -j "$jobs" --target "$@"
+}
+# The sanitizer builds run while the main tests do, at the lowest priority: the end-to-end cases
+# mostly wait on their ranks, and nice 19 leaves the tests the CPU they ask for.
+sanitizers_log=build/sanitizers.log
+if ! $quick; then
+  (renice -n 19 -p "$BASHPID" >/dev/null
+   sanitizer_build asan "address;undefined" "${asan_targets[@]}" && sanitizer_build tsan thread "${tsan_targets[@]}") \
+    >"$sanitizers_log" 2>&1 &
+  sanitizers=$!
+  trap 'kill "$sanitizers" 2>/dev/null || true' EXIT
+fi
+
 echo "== tests (build/)"
 ctest --test-dir build --output-on-failure -j "$jobs" -LE e2e
 # End-to-end cases mostly wait on their ranks: twice as many side by side as there are cores
 # (each has its own directories; the ones that measure time run alone, RUN_SERIAL).
 ctest --test-dir build --output-on-failure -j "$((jobs * 2 > 4 ? jobs * 2 : 4))" -L e2e
-[ "${1:-}" = "--quick" ] && exit 0
+$quick && exit 0
 
-sanitized() {  # NAME SANITIZERS CTEST_REGEX TARGETS...
-  local dir=build-$1 san=$2 regex=$3
-  shift 3
-  cmake -S . -B "$dir" -DNCCLWATCH_SANITIZE="$san" -DNCCLWATCH_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null
-  cmake --build "$dir" -j "$jobs" --target "$@"
-  echo "== tests under $san ($dir/)"
-  ctest --test-dir "$dir" --output-on-failure -j "$jobs" -R "$regex"
-}
+echo "== sanitizer builds (build-asan/, build-tsan/; log: $sanitizers_log)"
+if ! wait "$sanitizers"; then
+  cat "$sanitizers_log"
+  echo "test.sh: a sanitizer build failed (above)" >&2
+  exit 1
+fi
+trap - EXIT
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp:print_suppressions=0
-sanitized asan "address;undefined" '^(core:|format:|stacks:|sim_cuda\.|sim_nccl:|analyzer:)' \
-  test_core test_format test_stacks test_sim_cuda test_sim_nccl analyzer_tests
+echo "== tests under address;undefined (build-asan/)"
+ctest --test-dir build-asan --output-on-failure -j "$jobs" -R '^(core:|format:|stacks:|sim_cuda\.|sim_nccl:|analyzer:)'
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
-sanitized tsan thread '^(core:|stacks:)' test_core test_stacks
+echo "== tests under thread (build-tsan/)"
+ctest --test-dir build-tsan --output-on-failure -j "$jobs" -R '^(core:|stacks:)'
