@@ -13,8 +13,9 @@ mkdir -p "$work/corpus" "$work/artifacts"
 
 bin=$work/fuzz_reader
 clang++ -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-  -I"$root/include" -I"$root/tools/ncclwatch" \
-  "$here/fuzz_reader.cpp" "$here/fuzz_harness.cpp" "$root"/tools/ncclwatch/analysis/*.cpp \
+  -I"$root/include" -I"$root/lib" -I"$root/tools/ncclwatch" \
+  "$here/fuzz_reader.cpp" "$here/fuzz_harness.cpp" "$root"/tools/ncclwatch/{model,rules,render}/*.cpp \
+  "$root"/lib/format/*.cpp \
   -o "$bin" -lpthread
 
 for f in "$here"/golden/*/rank*.json; do
