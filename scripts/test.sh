@@ -38,6 +38,9 @@ ctest --test-dir build --output-on-failure -j "$((jobs * 2 > 4 ? jobs * 2 : 4))"
 $quick && exit 0
 
 echo "== sanitizer builds (build-asan/, build-tsan/; log: $sanitizers_log)"
+# The tests are done: the builds get a normal share of the CPU back (where we may raise it).
+descendants() { local p; for p in $(pgrep -P "$1" 2>/dev/null); do echo "$p"; descendants "$p"; done; }
+renice -n 0 -p "$sanitizers" $(descendants "$sanitizers") >/dev/null 2>&1 || true
 if ! wait "$sanitizers"; then
   cat "$sanitizers_log"
   echo "test.sh: a sanitizer build failed (above)" >&2

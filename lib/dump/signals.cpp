@@ -1,6 +1,7 @@
 #include "dump/signals.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -23,6 +24,7 @@ constexpr int kFatal[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
 struct sigaction g_previous[NSIG];
 std::atomic<bool> g_installed[NSIG];
 std::atomic<bool> g_dumped_once[NSIG];  // a second SIGTERM chains at once
+std::atomic<bool> g_reset[NSIG];        // SA_RESETHAND: the application's handler has run once
 std::atomic<int> g_leader{0};           // the ending signal being handled first (0: none)
 int g_owner_pid = 0;                     // forked children chain at once
 int g_dump_signal = 0;
@@ -46,29 +48,60 @@ void SleepMs(long ms) {
   }
 }
 
-void ChainToPrevious(int sig, siginfo_t* info, void* uctx) {
-  const struct sigaction& old = g_previous[sig];
-  if (old.sa_flags & SA_SIGINFO) {
-    if (old.sa_sigaction) old.sa_sigaction(sig, info, uctx);
-    return;
-  }
-  if (old.sa_handler == SIG_IGN) return;
-  if (old.sa_handler == SIG_DFL) {
-    // Default action with the same signal: the exit status is what it would have been.
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
-    sigemptyset(&dfl.sa_mask);
-    sigaction(sig, &dfl, nullptr);
-    raise(sig);  // blocked while we run: delivered as soon as the handler returns
-    return;
-  }
-  old.sa_handler(sig);
+// A fault the kernel raised on the faulting instruction: ignoring it or returning from a handler
+// runs the instruction again, so the kernel never leaves it ignored (it takes the default action).
+bool SynchronousFault(int sig, const siginfo_t* info) {
+  return IsFatal(sig) && sig != SIGABRT && info && info->si_code > 0;
 }
 
-// The previous action of `sig` is the default one: chaining to it ends the process.
-bool EndsProcess(int sig) {
+// SIG_DFL and SIG_IGN are values of the handler union whatever the flags (as the kernel reads it).
+bool Ignored(const struct sigaction& a) { return a.sa_handler == SIG_IGN; }
+
+// The application's handler, unless SA_RESETHAND made it the default after its first run.
+bool HasHandler(int sig) {
   const struct sigaction& old = g_previous[sig];
-  return !(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_DFL;
+  return !g_reset[sig].load() && old.sa_handler != SIG_DFL && !Ignored(old);
+}
+
+void DefaultAction(int sig) {
+  // Default action with the same signal: the exit status is what it would have been.
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigaction(sig, &dfl, nullptr);
+  raise(sig);  // blocked while we run: delivered as soon as the handler returns
+}
+
+// Runs what the application set for `sig` as the kernel would have: its handler with its mask
+// (and the signal itself blocked unless SA_NODEFER), once only with SA_RESETHAND; SIG_IGN;
+// the default action.
+void ChainToPrevious(int sig, siginfo_t* info, void* uctx) {
+  const struct sigaction& old = g_previous[sig];
+  if (!HasHandler(sig)) {
+    if (!g_reset[sig].load() && Ignored(old) && !SynchronousFault(sig, info)) return;
+    DefaultAction(sig);
+    return;
+  }
+  if (old.sa_flags & SA_RESETHAND) g_reset[sig].store(true);  // the next one takes the default action
+  sigset_t mask = old.sa_mask, saved;
+  if (!(old.sa_flags & SA_NODEFER)) sigaddset(&mask, sig);
+  pthread_sigmask(SIG_BLOCK, &mask, &saved);
+  if (old.sa_flags & SA_NODEFER) {
+    sigset_t self;
+    sigemptyset(&self);
+    sigaddset(&self, sig);
+    pthread_sigmask(SIG_UNBLOCK, &self, nullptr);
+  }
+  if (old.sa_flags & SA_SIGINFO) old.sa_sigaction(sig, info, uctx);
+  else old.sa_handler(sig);
+  pthread_sigmask(SIG_SETMASK, &saved, nullptr);
+}
+
+// Chaining to what the application set ends the process (the default action of an ending
+// signal; a synchronous fault the application ignores).
+bool EndsProcess(int sig, const siginfo_t* info = nullptr) {
+  if (HasHandler(sig)) return false;
+  return g_reset[sig].load() || !Ignored(g_previous[sig]) || SynchronousFault(sig, info);
 }
 
 // Waits for the dump of `ticket` at most NCCLWATCH_SIGNAL_WAIT_MS; false when it did not finish.
@@ -160,13 +193,17 @@ void Handler(int sig, siginfo_t* info, void* uctx) {
     uint64_t ticket = RequestDump(sig);
     if (ticket && !WaitForDump(ticket)) GiveUpOnDump(sig);
   }
-  bool ends = EndsProcess(sig);
+  bool ends = EndsProcess(sig, info);
   ChainToPrevious(sig, info, uctx);  // the default action: delivered as this handler returns
   if (leading && !ends) g_leader.store(0);  // the application's handler kept the process alive
   errno = saved_errno;
 }
 
 bool Install(int sig) {
+  // An ignored signal stays ignored (nohup, `trap '' INT`, a background job's SIGINT): no
+  // handler, no dump, and the programs it execs inherit it ignored.
+  struct sigaction before {};
+  if (sigaction(sig, nullptr, &before) == 0 && Ignored(before)) return false;
   struct sigaction sa {};
   sa.sa_sigaction = Handler;
   sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
@@ -233,8 +270,14 @@ void DoneSignalDump() {
 
 void UninstallSignalHandlers() {
   for (int s = 1; s < NSIG; ++s) {
-    if (g_installed[s].exchange(false)) sigaction(s, &g_previous[s], nullptr);
+    if (g_installed[s].exchange(false)) {
+      struct sigaction dfl {};
+      dfl.sa_handler = SIG_DFL;
+      sigemptyset(&dfl.sa_mask);
+      sigaction(s, g_reset[s].load() ? &dfl : &g_previous[s], nullptr);  // as the kernel left it
+    }
     g_dumped_once[s].store(false);
+    g_reset[s].store(false);
   }
   g_leader.store(0);
   g_dump_signal = 0;

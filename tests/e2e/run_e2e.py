@@ -441,6 +441,44 @@ def sigterm_chains_to_app_handler():
         j.first(r, "signal")
 
 
+def signal_app(scenario, preload):
+    j = job(1, [scenario], env={"NCCLWATCH_TIMEOUT": "600"}, timeout=20, preload=preload, program="e2e_signal_app")
+    ending = [l for l in j.err.splitlines() if l.startswith("simlaunch: rank 0 ")]
+    return j, ending
+
+
+@case
+def signals_chained_as_without_ncclwatch():
+    # The application's own dispositions, set before NCCL starts: each run ends exactly as the
+    # same program without the library (the kernel's rules: SA_RESETHAND runs a handler once, a
+    # fault is never ignored, an ignored signal stays ignored in the process and its children).
+    want_end = {"resethand_segv": "killed by SIGSEGV", "ignored_segv": "killed by SIGSEGV",
+                "resethand_term": "killed by SIGTERM", "ignored_term": None}  # None: exit 0, no line
+    for scenario, end in want_end.items():
+        without, ending_without = signal_app(scenario, preload=False)
+        got, ending = signal_app(scenario, preload=True)
+        if end is None:
+            check(without.rc == 0 and not ending_without, f"{scenario} without ncclwatch: {without.rc} {ending_without}")
+        else:
+            check(ending_without and end in ending_without[0], f"{scenario} without ncclwatch: {ending_without}")
+        check(ending == ending_without and got.rc == without.rc,
+              f"{scenario}: {got.rc} {ending} with ncclwatch, {without.rc} {ending_without} without:\n{got.err[-1500:]}")
+        check(got.out == without.out, f"{scenario}: output {got.out!r} with ncclwatch, {without.out!r} without")
+        check("started" in got.out, f"{scenario}: the program reached NCCL: {got.out!r}")
+        reasons = got.reasons(0)
+        if scenario == "resethand_term":  # the first SIGTERM is dumped, then handled once
+            check(reasons[:1] == ["signal"], f"{scenario}: a signal dump first: {reasons}")
+            check(got.out.count("term handler ran") == 1, got.out)
+        elif scenario == "resethand_segv":
+            check(reasons[:1] == ["fatal_signal"], f"{scenario}: the crash is dumped: {reasons}")
+            check(got.out.count("segv handler ran") == 1, got.out)
+        elif scenario == "ignored_term":  # no handler, no dump: only the exit record
+            check(reasons == ["exit"], f"{scenario}: an ignored signal writes nothing: {reasons}")
+            ignored = [l.split()[-1] for l in got.out.splitlines() if "SigIgn" in l]
+            check(len(ignored) == 2 and all(int(m, 16) & 0x4002 == 0x4002 for m in ignored),
+                  f"{scenario}: SIGINT and SIGTERM still ignored in the process and its child: {got.out!r}")
+
+
 @case
 def fatal_signal_dumps_and_keeps_status():
     j = job(3, ["--iters", "20"], env={"NCCLWATCH_TIMEOUT": "600",

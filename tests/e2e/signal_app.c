@@ -1,0 +1,88 @@
+/* An application's own signal dispositions, set before NCCL starts (ncclwatch finds them when
+ * the first communicator starts it): each scenario must end the same with ncclwatch preloaded
+ * as without it (tests/e2e run_e2e.py, signals_chained_as_without_ncclwatch).
+ *   signal_app resethand_segv   a SIGSEGV handler with SA_RESETHAND, then a fault: it runs once,
+ *                               the fault comes again and the process dies of SIGSEGV
+ *   signal_app ignored_segv     SIGSEGV ignored, then a fault: the kernel's default action
+ *   signal_app resethand_term   a SIGTERM handler with SA_RESETHAND, two SIGTERMs: the second
+ *                               ends the process
+ *   signal_app ignored_term     SIGTERM and SIGINT ignored and raised: the process goes on, and
+ *                               they are still ignored in it and in a program it execs */
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "simutil.h"
+
+static void say(const char* line) {
+  ssize_t ignored = write(STDOUT_FILENO, line, strlen(line));
+  (void)ignored;
+}
+
+static void on_segv(int sig) {
+  (void)sig;
+  say("segv handler ran\n");  /* returns: the faulting instruction runs again */
+}
+
+static void on_term(int sig) {
+  (void)sig;
+  say("term handler ran\n");
+}
+
+static void print_ignored(const char* who) {
+  char line[256];
+  FILE* f = fopen("/proc/self/status", "r");
+  while (f && fgets(line, sizeof line, f))
+    if (strncmp(line, "SigIgn:", 7) == 0) printf("%s %s", who, line);
+  if (f) fclose(f);
+  fflush(stdout);
+}
+
+int main(int argc, char** argv) {
+  const char* scenario = argc > 1 ? argv[1] : "";
+  struct sigaction sa;
+  ncclUniqueId id;
+  ncclComm_t comm;
+  memset(&sa, 0, sizeof sa);
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESETHAND;
+  if (strcmp(scenario, "resethand_segv") == 0) {
+    sa.sa_handler = on_segv;
+    sigaction(SIGSEGV, &sa, NULL);
+  } else if (strcmp(scenario, "ignored_segv") == 0) {
+    signal(SIGSEGV, SIG_IGN);
+  } else if (strcmp(scenario, "resethand_term") == 0) {
+    sa.sa_handler = on_term;
+    sigaction(SIGTERM, &sa, NULL);
+  } else if (strcmp(scenario, "ignored_term") == 0) {
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGINT, SIG_IGN);
+  } else {
+    fprintf(stderr, "usage: signal_app resethand_segv|ignored_segv|resethand_term|ignored_term\n");
+    return SIMUTIL_EXIT_USAGE;
+  }
+
+  simutil_cuda_init(0);
+  simutil_exchange_id("world", 0, &id);
+  NCCLCHECK(ncclCommInitRank(&comm, 1, id, 0)); /* ncclwatch starts here */
+  say("started\n");
+
+  if (strstr(scenario, "segv")) {
+    volatile int* volatile nowhere = NULL;
+    *nowhere = 1;
+    say("survived the fault\n");
+    return 1;
+  }
+  if (strcmp(scenario, "resethand_term") == 0) {
+    raise(SIGTERM);
+    raise(SIGTERM);
+    say("survived two SIGTERMs\n");
+    return 1;
+  }
+  raise(SIGTERM);
+  raise(SIGINT);
+  print_ignored("self");
+  if (system("grep '^SigIgn:' /proc/self/status | sed 's/^/child /'") != 0) return 1;
+  NCCLCHECK(ncclCommDestroy(comm));
+  return 0;
+}
