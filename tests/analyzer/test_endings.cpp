@@ -30,11 +30,12 @@ Document Then(Document d, R reason) {
 
 }  // namespace
 
-TEST_CASE("the framework aborts first: the abort is the evidence, not the SIGABRT after it", "[endings]") {
-  // PyTorch's watchdog (4 s timeout, ncclwatch's deadline 600 s) aborts the waiting ranks'
-  // communicators, then abort(): an abort dump, then a fatal_signal dump. Rank 0 is busy in a
-  // checkpoint and answers the job-wide request the abort wrote.
-  TempDir dir;
+// PyTorch's watchdog (4 s timeout, ncclwatch's deadline 600 s) aborts the waiting ranks 1-3's
+// communicators, then abort(): an abort dump, then a fatal_signal dump. Rank 0 is busy in a
+// checkpoint and answers the job-wide request the abort wrote. With `answer_between`, each
+// waiting rank also answers a peer's request between its abort and its SIGABRT (a busy machine).
+namespace {
+std::vector<Document> FrameworkAbortThenSigabrt(bool answer_between) {
   Document busy = Dump(0, 4, {Comm(kWorld, 4, 0, 7, 7, 7)}, {}, Name(R::PeerRequest));
   busy.summary.trigger->reason = Name(R::Abort);
   std::vector<Document> dumps = {busy, Then(busy, R::Signal)};
@@ -42,40 +43,26 @@ TEST_CASE("the framework aborts first: the abort is the evidence, not the SIGABR
     Document abort = Dump(r, 4, {Comm(kWorld, 4, r, 8, 8, 7)}, {Op(kWorld, 8, "AllGather", "gpu_reached", 4.2)},
                           Name(R::Abort));
     dumps.push_back(abort);
+    if (answer_between) dumps.push_back(abort = Then(abort, R::PeerRequest));
     dumps.push_back(Then(abort, R::FatalSignal));
   }
-  auto report = Analyze(dir, dumps);
-  INFO(analysis::ReportToJson(report).dump());
-  REQUIRE(report.verdicts.size() == 1);
-  const auto& v = report.verdicts[0];
-  CHECK(v.cause == Cause::RankMissing);
-  CHECK(v.culprit_ranks == Ranks({0}));
-  CHECK(v.seq == 8);
-  CHECK(v.waiting_ranks == Ranks({1, 2, 3}));
+  return dumps;
 }
+}  // namespace
 
-TEST_CASE("an answer to a peer's request between the abort and the SIGABRT leaves the abort the evidence", "[endings]") {
-  // On a busy machine a waiting rank can answer another rank's request after its own abort dump
-  // and before its abort(): abort, peer_request, fatal_signal. The teardown began at the abort.
-  TempDir dir;
-  Document busy = Dump(0, 4, {Comm(kWorld, 4, 0, 7, 7, 7)}, {}, Name(R::PeerRequest));
-  busy.summary.trigger->reason = Name(R::Abort);
-  std::vector<Document> dumps = {busy};
-  for (int r = 1; r < 4; ++r) {
-    Document abort = Dump(r, 4, {Comm(kWorld, 4, r, 8, 8, 7)}, {Op(kWorld, 8, "AllGather", "gpu_reached", 4.2)},
-                          Name(R::Abort));
-    Document answer = Then(abort, R::PeerRequest);
-    dumps.push_back(abort);
-    dumps.push_back(answer);
-    dumps.push_back(Then(answer, R::FatalSignal));
+TEST_CASE("the framework aborts first: the abort is the evidence, not the SIGABRT after it", "[endings]") {
+  for (bool answer_between : {false, true}) {
+    INFO("a peer's request answered between the abort and the SIGABRT: " << answer_between);
+    TempDir dir;
+    auto report = Analyze(dir, FrameworkAbortThenSigabrt(answer_between));
+    INFO(analysis::ReportToJson(report).dump());
+    REQUIRE(report.verdicts.size() == 1);
+    const auto& v = report.verdicts[0];
+    CHECK(v.cause == Cause::RankMissing);
+    CHECK(v.culprit_ranks == Ranks({0}));
+    CHECK(v.seq == 8);
+    CHECK(v.waiting_ranks == Ranks({1, 2, 3}));
   }
-  auto report = Analyze(dir, dumps);
-  INFO(analysis::ReportToJson(report).dump());
-  REQUIRE(report.verdicts.size() == 1);
-  const auto& v = report.verdicts[0];
-  CHECK(v.cause == Cause::RankMissing);
-  CHECK(v.culprit_ranks == Ranks({0}));
-  CHECK(v.waiting_ranks == Ranks({1, 2, 3}));
 }
 
 TEST_CASE("a crash with no abort before it is still rank_dead", "[endings]") {
