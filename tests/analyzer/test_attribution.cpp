@@ -262,3 +262,12 @@ TEST_CASE("report vocabulary: every name parses back to its value", "[attributio
   CheckNamesParseBack<analysis::CulpritState>(analysis::CulpritStateName, analysis::ParseCulpritState);
   CheckNamesParseBack<analysis::CommPosition>(analysis::CommPositionName, analysis::ParseCommPosition);
 }
+
+TEST_CASE("an init hang with every member inside blames the bootstrap, not a blank rank list", "[attribution]") {
+  analysis::Verdict v;
+  v.cause = Cause::InitHang;
+  v.op = "ncclCommInitRank";
+  const std::string advice = analysis::AdviceText(v, analysis::Report());
+  CHECK(advice.rfind("Every member is inside ncclCommInitRank", 0) == 0);
+  CHECK(advice.find("ranks  ") == std::string::npos);
+}
