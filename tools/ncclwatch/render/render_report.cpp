@@ -35,13 +35,21 @@ std::string CulpritName(const Verdict& v) {
   return s;
 }
 
-std::string OpRefText(const OpRef& r) { return OpLabel(r.op, r.seq) + " on " + CommLabel(r.comm, r.comm_name); }
+// "AllReduce #42 on world (3f2a9c0d..)", "Send #3 0->1 on ..." for a transfer (p2p_src >= 0).
+std::string OpOnComm(const std::string& op, int64_t seq, const std::string& comm, const std::string& comm_name,
+                     int p2p_src = -1, int p2p_dst = -1) {
+  std::string s = OpLabel(op, seq);
+  if (p2p_src >= 0) s += " " + std::to_string(p2p_src) + "->" + std::to_string(p2p_dst);
+  return s + " on " + CommLabel(comm, comm_name);
+}
+
+std::string OpRefText(const OpRef& r) { return OpOnComm(r.op, r.seq, r.comm, r.comm_name); }
 
 std::string CycleStepText(const CycleStep& step) {
-  std::string unit = OpLabel(step.unit.op, step.unit.seq);
-  if (step.p2p) unit += " " + std::to_string(step.p2p_src) + "->" + std::to_string(step.p2p_dst);
-  return "rank " + std::to_string(step.from) + " waits in " + unit + " on " +
-         CommLabel(step.unit.comm, step.unit.comm_name) + " for rank " + std::to_string(step.to);
+  return "rank " + std::to_string(step.from) + " waits in " +
+         OpOnComm(step.unit.op, step.unit.seq, step.unit.comm, step.unit.comm_name, step.p2p ? step.p2p_src : -1,
+                  step.p2p_dst) +
+         " for rank " + std::to_string(step.to);
 }
 
 std::string ThreadLabel(const CulpritEvidence& e) {
@@ -63,10 +71,8 @@ std::string StackNoteText(const CulpritEvidence& e) {
 
 std::string Where(const Verdict& v) {
   if (v.comm.empty()) return "";
-  std::string op = v.p2p ? OpLabel(v.op, v.seq) + " " + std::to_string(v.p2p_src) + "->" +
-                               std::to_string(v.p2p_dst)
-                         : OpLabel(v.op, v.seq);
-  return op + " on " + CommLabel(v.comm, v.comm_name) + " (" + std::to_string(v.comm_size) + " ranks)";
+  return OpOnComm(v.op, v.seq, v.comm, v.comm_name, v.p2p ? v.p2p_src : -1, v.p2p_dst) + " (" +
+         std::to_string(v.comm_size) + " ranks)";
 }
 
 std::string Headline(const Verdict& v) {
@@ -211,8 +217,11 @@ void RenderFindings(std::ostream& out, const Style& st, const Report& report, bo
   }
 }
 
-void RenderNotes(std::ostream& out, const Style& st, const Report& report) {
-  for (const auto& n : NotesText(report)) out << st.Dim("note: " + Printable(n)) << "\n";
+// A blank line before them when `separate`.
+void RenderNotes(std::ostream& out, const Style& st, const Report& report, bool separate) {
+  const std::vector<std::string> notes = NotesText(report);
+  if (separate && !notes.empty()) out << "\n";
+  for (const auto& n : notes) out << st.Dim("note: " + Printable(n)) << "\n";
 }
 
 // Frames as objects, Python first, innermost first: kind, function, file, line (0 unknown),
@@ -333,7 +342,7 @@ std::string RenderReportText(const Report& report, const ReportTextOptions& opti
   if (!report.Hang()) {
     out << st.Green("no hang") << ": " << AdviceText(report.verdicts.front(), report) << "\n";
     RenderFindings(out, st, report, options.verbose);
-    RenderNotes(out, st, report);
+    RenderNotes(out, st, report, false);
     RenderHistory(out, st, report, options.verbose);
     return out.str();
   }
@@ -343,8 +352,7 @@ std::string RenderReportText(const Report& report, const ReportTextOptions& opti
     RenderVerdict(out, st, report, v, ++n, options.verbose);
   }
   RenderFindings(out, st, report, options.verbose);
-  if (!NotesText(report).empty()) out << "\n";
-  RenderNotes(out, st, report);
+  RenderNotes(out, st, report, true);
   RenderHistory(out, st, report, options.verbose);
   return out.str();
 }

@@ -224,9 +224,7 @@ void SetDebugFileDirectory(const std::string& directory) {
 namespace {
 void AddStack(const trace::Stack& s, SourceLines* lines) {
   for (const auto& f : s.native) {
-    if (lines->Seen(f)) continue;
-    const std::optional<SourceLine> line = SourceLineOf(f);
-    lines->Set(f, line ? &*line : nullptr);
+    if (!lines->Seen(f)) lines->Set(f, SourceLineOf(f));
   }
 }
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 
@@ -24,20 +25,15 @@ class SourceLines {
   // Null where the pass found nothing (or never saw the frame).
   const SourceLine* Of(const trace::NativeFrame& f) const {
     auto it = lines_.find(Key(f));
-    return it == lines_.end() ? nullptr : &it->second;
+    return it == lines_.end() || !it->second ? nullptr : &*it->second;
   }
-  bool Seen(const trace::NativeFrame& f) const { return seen_.count(Key(f)) > 0; }
-  void Set(const trace::NativeFrame& f, const SourceLine* line) {
-    seen_.emplace(Key(f), true);
-    if (line) lines_[Key(f)] = *line;
-  }
-  size_t size() const { return lines_.size(); }
+  bool Seen(const trace::NativeFrame& f) const { return lines_.count(Key(f)) > 0; }
+  void Set(const trace::NativeFrame& f, std::optional<SourceLine> line) { lines_[Key(f)] = std::move(line); }
 
  private:
   using FrameKey = std::tuple<std::string, std::string, uint64_t>;  // module, build id, offset
   static FrameKey Key(const trace::NativeFrame& f) { return {f.module, f.build_id, f.module_offset}; }
-  std::map<FrameKey, SourceLine> lines_;
-  std::map<FrameKey, bool> seen_;
+  std::map<FrameKey, std::optional<SourceLine>> lines_;  // nullopt: looked up, nothing found
 };
 
 }  // namespace analysis

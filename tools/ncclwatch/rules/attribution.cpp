@@ -27,12 +27,15 @@ namespace {
 constexpr double kFrameworkTimeoutMinS = 1.0;
 // Evidence this much older than the newest dump of the attempt may describe an earlier state.
 constexpr double kStaleEvidenceS = 60.0;
-// The rows named by a blocker's terminal, lower priority first.
-std::vector<const CauseRule*> TerminalRulesByPriority() {
-  std::vector<const CauseRule*> rows;
-  for (const auto& r : kCauseRules)
-    if (r.terminal != Terminal::kNone) rows.push_back(&r);
-  std::sort(rows.begin(), rows.end(), [](const CauseRule* a, const CauseRule* b) { return a->priority < b->priority; });
+// The rows named by a blocker's terminal, lower priority first (sorted once).
+const std::vector<const CauseRule*>& TerminalRulesByPriority() {
+  static const std::vector<const CauseRule*> rows = [] {
+    std::vector<const CauseRule*> r;
+    for (const auto& row : kCauseRules)
+      if (row.terminal != Terminal::kNone) r.push_back(&row);
+    std::sort(r.begin(), r.end(), [](const CauseRule* a, const CauseRule* b) { return a->priority < b->priority; });
+    return r;
+  }();
   return rows;
 }
 
