@@ -72,14 +72,20 @@ void DefaultAction(int sig) {
   raise(sig);  // blocked while we run: delivered as soon as the handler returns
 }
 
+// Chaining to what the application set ends the process (the default action of an ending
+// signal; a synchronous fault the application ignores).
+bool EndsProcess(int sig, const siginfo_t* info = nullptr) {
+  if (HasHandler(sig)) return false;
+  return g_reset[sig].load() || !Ignored(g_previous[sig]) || SynchronousFault(sig, info);
+}
+
 // Runs what the application set for `sig` as the kernel would have: its handler with its mask
 // (and the signal itself blocked unless SA_NODEFER), once only with SA_RESETHAND; SIG_IGN;
 // the default action.
 void ChainToPrevious(int sig, siginfo_t* info, void* uctx) {
   const struct sigaction& old = g_previous[sig];
   if (!HasHandler(sig)) {
-    if (!g_reset[sig].load() && Ignored(old) && !SynchronousFault(sig, info)) return;
-    DefaultAction(sig);
+    if (EndsProcess(sig, info)) DefaultAction(sig);  // else ignored: nothing to do
     return;
   }
   if (old.sa_flags & SA_RESETHAND) g_reset[sig].store(true);  // the next one takes the default action
@@ -95,13 +101,6 @@ void ChainToPrevious(int sig, siginfo_t* info, void* uctx) {
   if (old.sa_flags & SA_SIGINFO) old.sa_sigaction(sig, info, uctx);
   else old.sa_handler(sig);
   pthread_sigmask(SIG_SETMASK, &saved, nullptr);
-}
-
-// Chaining to what the application set ends the process (the default action of an ending
-// signal; a synchronous fault the application ignores).
-bool EndsProcess(int sig, const siginfo_t* info = nullptr) {
-  if (HasHandler(sig)) return false;
-  return g_reset[sig].load() || !Ignored(g_previous[sig]) || SynchronousFault(sig, info);
 }
 
 // Waits for the dump of `ticket` at most NCCLWATCH_SIGNAL_WAIT_MS; false when it did not finish.
