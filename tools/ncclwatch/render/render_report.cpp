@@ -13,8 +13,7 @@ namespace ncclwatch {
 namespace analysis {
 
 using nlohmann::json;
-using analysis::Cause;
-namespace rk = analysis::report_key;
+namespace rk = report_key;
 
 bool Style::ColorWanted(bool no_color_flag) {
   const char* nc = std::getenv("NO_COLOR");

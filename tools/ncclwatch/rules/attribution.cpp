@@ -17,7 +17,6 @@
 namespace ncclwatch {
 namespace analysis {
 
-using analysis::Cause;
 using trace::OpState;
 
 namespace {
