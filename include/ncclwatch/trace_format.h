@@ -153,7 +153,9 @@ NCCLWATCH_DEFINE_VOCABULARY(OpState, kOpStateNames, OpStateName, ParseOpState, N
   X(ExitInFlight, "exit_in_flight")   /* process exit with operations still in flight */  \
   X(PeerRequest, "peer_request")      /* another rank of the job dumped for a hang */     \
   X(Recovery, "recovery")             /* a stalled operation completed after all */      \
-  X(Exit, "exit")                     /* normal process exit, nothing in flight */
+  X(Exit, "exit")                     /* normal process exit, nothing in flight */       \
+  X(Postmortem, "postmortem")         /* written by another process from the black box of \
+                                         one that ended without a word (SIGKILL, OOM) */
 
 NCCLWATCH_DEFINE_VOCABULARY(DumpReason, kDumpReasonNames, DumpReasonName, ParseDumpReason,
                             NCCLWATCH_FOR_EACH_DUMP_REASON)

@@ -27,6 +27,7 @@ struct DeadlineSpec {
   X(poll_ms, POLL_MS, Count, 100, "watchdog poll interval, ms")                                   \
   X(peer_poll_ms, PEER_POLL_MS, Count, 1000, "how often the job-wide dump request is checked, ms") \
   X(relay_dir, RELAY_DIR, String, "/dev/shm", "node-local directory where one process per host relays the request; none: off") \
+  X(blackbox_dir, BLACKBOX_DIR, String, "/dev/shm", "node-local directory of each process's black box (read after a death without a word); none: off") \
   X(host, HOST, String, "", "this host's name in dumps and for the relay (default: the system's host name)") \
   X(adaptive, ADAPTIVE, Multiplier, 20.0, "adaptive deadline = this x slowest healthy completion; 0 off") \
   X(adaptive_floor_s, ADAPTIVE_FLOOR, Seconds, 10.0, "the adaptive deadline is never below this, s") \

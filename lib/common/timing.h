@@ -12,11 +12,9 @@ namespace timing {
 using namespace std::chrono_literals;
 using Duration = std::chrono::milliseconds;
 
-// One stall episode is this long for a rank: a rank that dumped this recently does not dump
-// again for a job-wide request (one dump per rank per episode, however many ranks stall).
-constexpr Duration kEpisode = 30s;
 // While a job-wide request this recent exists, a stalling rank does not write another: with
 // thousands of ranks stalling at once, the request file is written a few times, not thousands.
+// A rank that saw a stall of its own recover since then writes a new one: a new episode.
 constexpr Duration kRequestFresh = 30s;
 // Frameworks abort every communicator in a row before killing the process: aborts this close
 // together share one dump.

@@ -185,13 +185,14 @@ int WriteFileNoReplace(const std::string& path, const std::string& content) {
   return WriteFileNoReplace(path, WholeContent(content));
 }
 
-DumpDirectory::DumpDirectory(std::string configured, std::string fallback_name, uint64_t max_dumps)
-    : configured_(std::move(configured)), fallback_name_(std::move(fallback_name)), max_dumps_(max_dumps) {}
+DumpDirectory::DumpDirectory(std::string configured, std::string fallback_name, uint64_t max_dumps, std::string base)
+    : configured_(std::move(configured)), fallback_name_(std::move(fallback_name)), base_(std::move(base)), max_dumps_(max_dumps) {}
 
 bool DumpDirectory::EnsureDirectory(std::string first_error, bool quiet) {
   if (dir_ready_) return true;
   const std::string shared = "/tmp/" + fallback_name_ + "-" + std::to_string(getuid());
-  const std::string candidates[] = {configured_, fallback_name_, shared};
+  auto from_base = [&](const std::string& c) { return base_.empty() || c.empty() || c[0] == '/' ? c : base_ + "/" + c; };
+  const std::string candidates[] = {from_base(configured_), from_base(fallback_name_), shared};
   for (size_t i = next_candidate_; i < 3; ++i) {
     const std::string& c = candidates[i];
     if (c.empty()) continue;
@@ -282,7 +283,9 @@ bool DumpDirectory::WriteRequest(const PeerRequest& r) {
 
 std::string DumpDirectory::RequestPath() {
   std::lock_guard<std::mutex> lock(mu_);
-  return (dir_ready_ ? dir_ : (configured_.empty() ? fallback_name_ : configured_)) + "/" + trace::kDumpRequestFile;
+  if (dir_ready_) return dir_ + "/" + trace::kDumpRequestFile;
+  const std::string& first = configured_.empty() ? fallback_name_ : configured_;
+  return (base_.empty() || first[0] == '/' ? first : base_ + "/" + first) + "/" + trace::kDumpRequestFile;
 }
 
 double DumpDirectory::RequestAgeS() {

@@ -43,7 +43,9 @@ class RequestFileWatch {
 
 class DumpDirectory {
  public:
-  DumpDirectory(std::string configured, std::string fallback_name, uint64_t max_dumps);
+  // `base`: the directory relative paths are taken from, fixed once (the working directory at
+  // start: a job that changes directory later still writes where it started); "": the current one.
+  DumpDirectory(std::string configured, std::string fallback_name, uint64_t max_dumps, std::string base = "");
 
   // Writes `content` as `<dir>/<stem>.json`. Returns the path, or "" (with one line logged)
   // when the per-process bound is reached or nothing could be written. At the bound
@@ -78,6 +80,7 @@ class DumpDirectory {
 
   std::string configured_;
   std::string fallback_name_;
+  std::string base_;
   std::string dir_;
   bool dir_ready_ = false;
   size_t dir_index_ = 0;       // which candidate dir_ is

@@ -43,10 +43,10 @@ trace::Summary SummaryOf(const DumpInput& in) {
     cs.size = c->size;
     cs.rank = c->rank;
     cs.name = c->name;
-    cs.state = CommStateName(c->state.load());
-    cs.last_enqueued = static_cast<int64_t>(c->last_enqueued.load());
-    cs.last_gpu_reached = static_cast<int64_t>(c->last_gpu_reached.load());
-    cs.last_completed = static_cast<int64_t>(c->last_completed.load());
+    cs.state = CommStateName(c->live().state.load());
+    cs.last_enqueued = static_cast<int64_t>(c->live().last_enqueued.load());
+    cs.last_gpu_reached = static_cast<int64_t>(c->live().last_gpu_reached.load());
+    cs.last_completed = static_cast<int64_t>(c->live().last_completed.load());
     for (int p = 0; c->peers && p < c->size; ++p) {
       const PeerCounters& pc = c->peers[p];
       uint64_t se = pc.send_enqueued.load(), sc = pc.send_completed.load();
@@ -82,7 +82,7 @@ trace::Communicator CommunicatorOf(const CommInfo* c) {
   r.size = c->size;
   r.rank = c->rank;
   r.name = c->name;
-  r.state = CommStateName(c->state.load());
+  r.state = CommStateName(c->live().state.load());
   r.device = c->device;
   r.kind = CommKindName(c->kind);
   if (c->parent_id) r.parent = CommIdHex(c->parent_id);
@@ -90,7 +90,7 @@ trace::Communicator CommunicatorOf(const CommInfo* c) {
   r.key = c->key;
   r.blocking = c->blocking != 0;
   r.created_mono_ns = static_cast<int64_t>(c->created_ns);
-  r.ended_mono_ns = static_cast<int64_t>(c->ended_ns.load());
+  r.ended_mono_ns = static_cast<int64_t>(c->live().ended_ns.load());
   return r;
 }
 

@@ -64,6 +64,7 @@ bool HasHandler(int sig) {
 }
 
 void DefaultAction(int sig) {
+  if (g_hooks.ending && getpid() == g_owner_pid) g_hooks.ending(g_hooks.ending_arg);
   // Default action with the same signal: the exit status is what it would have been.
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;

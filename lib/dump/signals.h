@@ -15,6 +15,10 @@ namespace ncclwatch {
 struct SignalHooks {
   void (*wake)(void* arg) = nullptr;  // must be async-signal-safe
   void* arg = nullptr;
+  // Called right before a signal's default action ends the process (async-signal-safe): the
+  // process's node-local files go with it.
+  void (*ending)(void* arg) = nullptr;
+  void* ending_arg = nullptr;
 };
 
 // Installs handlers for SIGTERM, SIGINT and the fatal signals (if `terminate_and_fatal`), and

@@ -54,7 +54,7 @@ void AssignSequence(GroupedOp* g) {
   CommInfo* c = g->comm;
   if (!c) return;
   if (!trace::IsPointToPoint(o.kind)) {
-    o.seq = c->last_enqueued.fetch_add(1, std::memory_order_relaxed) + 1;
+    o.seq = c->live().last_enqueued.fetch_add(1, std::memory_order_relaxed) + 1;
   } else if (PeerCounters* p = c->Peer(o.peer)) {
     auto& counter = o.kind == trace::OpKind::Send ? p->send_enqueued : p->recv_enqueued;
     o.p2p_seq = counter.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -159,8 +159,8 @@ ncclResult_t LaunchBatch(Runtime& rt, ThreadState& ts, GroupedOp* ops, int n, co
     // reached", so its sequence number counts as reached and completed (a replay that hangs
     // is not seen: no markers go into a graph).
     if (state == trace::OpState::Captured && ops[i].comm && !trace::IsPointToPoint(ops[i].op.kind)) {
-      StoreMax(ops[i].comm->last_gpu_reached, ops[i].op.seq);
-      StoreMax(ops[i].comm->last_completed, ops[i].op.seq);
+      StoreMax(ops[i].comm->live().last_gpu_reached, ops[i].op.seq);
+      StoreMax(ops[i].comm->live().last_completed, ops[i].op.seq);
     }
   }
   if (r == ncclInProgress) {

@@ -226,8 +226,8 @@ ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeR
     NCCLWATCH_REAL(fn);                                                                   \
     if (Runtime* rt = Runtime::IfActive()) {                                              \
       if (CommInfo* c = rt->comms().Lookup(comm)) {                                       \
-        c->state.store(new_state);                                                        \
-        c->ended_ns.store(MonoNs());                                                      \
+        c->live().state.store(new_state);                                                   \
+        c->live().ended_ns.store(MonoNs());                                                 \
       }                                                                                   \
     }                                                                                     \
     return Managed(#fn, false, [&] { return real(comm); }, [](Runtime&, ThreadState&, ncclResult_t) {}); \

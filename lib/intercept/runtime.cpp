@@ -9,11 +9,16 @@
 #include <cstdlib>
 #include <cstring>
 #include <set>
+#include <sys/file.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/timing.h"
 #include "dump/dump_writer.h"
+#include "format/trace_writer.h"
 #include "dump/signals.h"
 #include "intercept/real_nccl.h"
 #include "stacks/stacks.h"
@@ -29,6 +34,11 @@ std::mutex g_start_mu;
 
 // Ring entries an exit record keeps: the rank's last operations.
 constexpr size_t kExitRecordRingTail = 64;
+// The GIL waits of work that must not hold a process up: naming the Python frames of new call
+// sites for the black box (retried at the next polls), and the exit record of _exit (the exiting
+// thread may hold the GIL itself).
+constexpr int kBackgroundGilWaitMs = 100;
+constexpr int kCallsiteRetries = 3;
 
 int32_t CurrentTid() { return static_cast<int32_t>(syscall(SYS_gettid)); }
 
@@ -96,7 +106,21 @@ bool Runtime::Start() {
     SetLogRank(identity_.env_rank);
   }
   world_size_.store(identity_.env_world_size);
-  ring_ = std::make_unique<FlightRing>(config_.ring);
+  if (config_.blackbox_dir != "none") {
+    std::string why;
+    box_ = blackbox::BlackBox::Create(config_.blackbox_dir, config_.ring, identity_.pid, identity_.process_uid,
+                                      config_.timeout.default_s, &why);
+    if (!box_)
+      LogWarn("NCCLWATCH_BLACKBOX_DIR: %s; a rank that ends without a word (SIGKILL, the OOM killer) leaves no "
+              "evidence",
+              why.c_str());
+  }
+  // The ring, the communicators' sequence state and the threads' calls live in the black box.
+  ring_ = std::make_unique<FlightRing>(config_.ring, box_ ? box_->ring() : nullptr);
+  if (box_) {
+    comms_.UseStorage(box_->comms(), box_->comms_capacity());
+    threads_.UseStorage(box_->threads());
+  }
   if (Real().ncclGetVersion) Real().ncclGetVersion(&nccl_version_);
 
   std::string why;
@@ -105,7 +129,30 @@ bool Runtime::Start() {
   else
     LogWarn("%s: operations are recorded but not followed on the GPU", why.c_str());
 
-  dumps_ = std::make_unique<DumpDirectory>(config_.dir, DefaultDumpDir(identity_), config_.max_dumps);
+  // Relative paths are resolved once, here: a job that changes directory later still dumps
+  // where it started, all ranks into one directory.
+  const std::string start_dir = WorkingDirectory();
+  dumps_ = std::make_unique<DumpDirectory>(config_.dir, DefaultDumpDir(identity_), config_.max_dumps, start_dir);
+  if (box_) {
+    blackbox::BoxIdentity& b = box_identity_;
+    b.host = identity_.host;
+    b.pid = identity_.pid;
+    b.local_rank = identity_.local_rank;
+    b.job_id = identity_.job_id;
+    b.job_instance = identity_.job_instance;
+    b.process_uid = identity_.process_uid;
+    b.start_unix_ns = static_cast<int64_t>(identity_.start_unix_ns);
+    b.start_mono_ns = static_cast<int64_t>(start_mono_ns_);
+    b.nccl_version = nccl_version_;
+    b.cuda_driver_version = driver_.version;
+    b.exe = ExecutablePath();
+    b.cwd = start_dir;
+    if (config_.cmdline) b.cmdline = CommandLine();
+    b.environment = RelevantEnvironment();
+    b.dump_dir = config_.dir;
+    b.dump_fallback = DefaultDumpDir(identity_);
+    WriteBoxIdentity();
+  }
   relay_ = std::make_unique<RequestRelay>(config_.relay_dir, identity_.host);
   if (!config_.metrics.empty()) {
     if (access(config_.metrics.c_str(), W_OK) == 0)
@@ -135,8 +182,14 @@ bool Runtime::Start() {
   watchdog_ = std::make_unique<Watchdog>(config_, ring_.get(), markers_.get(), &threads_, std::move(cb));
   if (!watchdog_->Start()) LogWarn("cannot start the watchdog thread; stalls will not be detected");
 
-  InstallSignalHandlers(config_.signals, config_.dump_signal, config_.signal_wait_ms,
-                        SignalHooks{&WakeWatchdog, watchdog_.get()});
+  SignalHooks hooks;
+  hooks.wake = &WakeWatchdog;
+  hooks.arg = watchdog_.get();
+  if (box_) {
+    hooks.ending = [](void* box) { static_cast<blackbox::BlackBox*>(box)->RemoveIfFinalDumped(); };
+    hooks.ending_arg = box_.get();
+  }
+  InstallSignalHandlers(config_.signals, config_.dump_signal, config_.signal_wait_ms, hooks);
   // on_exit, not atexit: the handler gets the exit status (a return from main included).
   on_exit(&Runtime::OnExitThunk, nullptr);
   pthread_atfork(nullptr, nullptr, &Runtime::AtForkChild);
@@ -156,11 +209,38 @@ void Runtime::OnExitThunk(int status, void*) {
 
 void Runtime::AtExit(int status) {
   if (identity_.pid != getpid()) return;
+  Finish(status, -1, 0, /*on_watchdog=*/false);
+}
+
+void Runtime::OnQuickExit(int status) {
+  // A forked or vforked child (posix_spawn's exec failure) shares nothing of the rank's end.
+  if (identity_.pid != static_cast<int>(getpid()) || finished_.load(std::memory_order_acquire)) return;
+  if (!watchdog_->running() || watchdog_->OnWatchdogThread()) return;  // its black box tells instead
+  static std::atomic<bool> claimed{false};
+  if (!claimed.exchange(true)) {
+    quick_exit_status_.store(status, std::memory_order_relaxed);
+    quick_exit_tid_.store(CurrentTid(), std::memory_order_relaxed);
+    quick_exit_site_.store(config_.stacks ? stacks::CaptureCallsite(0, stacks::kMaxNativeFrames) : -1,
+                           std::memory_order_relaxed);
+    quick_exit_.store(kQuickExitAsked, std::memory_order_release);
+    watchdog_->Wake();
+  }
+  // Bounded, with async-signal-safe calls only: the exit goes ahead whatever happens.
+  const timespec step{0, 2 * 1000 * 1000};
+  for (uint64_t waited_ms = 0; waited_ms < config_.signal_wait_ms; waited_ms += 2) {
+    if (quick_exit_.load(std::memory_order_acquire) == kQuickExitDone) return;
+    nanosleep(&step, nullptr);
+  }
+}
+
+void Runtime::Finish(int status, int32_t exiting_site, int32_t exiting_tid, bool on_watchdog) {
+  if (finished_.exchange(true)) return;
   g_state.store(kDisabled, std::memory_order_release);  // late NCCL calls pass straight through
   // Operations that finish while the process exits are normal (a script that ends without a
   // final synchronize): give them a moment before calling them "in flight at exit".
   std::vector<InflightView> pending;
   for (int i = 0; i < timing::kExitSettleChecks; ++i) {
+    if (on_watchdog) watchdog_->PollOnce(MonoNs());  // nobody else follows them meanwhile
     pending = watchdog_->Inflight(timing::Ms(timing::kExitInflightLockWait));
     pending.erase(std::remove_if(pending.begin(), pending.end(),
                                  [](const InflightView& v) { return v.op.state == trace::OpState::Completed; }),
@@ -168,27 +248,31 @@ void Runtime::AtExit(int status) {
     if (pending.empty()) break;
     usleep(static_cast<useconds_t>(timing::Ms(timing::kExitSettleInterval)) * 1000);
   }
-  watchdog_->Stop(timing::Ms(timing::kWatchdogStopWait));
+  if (!on_watchdog) watchdog_->Stop(timing::Ms(timing::kWatchdogStopWait));
   LogDebug("job-wide request: %llu checks of the shared dump directory%s",
            static_cast<unsigned long long>(relay_->shared_checks()),
            relay_->watcher() ? " (this host's watcher)" : "");
-  if (!watchdog_->running()) relay_->Leave();  // a watchdog stuck in the driver may still poll it
+  // The relay is the watchdog's: left from its own thread, or once it has stopped (one stuck in
+  // the driver may still poll it).
+  if (on_watchdog || !watchdog_->running()) relay_->Leave();
   if (metrics_) metrics_->Remove();  // a process that left must not look alive to the collector
+  DumpExtra extra;
+  extra.exit_status = status;
+  extra.exiting_site = exiting_site;
+  extra.exiting_tid = exiting_tid;
   if (!pending.empty()) {
     std::string detail = std::to_string(pending.size()) + " operation(s) still in flight at exit, oldest " +
                          trace::OpKindName(pending.front().op.kind) + " seq " +
                          std::to_string(pending.front().op.seq);
-    DumpExtra extra;
-    extra.exit_status = status;
     Dump(trace::DumpReason::ExitInFlight, detail, std::nullopt, std::nullopt, extra);
   } else if (config_.exit_record) {
     // Where this rank stopped, for the ranks that may still wait on it (uneven inputs): small
     // and cheap, outside NCCLWATCH_MAX_DUMPS.
-    DumpExtra extra;
     extra.exit_record = true;
-    extra.exit_status = status;
     Dump(trace::DumpReason::Exit, "exit status " + std::to_string(status), std::nullopt, std::nullopt, extra);
   }
+  // It left its own word: nothing for the host's caretaker to convert.
+  if (box_) box_->Remove();
 }
 
 CommInfo* Runtime::AddCommunicator(std::unique_ptr<CommInfo> info) {
@@ -200,6 +284,7 @@ CommInfo* Runtime::AddCommunicator(std::unique_ptr<CommInfo> info) {
     int expected = -1;
     if (global_rank_.compare_exchange_strong(expected, rank)) SetLogRank(rank);
   }
+  if (box_) box_->SetRank(global_rank_.load(), world_size_.load());
   return c;
 }
 
@@ -269,16 +354,20 @@ void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const st
       if (ring_->Read(i, &entry) && entry.callsite >= 0) sites.insert(entry.callsite);
     for (auto& v : in.inflight)
       if (v.op.callsite >= 0) sites.insert(v.op.callsite);
+    const int gil_wait = extra.exiting_tid != 0 ? kBackgroundGilWaitMs : static_cast<int>(config_.gil_timeout_ms);
     for (int32_t id : sites) {
       stacks::Callsite cs;
-      if (!stacks::GetCallsite(id, &cs, static_cast<int>(config_.gil_timeout_ms))) continue;
+      if (!stacks::GetCallsite(id, &cs, gil_wait)) continue;
       in.callsites.push_back({id, {Symbolized(cs.ips), std::move(cs.python)}, cs.note});
     }
     if (extra.exit_record && config_.stacks) {  // the exiting thread only: no signals to the others
       stacks::Callsite cs;
-      int32_t id = stacks::CaptureCallsite(0, stacks::kMaxNativeFrames);
-      if (id >= 0 && stacks::GetCallsite(id, &cs, static_cast<int>(config_.gil_timeout_ms)))
-        in.threads.push_back({CurrentTid(), "exiting thread", {Symbolized(cs.ips), std::move(cs.python)}, cs.note});
+      // _exit: captured by the exiting thread, written here by the watchdog.
+      const bool handed = extra.exiting_tid != 0;
+      int32_t id = handed ? extra.exiting_site : stacks::CaptureCallsite(0, stacks::kMaxNativeFrames);
+      if (id >= 0 && stacks::GetCallsite(id, &cs, handed ? kBackgroundGilWaitMs : static_cast<int>(config_.gil_timeout_ms)))
+        in.threads.push_back({handed ? extra.exiting_tid : CurrentTid(), "exiting thread",
+                              {Symbolized(cs.ips), std::move(cs.python)}, cs.note});
     } else if (config_.stacks) {
       std::string note;
       for (auto& t : stacks::CaptureAllThreads(timing::Ms(timing::kThreadStackWait), config_.python,
@@ -294,7 +383,14 @@ void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const st
   std::string path = dumps_->Write(
       DumpFileStem(in), [&](const trace::TextSink& sink) { return StreamDump(in, sink); },
       /*counted=*/!extra.exit_record);
-  last_dump_mono_ns_.store(MonoNs());
+  if (box_ && !path.empty()) {
+    box_->CountDump();
+    const std::string dir = path.substr(0, path.rfind('/'));
+    if (dir != box_identity_.dump_dir) {  // where its postmortem dump goes too
+      box_identity_.dump_dir = dir;
+      WriteBoxIdentity();
+    }
+  }
   // One short line per rank per event (at 512 ranks the launcher's log is where users look):
   // what happened, then where the dump is; `ncclwatch run` / `analyze` tell the story.
   // A normal exit's record is news to nobody: said only at NCCLWATCH_LOG=info.
@@ -305,7 +401,9 @@ void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const st
 
 void Runtime::AskPeersToDump(trace::DumpReason reason) {
   double age = dumps_->RequestAgeS();
-  if (age >= 0 && age < timing::S(timing::kRequestFresh)) return;
+  const uint64_t recovered = last_recovery_mono_ns_.load();
+  const bool recovered_since = recovered && static_cast<double>(MonoNs() - recovered) / 1e9 < age;
+  if (age >= 0 && age < timing::S(timing::kRequestFresh) && !recovered_since) return;
   PeerRequest r;
   r.request = identity_.host + "-" + std::to_string(identity_.pid) + "-" + std::to_string(requests_made_.fetch_add(1));
   r.origin_rank = global_rank_.load();
@@ -333,6 +431,7 @@ void Runtime::OnRecovery(const Recovery& r) {
            r.recovered_after_s, r.stalled_after_s);
   DumpExtra extra;
   extra.light = true;
+  last_recovery_mono_ns_.store(MonoNs());
   Dump(trace::DumpReason::Recovery, line, std::nullopt, std::nullopt, extra);
 }
 
@@ -357,8 +456,8 @@ void Runtime::OnNcclError(const char* function, int result, CommInfo* comm, bool
 
 void Runtime::OnAbort(CommInfo* comm) {
   if (comm) {
-    comm->state.store(CommState::Aborted);
-    comm->ended_ns.store(MonoNs());
+    comm->live().state.store(CommState::Aborted);
+    comm->live().ended_ns.store(MonoNs());
   }
   // Frameworks abort every communicator in a row: one dump for the lot.
   uint64_t now = MonoNs(), last = last_abort_dump_ns_.load();
@@ -438,26 +537,94 @@ void Runtime::OnTick() {
     stacks::MarkOwnThread();
     marked_own = true;
   }
+  if (quick_exit_.load(std::memory_order_acquire) == kQuickExitAsked) {  // _exit: its thread waits
+    Finish(quick_exit_status_.load(), quick_exit_site_.load(), quick_exit_tid_.load(), /*on_watchdog=*/true);
+    quick_exit_.store(kQuickExitDone, std::memory_order_release);
+    return;
+  }
+  if (finished_.load(std::memory_order_acquire)) return;
   trace::DumpReason reason;
   if (int sig = TakePendingSignal(&reason)) {
     Dump(reason, "signal " + SignalName(sig) + " (" + std::string(sigdescr_np(sig) ? sigdescr_np(sig) : "") + ")");
+    // Its own end, dumped: the black box has nothing to add if the process dies now.
+    if (box_ && reason != trace::DumpReason::OnDemand) box_->FinalDumpWritten(static_cast<int64_t>(MonoNs()));
     DoneSignalDump();
   }
   uint64_t now = MonoNs();
+  TendBlackBox(now);
   if (metrics_) WriteMetrics(now);
   CheckInits(now);
   if (now - last_peer_poll_ns_ < config_.peer_poll_ms * 1000000ull) return;
   last_peer_poll_ns_ = now;
   std::optional<PeerRequest> req = relay_->Poll(dumps_.get(), identity_.job_instance, identity_.start_unix_ns);
+  // The caretaker keeps a relay someone watches. Its identity is written under the dump lock.
+  if (box_ && relay_->relay_path() != box_identity_.relay && LockWithin(dump_mu_, timing::Ms(timing::kDumpLockWait))) {
+    std::lock_guard<std::mutex> lock(dump_mu_, std::adopt_lock);
+    box_identity_.relay = relay_->relay_path();
+    WriteBoxIdentity();
+  }
+  CareForHost();
   if (!req) return;
+  // Every new request is answered (within NCCLWATCH_MAX_DUMPS, which keeps the first dump and
+  // the latest): a rank that dumped for an earlier stall must not answer the next one with that.
   {
     std::lock_guard<std::mutex> lock(request_mu_);
     if (!served_requests_.insert(req->request).second) return;
   }
-  uint64_t last = last_dump_mono_ns_.load();
-  if (last && now - last < timing::Ns(timing::kEpisode)) return;  // this rank dumped moments ago anyway
   Dump(trace::DumpReason::PeerRequest,
        "rank " + std::to_string(req->origin_rank) + " on " + req->origin_host + " dumped (" + req->reason + ")", req);
+}
+
+}  // namespace ncclwatch
+
+namespace ncclwatch {
+
+void Runtime::WriteBoxIdentity() { box_->SetIdentity(blackbox::IdentityJson(box_identity_)); }
+
+void Runtime::TendBlackBox(uint64_t now) {
+  if (!box_) return;
+  box_->Alive(static_cast<int64_t>(UnixNs()), static_cast<int64_t>(now));
+  threads_.NameCalls();
+  // Call sites interned since the last poll, resolved to text now: after a SIGKILL nobody can.
+  const size_t count = stacks::CallsiteCount();
+  while (box_sites_next_ < count) {
+    const auto id = static_cast<int32_t>(box_sites_next_);
+    stacks::Callsite cs;
+    const bool known = stacks::GetCallsite(id, &cs, kBackgroundGilWaitMs);
+    // Not published yet (being interned), or its Python frames wait for the GIL: next poll.
+    if ((!known || !cs.note.empty()) && ++box_site_retries_ < kCallsiteRetries) break;
+    box_site_retries_ = 0;
+    ++box_sites_next_;
+    if (!known) continue;  // an id that lost an interning race: never published
+    trace::Document one;
+    one.detail.callsites.push_back({id, {Symbolized(cs.ips), std::move(cs.python)}, cs.note});
+    if (!box_->AppendCallsite(trace::WriteDocument(one))) {
+      if (!box_full_logged_) LogInfo("black box: no room for call sites past %d", id);
+      box_full_logged_ = true;
+      box_sites_next_ = count;
+    }
+  }
+}
+
+void Runtime::CareForHost() {
+  if (config_.blackbox_dir == "none") return;
+  if (!caretaker_tried_) {
+    caretaker_tried_ = true;
+    const std::string path = config_.blackbox_dir + "/" + blackbox::CaretakerLockName(getuid());
+    int fd = open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != getuid())) {
+      close(fd);
+      fd = -1;
+    }
+    if (fd < 0) LogInfo("cannot use %s: black boxes of dead processes are left to others", path.c_str());
+    caretaker_fd_ = fd;
+  }
+  // Held for the life of the process; the kernel hands it to the next one when this one ends.
+  if (caretaker_fd_ < 0 || flock(caretaker_fd_, LOCK_EX | LOCK_NB) != 0) return;
+  const std::string own = box_ ? box_->path().substr(box_->path().rfind('/') + 1) : std::string();
+  blackbox::CaretakerPass pass = blackbox::ConvertDeadBoxes(config_.blackbox_dir, config_.relay_dir, own);
+  for (const auto& c : pass.converted) LogWarn("%s", c.line.c_str());
 }
 
 }  // namespace ncclwatch

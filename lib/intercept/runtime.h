@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "blackbox/black_box.h"
+#include "blackbox/postmortem.h"
 #include "common/config.h"
 #include "common/process_info.h"
 #include "dump/dump_files.h"
@@ -41,6 +43,8 @@ struct DumpExtra {
   bool exit_record = false;          // the exiting thread's stack and the ring's tail only
   int exit_status = -1;
   std::optional<OpSnapshot> failed;  // the call that returned an NCCL error
+  int32_t exiting_site = -1;         // exit record: the exiting thread's stack, when captured by that thread
+  int32_t exiting_tid = 0;
 };
 
 class Runtime {
@@ -76,6 +80,10 @@ class Runtime {
   // EndInit, and a stall when it takes longer than the default deadline (a setup hang).
   uint64_t BeginInit(const char* function, uint64_t id, int size, int rank);
   void EndInit(uint64_t token);
+  // _exit/_Exit: the same exit record as exit() writes, by the watchdog thread while the calling
+  // thread waits (bounded): _exit may be called where nothing else may run (a signal handler).
+  // Async-signal-safe.
+  void OnQuickExit(int status);
 
  private:
   Runtime();
@@ -86,6 +94,14 @@ class Runtime {
   void OnStall(const InflightView& v, const std::string& detail);
   void OnRecovery(const Recovery& r);
   void AtExit(int status);
+  // The end of a process that leaves normally: its exit record (or its operations in flight),
+  // then its node-local files go. `on_watchdog`: called on the watchdog thread (_exit).
+  void Finish(int status, int32_t exiting_site, int32_t exiting_tid, bool on_watchdog);
+  // Each poll: the black box's heartbeat, call names and newly interned call sites.
+  void TendBlackBox(uint64_t now);
+  void WriteBoxIdentity();
+  // The host's caretaker converts the black boxes of processes gone without a word.
+  void CareForHost();
   static void OnExitThunk(int status, void*);
   static void AtForkChild();
   void AskPeersToDump(trace::DumpReason reason);
@@ -102,6 +118,20 @@ class Runtime {
   std::unique_ptr<DumpDirectory> dumps_;
   std::unique_ptr<RequestRelay> relay_;  // used by the watchdog thread only
   std::unique_ptr<MetricsWriter> metrics_;  // NCCLWATCH_METRICS set
+  std::unique_ptr<blackbox::BlackBox> box_;  // null: NCCLWATCH_BLACKBOX_DIR=none or unusable
+  blackbox::BoxIdentity box_identity_;
+  size_t box_sites_next_ = 0;  // call sites resolved into the black box so far (watchdog thread)
+  int box_site_retries_ = 0;
+  bool box_full_logged_ = false;
+  int caretaker_fd_ = -1;      // flock held: this process is the host's caretaker (watchdog thread)
+  bool caretaker_tried_ = false;
+  enum : int { kNoQuickExit = 0, kQuickExitAsked = 1, kQuickExitDone = 2 };
+  std::atomic<int> quick_exit_{kNoQuickExit};
+  std::atomic<int> quick_exit_status_{0};
+  std::atomic<int32_t> quick_exit_site_{-1};
+  std::atomic<int32_t> quick_exit_tid_{0};
+  std::atomic<bool> finished_{false};
+  std::atomic<bool> final_dump_written_{false};  // a dump of this process's own end (fatal signal, SIGTERM)
   uint64_t next_metrics_ns_ = 0;
   bool metrics_warned_ = false;
   std::atomic<uint64_t> stalls_{0};
@@ -112,8 +142,8 @@ class Runtime {
 
   std::mutex dump_mu_;
   uint64_t dump_seq_ = 0;
-  std::atomic<uint64_t> last_dump_mono_ns_{0};
   std::atomic<uint64_t> last_abort_dump_ns_{0};
+  std::atomic<uint64_t> last_recovery_mono_ns_{0};
   uint64_t last_peer_poll_ns_ = 0;
   std::mutex request_mu_;
   std::set<std::string> served_requests_;

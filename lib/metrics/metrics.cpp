@@ -63,7 +63,7 @@ std::string MetricsWriter::Render(const MetricsInput& in, uint64_t now_mono_ns, 
 
   t.Family("ncclwatch_collectives_completed_total", "counter", "Collectives the GPU completed, by communicator.");
   for (const CommInfo* c : in.comms)
-    t.Sample("ncclwatch_collectives_completed_total", comm_labels(c->id), static_cast<double>(c->last_completed.load()));
+    t.Sample("ncclwatch_collectives_completed_total", comm_labels(c->id), static_cast<double>(c->live().last_completed.load()));
 
   // In flight, per communicator and operation, and the oldest per communicator with its deadline.
   std::map<std::pair<uint64_t, trace::OpKind>, int> inflight;
@@ -86,7 +86,7 @@ std::string MetricsWriter::Render(const MetricsInput& in, uint64_t now_mono_ns, 
   t.Family("ncclwatch_seconds_since_last_completion", "gauge",
            "Seconds since the communicator last completed a collective (to the sampling interval).");
   for (const CommInfo* c : in.comms) {
-    uint64_t seq = c->last_completed.load();
+    uint64_t seq = c->live().last_completed.load();
     auto& last = last_completion_[c->id];
     if (last.second == 0 || seq != last.first) last = {seq, now_mono_ns};
     t.Sample("ncclwatch_seconds_since_last_completion", comm_labels(c->id),

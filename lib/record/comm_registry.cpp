@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 namespace ncclwatch {
 
@@ -14,9 +15,68 @@ size_t CommRegistry::Hash(const void* p) {
   return static_cast<size_t>(v >> 20);
 }
 
+void CommRegistry::UseStorage(CommRecord* records, size_t capacity) {
+  std::lock_guard<std::mutex> lock(mu_);
+  records_ = records;
+  records_capacity_ = capacity;
+  records_used_ = 0;
+}
+
+namespace {
+
+void FillRecord(const CommInfo& c, CommRecord* r) {
+  r->kind = static_cast<uint8_t>(c.kind);
+  r->size = c.size;
+  r->rank = c.rank;
+  r->device = c.device;
+  r->color = c.color;
+  r->key = c.key;
+  r->blocking = c.blocking;
+  r->id = c.id;
+  r->parent_id = c.parent_id;
+  r->created_ns = c.created_ns;
+  strncpy(r->name, c.name.c_str(), sizeof r->name - 1);
+  CommLive& from = c.live();
+  r->live.state.store(from.state.load());
+  r->live.ended_ns.store(from.ended_ns.load());
+  r->live.last_enqueued.store(from.last_enqueued.load());
+  r->live.last_gpu_reached.store(from.last_gpu_reached.load());
+  r->live.last_completed.store(from.last_completed.load());
+  r->published.store(1, std::memory_order_release);
+}
+
+}  // namespace
+
+std::unique_ptr<CommInfo> CommInfoOf(const CommRecord& r) {
+  auto c = std::make_unique<CommInfo>();
+  c->kind = static_cast<CommKind>(r.kind);
+  c->size = r.size;
+  c->rank = r.rank;
+  c->device = r.device;
+  c->color = r.color;
+  c->key = r.key;
+  c->blocking = r.blocking;
+  c->id = r.id;
+  c->parent_id = r.parent_id;
+  c->created_ns = r.created_ns;
+  c->name.assign(r.name, strnlen(r.name, sizeof r.name));
+  CommLive& to = c->live();
+  to.state.store(r.live.state.load());
+  to.ended_ns.store(r.live.ended_ns.load());
+  to.last_enqueued.store(r.live.last_enqueued.load());
+  to.last_gpu_reached.store(r.live.last_gpu_reached.load());
+  to.last_completed.store(r.live.last_completed.load());
+  return c;
+}
+
 CommInfo* CommRegistry::Register(std::unique_ptr<CommInfo> info) {
   std::lock_guard<std::mutex> lock(mu_);
   if (info->size > 0 && info->size <= kMaxPeerTracking) info->peers.reset(new PeerCounters[info->size]);
+  if (records_ && records_used_ < records_capacity_) {
+    CommRecord* r = &records_[records_used_++];
+    FillRecord(*info, r);
+    info->MoveLiveTo(&r->live);
+  }
   CommInfo* raw = info.get();
   all_.push_back(std::move(info));
   const void* h = raw->handle;

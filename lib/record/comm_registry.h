@@ -24,6 +24,27 @@ struct PeerCounters {
   std::atomic<uint64_t> send_enqueued{0}, send_completed{0}, recv_enqueued{0}, recv_completed{0};
 };
 
+// What changes during a communicator's life. In the black box when the process has one (another
+// process reads it there after this one is gone), else in the CommInfo itself.
+struct CommLive {
+  std::atomic<CommState> state{CommState::Active};
+  std::atomic<uint64_t> ended_ns{0};
+  std::atomic<uint64_t> last_enqueued{0};  // = collectives issued so far (seq of the last one)
+  std::atomic<uint64_t> last_gpu_reached{0};
+  std::atomic<uint64_t> last_completed{0};
+};
+
+// A communicator as the black box keeps it: fixed layout, no pointers, readable by another
+// process. `published` is set once the other fields are written.
+struct CommRecord {
+  std::atomic<uint32_t> published{0};
+  uint8_t kind = 0;
+  int32_t size = 0, rank = -1, device = -1, color = -1, key = -1, blocking = 1;
+  uint64_t id = 0, parent_id = 0, created_ns = 0;
+  char name[64] = {};
+  CommLive live;
+};
+
 struct CommInfo {
   // Immutable after registration.
   const void* handle = nullptr;
@@ -41,16 +62,18 @@ struct CommInfo {
   std::unique_ptr<PeerCounters[]> peers;  // `size` entries; null for huge communicators
 
   // Mutable.
-  std::atomic<CommState> state{CommState::Active};
-  std::atomic<uint64_t> ended_ns{0};
-  std::atomic<uint64_t> last_enqueued{0};    // = collectives issued so far (seq of the last one)
-  std::atomic<uint64_t> last_gpu_reached{0};
-  std::atomic<uint64_t> last_completed{0};
   std::atomic<uint32_t> children{0};  // splits + shrinks issued on this comm (for child ids)
+  CommLive& live() const { return *live_; }
+  // Moves the mutable state into a black box's record (at registration, before any use).
+  void MoveLiveTo(CommLive* record) { live_ = record; }
 
   PeerCounters* Peer(int peer) const {
     return peers && peer >= 0 && peer < size ? &peers[peer] : nullptr;
   }
+
+ private:
+  mutable CommLive own_live_;
+  CommLive* live_ = &own_live_;
 };
 
 // Raises `a` to at least `v`.
@@ -66,6 +89,9 @@ class CommRegistry {
   static constexpr int kMaxPeerTracking = 1 << 16;
 
   CommRegistry();
+  // Keeps each communicator registered from now on in one of `capacity` zero-filled records
+  // (the black box) while they last; the rest keep their state in memory only.
+  void UseStorage(CommRecord* records, size_t capacity);
 
   // Registers (or re-registers, when NCCL reuses a handle) a communicator. Never on the hot path.
   CommInfo* Register(std::unique_ptr<CommInfo> info);
@@ -85,7 +111,12 @@ class CommRegistry {
   std::unique_ptr<Slot[]> slots_;
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<CommInfo>> all_;  // owned forever: dumps show destroyed comms too
+  CommRecord* records_ = nullptr;
+  size_t records_capacity_ = 0, records_used_ = 0;
 };
+
+// The CommInfo a record describes (a black box read after its process is gone).
+std::unique_ptr<CommInfo> CommInfoOf(const CommRecord& record);
 
 // Communicator ids (docs/trace-format.md "Communicator ids").
 uint64_t Fnv1a64(const void* data, size_t len, uint64_t seed = 0xcbf29ce484222325ull);

@@ -1,8 +1,20 @@
 #include "record/flight_ring.h"
 
+#include <algorithm>
+
 namespace ncclwatch {
-FlightRing::FlightRing(uint64_t capacity_pow2)
-    : mask_(capacity_pow2 - 1), slots_(new OpSlot[capacity_pow2]) {}
+FlightRing::FlightRing(uint64_t capacity_pow2, OpSlot* storage)
+    : mask_(capacity_pow2 - 1), owned_(storage ? nullptr : new OpSlot[capacity_pow2]), slots_(storage ? storage : owned_.get()) {}
+
+FlightRing::FlightRing(uint64_t capacity_pow2, OpSlot* storage, uint64_t head)
+    : mask_(capacity_pow2 - 1), slots_(storage), head_(head) {}
+
+std::unique_ptr<FlightRing> FlightRing::View(OpSlot* slots, uint64_t capacity_pow2) {
+  // Each slot's generation is its index + 1: the newest one claimed is the count recorded.
+  uint64_t head = 0;
+  for (uint64_t i = 0; i < capacity_pow2; ++i) head = std::max(head, slots[i].gen_state.load(std::memory_order_acquire) >> 8);
+  return std::unique_ptr<FlightRing>(new FlightRing(capacity_pow2, slots, head));
+}
 
 uint64_t FlightRing::Record(OpSnapshot& op) {
   return RecordWith(op, [] {});

@@ -14,7 +14,12 @@ namespace ncclwatch {
 
 class FlightRing {
  public:
-  explicit FlightRing(uint64_t capacity_pow2);
+  // `storage`: capacity_pow2 slots to record into (the black box's mapping), zero-filled and
+  // outliving the ring; null: the ring allocates its own.
+  explicit FlightRing(uint64_t capacity_pow2, OpSlot* storage = nullptr);
+  // A read-only view of slots another process recorded (a black box read after its death):
+  // the count recorded is recovered from the slots' generations.
+  static std::unique_ptr<FlightRing> View(OpSlot* slots, uint64_t capacity_pow2);
 
   // Claims the next slot, fills it from `op` (op.index is set here) and publishes it.
   // Returns the index. Hot path.
@@ -47,10 +52,12 @@ class FlightRing {
   static constexpr uint64_t Gen(uint64_t index) { return index + 1; }
   static constexpr uint64_t Word(uint64_t index, uint64_t state) { return (Gen(index) << 8) | state; }
   OpSlot& SlotOf(uint64_t index) const { return slots_[index & mask_]; }
+  FlightRing(uint64_t capacity_pow2, OpSlot* storage, uint64_t head);
   bool Transition(uint64_t index, trace::OpState state);
 
   uint64_t mask_;
-  std::unique_ptr<OpSlot[]> slots_;
+  std::unique_ptr<OpSlot[]> owned_;
+  OpSlot* slots_;
   alignas(64) std::atomic<uint64_t> head_{0};
 };
 

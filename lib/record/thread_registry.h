@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 namespace ncclwatch {
@@ -16,11 +18,20 @@ struct ThreadSlot {
   std::atomic<uint64_t> since_ns{0};
   std::atomic<uint64_t> op_index1{0};  // ring index + 1 of the operation being issued, 0 if none
   std::atomic<bool> creating{false};   // the call creates a communicator (its own setup-hang check)
+  // `function` as text, for a reader in another process (the black box): `named` is the
+  // function pointer the text belongs to. Copied off the hot path (ThreadRegistry::NameCalls).
+  std::atomic<uintptr_t> named{0};
+  char function_name[40] = {};
 };
 
 class ThreadRegistry {
  public:
   static constexpr size_t kCapacity = 1024;
+
+  ThreadRegistry();
+  // Moves the slots into `storage` (kCapacity zero-filled slots that outlive the registry: the
+  // black box). Only before the first Claim.
+  void UseStorage(ThreadSlot* storage) { slots_ = storage; }
 
   // The calling thread's slot (claimed on first use; null when all are taken).
   ThreadSlot* Claim(int32_t tid);
@@ -34,9 +45,19 @@ class ThreadRegistry {
     bool creating;
   };
   std::vector<InCall> InsideNccl() const;
+  // Writes the name of each slot's current call beside it (watchdog thread, every poll).
+  void NameCalls();
+  // A slot's call as another process reads it: its name, or "" when not inside NCCL; "an NCCL
+  // call" when the name was not written yet.
+  static std::string CallName(const ThreadSlot& slot);
+  static bool CallNamed(const ThreadSlot& slot) {
+    const auto fn = reinterpret_cast<uintptr_t>(slot.function.load(std::memory_order_acquire));
+    return fn && slot.named.load(std::memory_order_acquire) == fn;
+  }
 
  private:
-  ThreadSlot slots_[kCapacity];
+  std::unique_ptr<ThreadSlot[]> owned_;
+  ThreadSlot* slots_;
 };
 
 // RAII marker for "this thread is inside NCCL function F".

@@ -217,7 +217,7 @@ void Watchdog::Advance(StreamTrack& track, uint64_t now_ns) {
       t.state = trace::OpState::GpuReached;
       ring_->SetState(t.op.index, trace::OpState::GpuReached, now_ns);
       t.op.gpu_reached_ns = now_ns;
-      if (t.op.seq > 0 && t.comm) StoreMax(t.comm->last_gpu_reached, t.op.seq);
+      if (t.op.seq > 0 && t.comm) StoreMax(t.comm->live().last_gpu_reached, t.op.seq);
     }
     break;
   }
@@ -229,8 +229,8 @@ void Watchdog::Complete(Tracked& t, uint64_t now_ns) {
   if (markers_->timing()) ring_->SetGpuMs(o.index, markers_->ElapsedMs(t.marker));
   if (CommInfo* c = t.comm) {
     if (o.seq > 0) {
-      StoreMax(c->last_gpu_reached, o.seq);
-      StoreMax(c->last_completed, o.seq);
+      StoreMax(c->live().last_gpu_reached, o.seq);
+      StoreMax(c->live().last_completed, o.seq);
     } else if (PeerCounters* p = c->Peer(o.peer)) {
       StoreMax(o.kind == trace::OpKind::Send ? p->send_completed : p->recv_completed, o.p2p_seq);
     }

@@ -19,7 +19,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from ncclwatch_testing import (Failure, catches, blocked_in_syscall, check, read_text, run_cases, temp_dir,  # noqa: E402
+from ncclwatch_testing import (Failure, catches, blocked_in_syscall, check, child_pids, read_text, run_cases, temp_dir,  # noqa: E402
                                wait_for, wait_for_ranks)
 
 B = None  # build directory
@@ -77,6 +77,9 @@ def job(n, args, env=None, timeout=30, preload=True, program="sim_workload", cwd
             del e[k]
     e["NCCLWATCH_DIR"] = os.path.join(tmp, "dumps")
     e["NCCLWATCH_PEER_POLL_MS"] = "200"
+    # Each case's black boxes apart: a case's host caretaker converts only its own job's dead.
+    e["NCCLWATCH_BLACKBOX_DIR"] = os.path.join(tmp, "boxes")
+    os.makedirs(e["NCCLWATCH_BLACKBOX_DIR"])
     if preload:
         e["LD_PRELOAD"] = os.path.join(B, "lib", "libncclwatch.so")
     e.update(env or {})
@@ -812,7 +815,7 @@ def v_culprits(j):
 @case
 def analyze_rank_dead():
     j = job(4, ["--iters", "20"], env=dict(STALL, NCCLWATCH_SIM_FAULT="crash:rank=2,seq=5"), timeout=9)
-    check(2 not in j.dumps(), "the killed rank left no dump")
+    check(j.reasons(2) == ["postmortem"], f"the killed rank's only dump is the one the host wrote for it: {j.reasons(2)}")
     expect_verdict(j, "rank_dead", [2])
 
 
@@ -1165,6 +1168,192 @@ def ending_graph_then_missing():
             env={"NCCLWATCH_TIMEOUT": "2"}, timeout=8)
     v = first_verdict(j, "rank_missing", [3])
     check(v["seq"] > 1, f"not at the captured operation (#1): #{v['seq']}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Last words: what a rank knew survives SIGKILL (its black box, read by the host's caretaker) and
+# _exit (the same exit record as exit()).
+
+def rank_pid(p, rank):
+    """The pid of the launcher's rank `rank` (from its environment)."""
+    def find():
+        for pid in child_pids(p.pid):
+            try:
+                env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+            except OSError:
+                continue
+            if f"RANK={rank}".encode() in env:
+                return pid
+        return None
+    return wait_for(find, f"rank {rank}'s process")
+
+
+def files_in(path):
+    return sorted(os.listdir(path)) if os.path.isdir(path) else []
+
+
+def boxes(j):
+    return [f for f in files_in(os.path.join(j.tmp, "boxes")) if "ncclwatch-box-" in f]
+
+
+def postmortem_where(j, rank, cause="rank_dead"):
+    """The verdict naming `rank` dead, and what it says of where it was."""
+    rc, report, text = analyze(j)
+    v = next((v for v in report["verdicts"] if v["cause"] == cause and rank in v["culprit_ranks"]), None)
+    check(v is not None, f"a {cause} verdict names rank {rank}:\n{json.dumps(report['verdicts'], indent=1)[:3000]}")
+    return v, v["culprit_stacks"][str(rank)], text
+
+
+@case
+def last_words_sigkill_inside_nccl():
+    # Rank 2 is SIGKILLed inside its all-reduce #40 (the OOM killer's way). The host's caretaker
+    # turns its black box into a postmortem dump: where it was, its last operations, its call site.
+    j = job(4, ["--iters", "400", "--jitter-ms", "20", "--seed", "3"],
+            env={"NCCLWATCH_TIMEOUT": "2", "NCCLWATCH_SIM_FAULT": "crash:rank=2,seq=40"}, timeout=10)
+    d = j.first(2, "postmortem")
+    s = d["summary"]
+    check(s["detail"].startswith(("ended without a word", "killed by the kernel's OOM killer")), f"how: {s['detail']}")
+    check([t["function"] for t in s["in_nccl"]] == ["ncclAllReduce"], f"inside ncclAllReduce: {s['in_nccl']}")
+    check(s["comms"][0]["last_enqueued"] == 40, f"its sequence state: {s['comms']}")
+    last = [o for o in s["in_flight"] if o["seq"] == 40]
+    check(last and last[0]["state"] in ("enqueued", "pending_launch"), f"#40 is in flight: {s['in_flight'][-2:]}")
+    sites = {c["id"]: c for c in d["callsites"]}
+    check(last[0]["callsite"] in sites, f"its call site was resolved while it lived: {sorted(sites)}")
+    check(any(f.get("symbol", "").startswith("main") for f in sites[last[0]["callsite"]]["frames"]),
+          f"named: {sites[last[0]['callsite']]['frames'][:4]}")
+    check(any("rank 2 (pid" in l and "ended without a word" in l for l in j.ncclwatch_lines()),
+          f"the caretaker said it:\n{j.err[-2000:]}")
+    v, where, text = postmortem_where(j, 2)
+    check(v["seq"] == 40 and "ended without a word" in where["where"] and "inside ncclAllReduce" in where["where"],
+          f"where: {where['where']} (#{v['seq']})")
+    check(where["callsite_op"].startswith("AllReduce #40") and where["callsite"], f"its call site: {where}")
+    check("ended without a word" in text and "dmesg" in text, f"the report says how and what to check:\n{text[:2500]}")
+
+
+@case
+def last_words_sigkill_outside_nccl():
+    # Rank 2 stops outside NCCL after #20 (a save); the others stall in #21 and dump; then it is
+    # SIGKILLed. Its postmortem says it was outside NCCL after #20, not that it left no dump.
+    def kill_busy(p):
+        dumps = os.path.join(os.path.realpath(f"/proc/{p.pid}/cwd"), "dumps")
+        pid = rank_pid(p, 2)
+        wait_for(lambda: glob.glob(os.path.join(dumps, "rank00000-*-stall.json")), "rank 0's stall dump")
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: glob.glob(os.path.join(dumps, "rank00002-*-postmortem.json")), "rank 2's postmortem dump")
+    j = job(4, ["--iters", "200", "--busy-rank", "2", "--busy-at", "20", "--busy-ms", "-1"],
+            env={"NCCLWATCH_TIMEOUT": "2"}, timeout=15, after_start=kill_busy)
+    v, where, text = postmortem_where(j, 2)
+    check(v["seq"] == 21, f"the others wait in #21: #{v['seq']}")
+    check("last seen outside NCCL" in where["where"] and "#20" in where["where"], f"where: {where['where']}")
+
+
+@case
+def last_words_caretaker_killed():
+    # The host's caretaker itself is SIGKILLed: the next process elected converts its black box.
+    def kill_caretaker(p):
+        lock = os.path.join(os.path.realpath(f"/proc/{p.pid}/cwd"), "boxes", f"ncclwatch-caretaker-{os.getuid()}.lock")
+        wait_for(lambda: os.path.exists(lock), "the caretaker's lock")
+        inode = os.stat(lock).st_ino
+
+        def holder():
+            for line in open("/proc/locks"):
+                f = line.split()
+                if len(f) > 5 and f[1] == "FLOCK" and f[5].endswith(f":{inode}"):
+                    return int(f[4])
+            return None
+        pid = wait_for(holder, "a caretaker")
+        killed["pid"] = pid
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: glob.glob(os.path.join(os.path.realpath(f"/proc/{p.pid}/cwd"), "dumps",
+                                                f"rank*-{pid}-*-postmortem.json")), "its postmortem dump")
+    killed = {}
+    j = job(3, ["--iters", "2000", "--jitter-ms", "5"], env={"NCCLWATCH_TIMEOUT": "2"}, timeout=10,
+            after_start=kill_caretaker)
+    pm = [d for ds in j.dumps().values() for d in ds if d["summary"]["reason"] == "postmortem"]
+    check([d["summary"]["pid"] for d in pm] == [killed["pid"]], f"one postmortem, the caretaker's: {pm}")
+    check(not boxes(j), f"no black box left: {boxes(j)}")
+
+
+@case
+def last_words_fork_started_rank_exits():
+    # Each rank forks; the child does the work (as Python's multiprocessing fork context does)
+    # and rank 2's child leaves early through _exit: an exit record, so rank_exited, not rank_dead.
+    j = job(4, ["--fork", "--iters", "20", "--exit-rank", "2", "--exit-at", "5"], env={"NCCLWATCH_TIMEOUT": "2"},
+            timeout=8)
+    d = j.first(2, "exit")
+    check(d["summary"]["exit_status"] == 0, f"its exit status: {d['summary']['exit_status']}")
+    exiting = [t for t in d["threads"] if t["name"] == "exiting thread"]
+    check(exiting and any(f.get("symbol", "").startswith("main") for f in exiting[0]["frames"]), f"the exiting thread's stack: {exiting}")
+    pids = {x["summary"]["pid"] for ds in j.dumps().values() for x in ds}
+    check(len(pids) == 4, f"only the children (which used NCCL) wrote dumps: {sorted(pids)}")
+    first_verdict(j, "rank_exited", [2], seq=6)
+    check(not boxes(j), f"no black box left: {boxes(j)}")
+
+
+@case
+def last_words_pipeline_stage_leaves():
+    # Stage 0 sends all its microbatches and leaves through _exit; stage 2 stops before #4.
+    # The stopped stage is named; the stage that left is not called dead.
+    j = job(3, ["--microbatches", "8", "--stop-rank", "2", "--stop-at", "3", "--quick-exit"], program="sim_pipeline",
+            env={"NCCLWATCH_TIMEOUT": "2"}, timeout=8)
+    check(j.first(0, "exit")["summary"]["exit_status"] == 0, "stage 0 left an exit record")
+    rc, report, text = analyze(j)
+    check(report["verdicts"][0]["culprit_ranks"] == [2], f"stage 2 is named:\n{json.dumps(report['verdicts'])[:2000]}")
+    dead = [v for v in report["verdicts"] if v["cause"] == "rank_dead"]
+    check(not dead, f"no rank is called dead: {dead}")
+
+
+@case
+def last_words_whole_job_killed_then_next_job():
+    # Every rank of a job is SIGKILLed: nobody is left on the host to read their black boxes.
+    # The next job's caretaker on the host converts them into the first job's dump directory and
+    # removes them and the first job's relay files: nothing accumulates.
+    shared = temp_dir("ncclwatch-e2e-host-")
+    boxes_dir, relay_dir = os.path.join(shared, "boxes"), os.path.join(shared, "relay")
+    os.makedirs(boxes_dir)
+    os.makedirs(relay_dir)
+    host = {"NCCLWATCH_BLACKBOX_DIR": boxes_dir, "NCCLWATCH_RELAY_DIR": relay_dir, "NCCLWATCH_TIMEOUT": "2"}
+
+    def kill_all(p):
+        pids = wait_for_ranks(p, 3)
+        wait_for(lambda: len(glob.glob(os.path.join(boxes_dir, "ncclwatch-box-*"))) == 3, "3 black boxes")
+        wait_for(lambda: glob.glob(os.path.join(relay_dir, "ncclwatch-relay-*")), "the relay")
+        time.sleep(0.5)  # a few polls: call sites resolved
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+    first = job(3, ["--iters", "100000", "--jitter-ms", "5"], env=host, timeout=20, after_start=kill_all)
+    check(not first.dumps(), f"the first job wrote nothing itself: {first.dumps()}")
+    check(len(glob.glob(os.path.join(boxes_dir, "ncclwatch-box-*"))) == 3, "its black boxes are left")
+    time.sleep(5)  # its leftovers are old enough to be nobody's start-up
+    second = job(2, ["--iters", "5", "--linger-ms", "1500"], env=host, timeout=15)
+    check(second.rc == 0, f"the second job ran: {second.err[-1500:]}")
+    check(sorted(first.dumps()) == [0, 1, 2] and all(first.reasons(r) == ["postmortem"] for r in range(3)),
+          f"the first job's ranks each have a postmortem dump: {[first.reasons(r) for r in range(3)]}")
+    left = [f for f in files_in(boxes_dir) + files_in(relay_dir) if "caretaker" not in f]
+    check(not left, f"nothing left on the host: {left}")
+
+
+@case
+def last_words_recovered_stall_then_death():
+    # Rank 1 saves slowly (a stall that recovers: it answered a request then), then is SIGKILLed
+    # in #60. The verdict is its death at #60, not the earlier stall.
+    j = job(4, ["--iters", "400", "--busy-rank", "1", "--busy-at", "5", "--busy-ms", "3000", "--jitter-ms", "4"],
+            env={"NCCLWATCH_TIMEOUT": "1", "NCCLWATCH_SIM_FAULT": "crash:rank=1,seq=60"}, timeout=12)
+    check("peer_request" in j.reasons(1), f"rank 1 answered during its slow save: {j.reasons(1)}")
+    v = first_verdict(j, "rank_dead", [1], seq=60)
+    check("ended without a word" in v["culprit_stacks"]["1"]["where"], f"where: {v['culprit_stacks']['1']['where']}")
+
+
+@case
+def last_words_gone_before_teardown():
+    # Without black boxes: rank 1 answered a request during a slow save, then was SIGKILLed; the
+    # others answer the launcher's SIGTERM much later. Its old dump is not read as rank_missing.
+    j = job(4, ["--iters", "400", "--busy-rank", "1", "--busy-at", "5", "--busy-ms", "3000", "--jitter-ms", "4"],
+            env={"NCCLWATCH_TIMEOUT": "1", "NCCLWATCH_SIM_FAULT": "crash:rank=1,seq=60",
+                 "NCCLWATCH_BLACKBOX_DIR": "none"}, timeout=16)
+    check("postmortem" not in j.reasons(1) and "peer_request" in j.reasons(1), f"rank 1: {j.reasons(1)}")
+    v = first_verdict(j, "rank_dead", [1])
+    check("gone before the job's teardown" in v["culprit_stacks"]["1"]["where"], f"where: {v['culprit_stacks']['1']}")
 
 
 def main():

@@ -4,8 +4,8 @@
 //                       version is needed from the C++ runtime (GLIBCXX_, CXXABI_) or libgcc_s
 //   --forbid-import SYM SYM is not imported (repeatable)
 //   --nccl-exports      every exported symbol is a function of the NCCL API list
-//                       (include/ncclwatch/nccl_abi.h) or starts with ncclwatch_, and every
-//                       function of the list is exported
+//                       (include/ncclwatch/nccl_abi.h), _exit, _Exit or starts with ncclwatch_,
+//                       and every one of the list, _exit and _Exit is exported
 // Always prints the NEEDED entries, the versions needed and the highest GLIBC_ version needed.
 // Exit status 0 when every requested check passed, 1 otherwise, 2 for an unreadable file.
 #include <elf.h>
@@ -172,8 +172,13 @@ int main(int argc, char** argv) {
     ++checks;
     if (!have_dynsym) fail("no dynamic symbol table");
     const std::set<std::string> api = NcclApi();
+    // The process-ending functions a rank may leave through without exit()'s handlers.
+    const std::set<std::string> process_exit = {"_exit", "_Exit"};
     for (const auto& e : exported)
-      if (!api.count(e) && e.rfind("ncclwatch_", 0) != 0) fail("exports " + e + ", which is not an NCCL API function");
+      if (!api.count(e) && !process_exit.count(e) && e.rfind("ncclwatch_", 0) != 0)
+        fail("exports " + e + ", which is not an NCCL API function");
+    for (const auto& e : process_exit)
+      if (std::find(exported.begin(), exported.end(), e) == exported.end()) fail("does not export " + e);
     for (const auto& a : api)
       if (std::find(exported.begin(), exported.end(), a) == exported.end()) fail("does not export " + a);
   }

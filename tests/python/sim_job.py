@@ -5,10 +5,14 @@ preloaded ncclwatch comes first). NCCL_API=pydll (the default) makes them with t
 bindings do; POOL=1 runs each training step on a worker of a ThreadPoolExecutor. Either way
 ncclwatch records this file's line as each operation's Python call site. Rank BUSY_RANK "saves a
 checkpoint" at step BUSY_STEP; the other ranks wait in an all-reduce.
+Endings: rank DIE_RANK is SIGKILLed at step DIE_STEP (the OOM killer's way); rank EXIT_RANK leaves
+the loop at step EXIT_STEP; FORK=1 runs the job in a child started by multiprocessing's fork
+context, which ends it with os._exit (as launchers built on multiprocessing do).
 """
 import concurrent.futures
 import ctypes
 import os
+import signal
 import sys
 import time
 
@@ -17,6 +21,8 @@ from ncclwatch_testing import check as check_that, wait_for  # noqa: E402
 
 RANK, WORLD = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 BUSY_RANK, BUSY_STEP = int(os.environ.get("BUSY_RANK", "1")), int(os.environ.get("BUSY_STEP", "5"))
+DIE_RANK, DIE_STEP = int(os.environ.get("DIE_RANK", "-1")), int(os.environ.get("DIE_STEP", "-1"))
+EXIT_RANK, EXIT_STEP = int(os.environ.get("EXIT_RANK", "-1")), int(os.environ.get("EXIT_STEP", "-1"))
 
 ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
 ctypes.CDLL("libnccl.so.2", mode=ctypes.RTLD_GLOBAL)
@@ -73,6 +79,12 @@ def main():
     for step in range(50):
         if step == BUSY_STEP and RANK == BUSY_RANK:
             save_checkpoint()
+        if step == EXIT_STEP and RANK == EXIT_RANK:
+            print("ok (left early)", flush=True)
+            return
+        if step == DIE_STEP and RANK == DIE_RANK:
+            time.sleep(0.5)  # long enough for ncclwatch's watchdog to have seen this step's call site
+            os.kill(os.getpid(), signal.SIGKILL)
         if pool:
             pool.submit(train_step, comm, ctypes.c_void_p(buf.value), count, stream).result()
         else:
@@ -81,4 +93,13 @@ def main():
 
 
 if __name__ == "__main__":
+    if os.environ.get("FORK") == "1":
+        import multiprocessing
+        def child_main():
+            ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: stopped with the rank the launcher started
+            main()
+        child = multiprocessing.get_context("fork").Process(target=child_main)
+        child.start()
+        child.join()
+        sys.exit(child.exitcode)
     main()

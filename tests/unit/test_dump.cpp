@@ -79,9 +79,9 @@ struct Sample {
     comm.peers.reset(new PeerCounters[8]);
     comm.peers[5].send_enqueued = 2;
     comm.peers[5].send_completed = 1;
-    comm.last_enqueued = 42;
-    comm.last_gpu_reached = 41;
-    comm.last_completed = 41;
+    comm.live().last_enqueued = 42;
+    comm.live().last_gpu_reached = 41;
+    comm.live().last_completed = 41;
     in.reason = trace::DumpReason::Stall;
     in.detail = "AllGather seq 42 stuck";
     in.identity.host = "node1";

@@ -58,7 +58,7 @@ struct Bench {
     Marker* m = nullptr;
     REQUIRE(markers.Begin(reinterpret_cast<CUstream>(o.stream), &m) == MarkResult::Marked);
     REQUIRE(markers.End(m, reinterpret_cast<CUstream>(o.stream)));
-    comm.last_enqueued = o.seq;
+    comm.live().last_enqueued = o.seq;
     REQUIRE(wd->Submit(InflightItem::Of(o, &comm, m)));
     return m;
   }
@@ -81,12 +81,12 @@ TEST_CASE("states move forward as the GPU reaches and completes the operation") 
   FakeCuda::Reach(m->start);
   b.wd->PollOnce(102 * S);
   CHECK(b.StateOf(0) == trace::OpState::GpuReached);
-  CHECK(b.comm.last_gpu_reached == 1);
-  CHECK(b.comm.last_completed == 0);
+  CHECK(b.comm.live().last_gpu_reached == 1);
+  CHECK(b.comm.live().last_completed == 0);
   FakeCuda::Reach(m->end);
   b.wd->PollOnce(103 * S);
   CHECK(b.StateOf(0) == trace::OpState::Completed);
-  CHECK(b.comm.last_completed == 1);
+  CHECK(b.comm.live().last_completed == 1);
   CHECK(b.wd->Inflight(100).empty());
   CHECK(b.stalls.empty());
 }
@@ -163,7 +163,7 @@ TEST_CASE("an operation whose ring record was overwritten before the watchdog to
   FakeCuda::Reach(m->end);
   b.wd->PollOnce(107 * S);
   CHECK(b.wd->Inflight(100).empty());
-  CHECK(b.comm.last_completed == 1);
+  CHECK(b.comm.live().last_completed == 1);
 }
 
 TEST_CASE("an operation's clock starts when the one before it on the stream completes") {

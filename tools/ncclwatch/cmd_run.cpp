@@ -369,6 +369,9 @@ int Run(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
   g_child = -1;
+  // Every rank of the job on this host may be gone, with no caretaker left to read their black
+  // boxes: their postmortem dumps belong in the verdict.
+  ConvertLeftBlackBoxes();
   watch.Finish();
   if (WIFSIGNALED(status)) {
     // Die of the same signal, so whoever started us sees the job's own status.

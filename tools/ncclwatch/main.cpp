@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "blackbox/postmortem.h"
 #include "ncclwatch/trace_format.h"
 #include "ncclwatch/version.h"
 #include "subcommand.h"
@@ -60,6 +61,15 @@ bool WantsHelp(int argc, char** argv) {
 int UsageError(const char* sub, const char* message) {
   std::fprintf(stderr, "ncclwatch %s: %s\n(see `ncclwatch %s --help`)\n", sub, message, sub);
   return kExitBadInput;
+}
+
+void ConvertLeftBlackBoxes() {
+  auto setting = [](const char* name) {
+    const char* v = std::getenv(name);
+    return std::string(v && *v ? v : "/dev/shm");
+  };
+  for (const auto& c : blackbox::ConvertDeadBoxes(setting("NCCLWATCH_BLACKBOX_DIR"), setting("NCCLWATCH_RELAY_DIR")).converted)
+    std::fprintf(stderr, "ncclwatch: %s\n", c.line.c_str());
 }
 
 int ParseAttemptOption(const char* sub, int argc, char** argv, int* i, int* attempt) {

@@ -26,6 +26,11 @@ int UsageError(const char* sub, const char* message);
 // `--attempt N` at argv[*i]: takes N (from 1, the oldest attempt) and moves *i past it. Returns
 // kExitOk, or the usage error it printed.
 int ParseAttemptOption(const char* sub, int argc, char** argv, int* i, int* attempt);
+// Converts the black boxes that processes gone without a word left on this host (when no
+// process of theirs was left to do it) into postmortem dumps in their dump directories, and
+// removes what dead processes left there. One line on stderr per conversion. The directories
+// are NCCLWATCH_BLACKBOX_DIR and NCCLWATCH_RELAY_DIR, as the library reads them.
+void ConvertLeftBlackBoxes();
 
 }  // namespace cli
 }  // namespace ncclwatch

@@ -18,6 +18,13 @@ struct Dump : trace::LoadedDump {
   // the state when the teardown began, is the evidence.
   std::vector<std::string> then;
   int attempt = 0;  // the attempt of the job it belongs to (DumpSet::attempts)
+  // Its process answered no SIGTERM of the job's teardown that every other rank answered, and
+  // this, its latest dump, is older than that teardown: the process was gone before it (killed
+  // without a word, no black box); this dump is not what it did last.
+  bool gone_before_teardown = false;
+  std::string last_reason;        // of its process's latest dump (this one or one of `then`)
+  int64_t last_time_unix_ns = 0;
+  int64_t gone_gap_s = 0;  // how much older than the teardown
 
   // Unique in the job: process_uid, else host and pid (older dumps).
   std::string ProcessKey() const {

@@ -119,8 +119,12 @@ bool IsReason(const Dump& d, trace::DumpReason r) { return d.summary.reason == t
 bool FollowsTeardown(const Dump& d) {
   using R = trace::DumpReason;
   return IsReason(d, R::FatalSignal) || IsReason(d, R::Signal) || IsReason(d, R::ExitInFlight) ||
-         IsReason(d, R::Exit);
+         IsReason(d, R::Exit) || IsReason(d, R::Postmortem);
 }
+
+// A teardown's SIGTERM (or the like) every other rank answered, this much later than a rank's
+// latest dump: that rank was gone before it.
+constexpr int64_t kGoneBeforeTeardownNs = 10'000'000'000;
 
 // Dumps that record the state when a hang's teardown began. Not a peer_request: a rank that
 // answered one and was then stopped shows the same state in both, and an answer to a request
@@ -266,9 +270,19 @@ void DumpSet::Select(std::vector<Dump> usable, int attempt) {
       while (evidence > begin &&
              (FollowsTeardown(usable[evidence]) || IsReason(usable[evidence], trace::DumpReason::PeerRequest)))
         --evidence;
-    if (!StartsTeardown(usable[evidence])) evidence = end - 1;
+    if (!StartsTeardown(usable[evidence])) {
+      evidence = end - 1;
+      // Killed after it answered the teardown's SIGTERM (the launcher's SIGKILL after its grace
+      // period): where it was when the teardown began is in that answer.
+      for (size_t i = end - 1; i > begin && IsReason(usable[evidence], trace::DumpReason::Postmortem); --i) {
+        if (IsReason(usable[i - 1], trace::DumpReason::Signal)) evidence = i - 1;
+        else if (!IsReason(usable[i - 1], trace::DumpReason::PeerRequest)) break;
+      }
+    }
     std::vector<std::string> then;
     for (size_t i = evidence + 1; i < end; ++i) then.push_back(usable[i].summary.reason);
+    usable[evidence].last_reason = usable[end - 1].summary.reason;
+    usable[evidence].last_time_unix_ns = usable[end - 1].summary.time_unix_ns;
     for (size_t i = begin; i < end; ++i)
       if (i != evidence && !duplicate[i - begin]) history_.push_back(std::move(usable[i]));
     usable[evidence].then = std::move(then);
@@ -294,10 +308,33 @@ void DumpSet::Select(std::vector<Dump> usable, int attempt) {
     }
     dumps_.push_back(std::move(d));
   }
+  MarkGoneBeforeTeardown();
   for (size_t i = 0; i < dumps_.size(); ++i) by_rank_[dumps_[i].summary.rank] = i;
   for (auto it = unreadable_ranks_.begin(); it != unreadable_ranks_.end();)
     it = by_rank_.count(it->first) ? unreadable_ranks_.erase(it) : std::next(it);
   ComputeWorldSize();
+}
+
+void DumpSet::MarkGoneBeforeTeardown() {
+  // The teardown: most ranks ended with a dump of a SIGTERM (or SIGINT); those that did not
+  // (a node lost with its ranks) may be gone.
+  std::vector<int64_t> teardown;
+  for (const auto& d : dumps_)
+    if (d.last_reason == trace::DumpReasonName(trace::DumpReason::Signal)) teardown.push_back(d.last_time_unix_ns);
+  if (teardown.size() < 2 || teardown.size() * 2 <= dumps_.size()) return;
+  const int64_t began = *std::min_element(teardown.begin(), teardown.end());
+  for (auto& d : dumps_) {
+    const std::string& last = d.last_reason;
+    using R = trace::DumpReason;
+    // A process that said its own end (exit, crash, black box) is not silent.
+    if (last == trace::DumpReasonName(R::Signal) || last == trace::DumpReasonName(R::Exit) ||
+        last == trace::DumpReasonName(R::ExitInFlight) || last == trace::DumpReasonName(R::FatalSignal) ||
+        last == trace::DumpReasonName(R::Postmortem))
+      continue;
+    if (began - d.last_time_unix_ns < kGoneBeforeTeardownNs) continue;
+    d.gone_before_teardown = true;
+    d.gone_gap_s = (began - d.last_time_unix_ns) / 1'000'000'000;
+  }
 }
 
 void DumpSet::ComputeWorldSize() {

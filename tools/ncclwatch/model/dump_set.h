@@ -99,6 +99,7 @@ class DumpSet {
  private:
   void Select(std::vector<Dump> usable, int attempt);
   std::vector<Dump> SplitAttempts(std::vector<Dump> usable, int wanted);
+  void MarkGoneBeforeTeardown();
   void ComputeWorldSize();
   void AddProblem(std::string file, ProblemKind kind, std::string message = {}, std::string other = {},
                   int64_t number = 0, int64_t count = 0);

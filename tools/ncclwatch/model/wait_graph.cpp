@@ -116,7 +116,13 @@ int WaitGraph::CommOf(const std::string& id) const {
 
 bool WaitGraph::Is(int dump, trace::DumpReason r) const { return dumps_[dump].summary.reason == trace::DumpReasonName(r); }
 
-bool WaitGraph::IsDead(int dump) const { return dump < 0 || Is(dump, trace::DumpReason::FatalSignal); }
+bool WaitGraph::IsDead(int dump) const {
+  return dump < 0 || Is(dump, trace::DumpReason::FatalSignal) || IsKilled(dump);
+}
+
+bool WaitGraph::IsKilled(int dump) const {
+  return dump >= 0 && (Is(dump, trace::DumpReason::Postmortem) || dumps_[dump].gone_before_teardown);
+}
 
 bool WaitGraph::IsExited(int dump) const {
   return dump >= 0 && (Is(dump, trace::DumpReason::Exit) || Is(dump, trace::DumpReason::ExitInFlight));

@@ -134,6 +134,9 @@ class WaitGraph {
   int DumpOfMember(const CommIndex& c, int comm_rank) const;
   bool Is(int dump, trace::DumpReason r) const;
   bool IsDead(int dump) const;
+  // Dead without a word: its black box read by another process (a postmortem dump), or gone
+  // before the job's teardown.
+  bool IsKilled(int dump) const;
   bool IsExited(int dump) const;
   bool IsErrored(int dump) const;
   // Its error only says that another rank failed (ncclRemoteError).

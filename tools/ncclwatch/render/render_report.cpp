@@ -258,6 +258,12 @@ std::string PositionText(const CulpritPosition& p) {
     case State::NoDump: return "left no dump";
     case State::UnreadableDump: return "its dump is unreadable";
     case State::Crashed: return "crashed: " + (p.detail.empty() ? std::string("fatal signal") : p.detail);
+    case State::Killed:
+      where = p.detail.empty() ? std::string("ended without a word") : p.detail;
+      if (p.in_nccl_known)
+        where += p.was_inside_nccl ? "; last seen inside " + p.function + " (tid " + std::to_string(p.tid) + ")"
+                                   : "; last seen outside NCCL";
+      break;
     case State::NcclError: where = "NCCL error: " + (p.detail.empty() ? std::string("an NCCL call failed") : p.detail); break;
     case State::Exited:
       where = "exited" + (p.exit_status >= 0 ? " with status " + std::to_string(p.exit_status) : std::string()) +
@@ -401,6 +407,12 @@ std::string AdviceText(const Verdict& v, const Report& report) {
              "): each waits in one communicator for a rank that waits in another. Issue "
              "collectives on all communicators in the same order on every rank.";
     case Cause::RankDead:
+      if (v.culprit_killed)
+        return who + " ended without a word (" +
+               (v.culprit_position && !v.culprit_position->detail.empty() ? v.culprit_position->detail
+                                                                           : std::string("SIGKILL or the OOM killer")) +
+               "); where it was and its last call site are below. Check its log, and the kernel log (dmesg) on "
+               "its host for the OOM killer.";
       return who + (v.culprit_crashed ? " crashed (fatal signal): its stack at the crash is below; "
                                       : " left no dump: it was likely killed (OOM killer, node failure); ") +
              "check its log and dmesg on its host.";

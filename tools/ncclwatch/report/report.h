@@ -28,7 +28,11 @@ struct OpRef {
 // its GPU has not reached #42 (issued 610 s ago)").
 struct CulpritPosition {
   CulpritState state = CulpritState::NoDump;
-  std::string detail;          // Crashed, NcclError: the dump's own detail (may be empty)
+  std::string detail;          // Crashed, Killed, NcclError: the dump's own detail (may be empty)
+  // Killed: what its black box says: last seen inside `function` (tid, since_s), else outside
+  // NCCL; `in_nccl_known` false when nothing says (gone before the teardown, no black box).
+  bool in_nccl_known = false;
+  bool was_inside_nccl = false;
   int64_t exit_status = -1;    // Exited: its status, -1 unknown
   bool exit_in_flight = false;  // Exited with operations in flight
   std::string function;        // InsideNccl: the NCCL call its first thread inside NCCL is in
@@ -110,6 +114,7 @@ struct Verdict {
   // What the advice sentence (written by the renderer, render_report.h) needs to know.
   bool culprit_in_nccl = false;         // rank_missing: a culprit's host is inside an NCCL call
   bool culprit_crashed = false;         // rank_dead: a culprit left a crash dump (not nothing)
+  bool culprit_killed = false;          // rank_dead: a culprit ended without a word (postmortem dump, or gone before the teardown)
   // nccl_error, rank_exited: where the first culprit with a dump that failed or exited is.
   std::optional<CulpritPosition> culprit_position;
   bool stopped_while_healthy = false;   // no_hang: ranks were at different seqs, nothing past due

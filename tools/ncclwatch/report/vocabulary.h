@@ -30,6 +30,8 @@ NCCLWATCH_DEFINE_VOCABULARY(Cause, kCauseNames, CauseName, ParseCause, NCCLWATCH
   X(NoDump, "no_dump")                   /* no dump at all: killed, never started */     \
   X(UnreadableDump, "unreadable_dump")   /* its dump exists but cannot be read */        \
   X(Crashed, "crashed")                  /* a fatal signal */                            \
+  X(Killed, "killed")                    /* ended without a word (SIGKILL, the OOM killer): \
+                                            its black box, or gone before the teardown */  \
   X(NcclError, "nccl_error")             /* an NCCL call of its returned an error */     \
   X(Exited, "exited")                    /* it exited */                                 \
   X(OutsideNccl, "outside_nccl")         /* alive, no thread inside NCCL */              \

@@ -464,6 +464,11 @@ class Attributor {
       if (c.dump < 0) continue;
       const trace::Summary& s = g_.dumps()[c.dump].summary;
       d->v.culprit_in_nccl = d->v.culprit_in_nccl || !s.in_nccl.empty();
+      if (g_.IsKilled(c.dump)) {  // the advice says how it ended
+        d->v.culprit_killed = true;
+        if (!d->v.culprit_position) d->v.culprit_position = evidence_.PositionOf(nullptr, c.dump);
+        continue;
+      }
       d->v.culprit_crashed = true;
       // The first that says something: an error without a detail leaves room for the next.
       const std::optional<CulpritPosition>& known = d->v.culprit_position;

@@ -48,6 +48,11 @@ void Evidence::Fill(const Unit* u, int dump, CulpritEvidence* e) {
                            ci < 0 ? "" : g_.comms()[ci].name};
     if (const trace::Callsite* cs = det->FindCallsite(op->callsite)) e->callsite = cs->stack;
   }
+  if (dm.gone_before_teardown) {  // its threads, as its old dump shows them, are not what it did last
+    e->stack_note = StackNote::kThreadNote;
+    e->stack_note_text = "no stack of its end: its last dump is from long before it went";
+    return;
+  }
   // Current stack: the thread inside NCCL, else the main thread, else one with Python frames,
   // else any; never one of ncclwatch's own threads (its watchdog says nothing about the job).
   const trace::Thread* t = nullptr;
@@ -75,12 +80,27 @@ CulpritPosition Evidence::PositionOf(const Unit* u, int dump) const {
   using Position = CommPosition;
   CulpritPosition p;
   const trace::Summary& s = g_.dumps()[dump].summary;
-  if (g_.IsDead(dump)) {  // a crash says it all: no communicator position, no teardown
+  const bool killed = g_.IsKilled(dump);
+  if (g_.IsDead(dump) && !killed) {  // a crash says it all: no communicator position, no teardown
     p.state = CulpritState::Crashed;
     p.detail = s.detail;
     return p;
   }
-  if (g_.IsErrored(dump)) {
+  if (killed) {  // how it ended, then where it was as its black box (or last dump) says
+    const Dump& d = g_.dumps()[dump];
+    p.state = CulpritState::Killed;
+    p.detail = d.gone_before_teardown ? "gone before the job's teardown: it answered no SIGTERM, and its last dump is " +
+                                            std::to_string(d.gone_gap_s) + " s older"
+                                      : s.detail;
+    if (d.gone_before_teardown) return p;  // its last dump says what it did long before it went
+    p.in_nccl_known = true;
+    p.was_inside_nccl = !s.in_nccl.empty();
+    if (p.was_inside_nccl) {
+      p.function = s.in_nccl.front().function;
+      p.since_s = s.in_nccl.front().since_s;
+      p.tid = s.in_nccl.front().tid;
+    }
+  } else if (g_.IsErrored(dump)) {
     p.state = CulpritState::NcclError;
     p.detail = s.detail;
   } else if (g_.IsExited(dump)) {

@@ -4,6 +4,10 @@
 #include <signal.h>
 #include <stdatomic.h>
 
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "simutil.h"
 
 static const char kUsage[] =
@@ -51,6 +55,12 @@ static const char kUsage[] =
     "                            communicator and exit(6)\n"
     "  --exit-rank R --exit-at I rank R leaves the loop before iteration I and returns from main\n"
     "                            with status 0 (uneven inputs); the others wait\n"
+    "  --quick-exit              with --exit-rank: leave through _exit(0), as a multiprocessing\n"
+    "                            child or os._exit does (no exit() handlers)\n"
+    "  --fork                    the rank forks at start; the child runs the job (and leaves\n"
+    "                            through _exit with --exit-rank), the parent waits and exits with\n"
+    "                            its status (ranks started by fork, as Python's multiprocessing\n"
+    "                            fork context does)\n"
     "  --no-init-rank R          rank R never calls ncclCommInitRank (sleeps until killed): a\n"
     "                            setup hang\n"
     "  --graph-then-loop         with --graph: after the replays, run the plain iterations too\n"
@@ -78,7 +88,7 @@ struct Options {
   int mismatch_rank, mismatch_at;
   int p2p_deadlock, cross_comm_deadlock, deadlock_at;
   int graph, nonblocking, abort_after_ms, exit_in_flight, sigterm_handler, get_version_only;
-  int exit_rank, exit_at, no_init_rank, abort_signal, graph_then_loop;
+  int exit_rank, exit_at, no_init_rank, abort_signal, graph_then_loop, quick_exit, fork_rank;
 };
 
 /* One communicator of the workload and what it takes to check its results. */
@@ -296,7 +306,7 @@ static void parse(int argc, char** argv) {
     FLAG_OPT("--exit-in-flight", exit_in_flight) FLAG_OPT("--sigterm-handler", sigterm_handler)
     FLAG_OPT("--get-version-only", get_version_only) INT_OPT("--exit-rank", exit_rank)
     INT_OPT("--exit-at", exit_at) INT_OPT("--no-init-rank", no_init_rank) FLAG_OPT("--abort-signal", abort_signal)
-    FLAG_OPT("--graph-then-loop", graph_then_loop) INT_OPT("--straggler-rank", straggler_rank)
+    FLAG_OPT("--graph-then-loop", graph_then_loop) FLAG_OPT("--quick-exit", quick_exit) FLAG_OPT("--fork", fork_rank) INT_OPT("--straggler-rank", straggler_rank)
     INT_OPT("--straggler-ms", straggler_ms) INT_OPT("--straggler-max-ms", straggler_max_ms)
     INT_OPT("--jitter-ms", jitter_ms) INT_OPT("--seed", seed)
     else {
@@ -375,6 +385,19 @@ int main(int argc, char** argv) {
   int it, k, ok = 1;
 
   parse(argc, argv);
+  if (opt.fork_rank) {
+    pid_t child = fork();
+    int status = 0;
+    if (child < 0) return SIMUTIL_EXIT_USAGE;
+    if (child > 0) {
+      while (waitpid(child, &status, 0) < 0) {
+      }
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    /* The launcher stops the rank it started, the parent: the child goes with it. */
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() == 1) _exit(SIMUTIL_EXIT_USAGE);
+  }
   if (opt.get_version_only) {
     int v = 0;
     NCCLCHECK(ncclGetVersion(&v));
@@ -429,6 +452,8 @@ int main(int argc, char** argv) {
       if (g_rank == opt.exit_rank && it == opt.exit_at) {
         sync_stream(stream);
         printf("ok (left before iteration %d)\n", it);
+        fflush(stdout);
+        if (opt.quick_exit || opt.fork_rank) _exit(0);
         return 0; /* uneven inputs: a normal exit while the others go on */
       }
       if (g_rank == opt.straggler_rank) {

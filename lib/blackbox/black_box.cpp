@@ -1,0 +1,166 @@
+#include "blackbox/black_box.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <new>
+
+namespace ncclwatch {
+namespace blackbox {
+namespace {
+
+constexpr size_t kPage = 4096;
+size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+}  // namespace
+
+std::string BoxPrefix(uint32_t uid) { return "ncclwatch-box-" + std::to_string(uid) + "-"; }
+
+std::string BoxFileName(uint32_t uid, int pid, const std::string& process_uid) {
+  return BoxPrefix(uid) + std::to_string(pid) + "-" + process_uid;
+}
+
+std::string CaretakerLockName(uint32_t uid) { return "ncclwatch-caretaker-" + std::to_string(uid) + ".lock"; }
+
+Layout LayoutFor(uint64_t ring_capacity) {
+  Layout h;
+  std::memset(&h, 0, sizeof h);
+  std::memcpy(h.magic, kMagic, sizeof h.magic);
+  h.layout_version = kLayoutVersion;
+  h.op_slot_bytes = sizeof(OpSlot);
+  h.comm_record_bytes = sizeof(CommRecord);
+  h.thread_slot_bytes = sizeof(ThreadSlot);
+  size_t at = RoundUp(sizeof(Header), kPage);
+  h.identity_offset = at;
+  h.identity_capacity = kIdentityBytes;
+  at = RoundUp(at + kIdentityBytes, kPage);
+  h.ring_offset = at;
+  h.ring_capacity = ring_capacity;
+  at = RoundUp(at + ring_capacity * sizeof(OpSlot), kPage);
+  h.comms_offset = at;
+  h.comms_capacity = kCommRecords;
+  at = RoundUp(at + kCommRecords * sizeof(CommRecord), kPage);
+  h.threads_offset = at;
+  h.threads_capacity = ThreadRegistry::kCapacity;
+  at = RoundUp(at + ThreadRegistry::kCapacity * sizeof(ThreadSlot), kPage);
+  h.sites_offset = at;
+  h.sites_capacity = kCallsiteBytes;
+  h.file_bytes = RoundUp(at + kCallsiteBytes, kPage);
+  return h;
+}
+
+std::unique_ptr<BlackBox> BlackBox::Create(const std::string& dir, uint64_t ring_capacity, int pid,
+                                           const std::string& process_uid, double default_deadline_s,
+                                           std::string* why) {
+  const uint32_t uid = getuid();
+  const std::string name = BoxFileName(uid, pid, process_uid);
+  const std::string hidden = dir + "/." + name;
+  const Layout layout = LayoutFor(ring_capacity);
+  auto fail = [&](const char* step, int err, int fd) -> std::unique_ptr<BlackBox> {
+    *why = std::string(step) + " " + hidden + ": " + strerror(err);
+    if (fd >= 0) {
+      unlink(hidden.c_str());
+      close(fd);
+    }
+    return nullptr;
+  };
+  const int fd = open(hidden.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return fail("cannot create", errno, -1);
+  // Held for the life of the process: its release is how readers know the process is gone.
+  struct flock lock{};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  lock.l_len = 1;
+  if (fcntl(fd, F_SETLK, &lock) != 0) return fail("cannot lock", errno, fd);
+  // Reserved now: a page first touched on the hot path must never find the file system full.
+  if (int e = posix_fallocate(fd, 0, static_cast<off_t>(layout.file_bytes))) return fail("cannot reserve space for", e, fd);
+  void* base = mmap(nullptr, layout.file_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) return fail("cannot map", errno, fd);
+
+  std::unique_ptr<BlackBox> box(new BlackBox);
+  box->fd_ = fd;
+  box->base_ = static_cast<char*>(base);
+  box->bytes_ = layout.file_bytes;
+  Header* h = new (base) Header;
+  h->layout = layout;
+  h->pid = pid;
+  h->uid = uid;
+  h->default_deadline_s = default_deadline_s;
+  h->global_rank.store(-1);
+  h->world_size.store(-1);
+  OpSlot* slots = box->ring();
+  for (uint64_t i = 0; i < ring_capacity; ++i) new (&slots[i]) OpSlot;
+  CommRecord* comms = box->comms();
+  for (size_t i = 0; i < kCommRecords; ++i) new (&comms[i]) CommRecord;
+  ThreadSlot* threads = box->threads();
+  for (size_t i = 0; i < ThreadRegistry::kCapacity; ++i) new (&threads[i]) ThreadSlot;
+  // Visible under its real name only now, complete and locked.
+  box->path_ = dir + "/" + name;
+  if (rename(hidden.c_str(), box->path_.c_str()) != 0) {
+    const int e = errno;
+    munmap(base, layout.file_bytes);
+    box->base_ = nullptr;
+    box->fd_ = -1;
+    return fail("cannot rename", e, fd);
+  }
+  return box;
+}
+
+BlackBox::~BlackBox() {
+  if (base_) munmap(base_, bytes_);
+  if (fd_ >= 0) close(fd_);
+}
+
+OpSlot* BlackBox::ring() const { return reinterpret_cast<OpSlot*>(base_ + header()->layout.ring_offset); }
+CommRecord* BlackBox::comms() const { return reinterpret_cast<CommRecord*>(base_ + header()->layout.comms_offset); }
+ThreadSlot* BlackBox::threads() const { return reinterpret_cast<ThreadSlot*>(base_ + header()->layout.threads_offset); }
+
+void BlackBox::SetIdentity(const std::string& json) {
+  Header* h = header();
+  const size_t n = std::min(json.size(), static_cast<size_t>(h->layout.identity_capacity));
+  h->identity_bytes.store(0, std::memory_order_release);
+  std::memcpy(base_ + h->layout.identity_offset, json.data(), n);
+  h->identity_bytes.store(static_cast<uint32_t>(n), std::memory_order_release);
+}
+
+void BlackBox::SetRank(int rank, int world_size) {
+  header()->global_rank.store(rank, std::memory_order_relaxed);
+  header()->world_size.store(world_size, std::memory_order_relaxed);
+}
+
+void BlackBox::Alive(int64_t unix_ns, int64_t mono_ns) {
+  header()->alive_unix_ns.store(unix_ns, std::memory_order_relaxed);
+  header()->alive_mono_ns.store(mono_ns, std::memory_order_release);
+}
+
+void BlackBox::FinalDumpWritten(int64_t mono_ns) { header()->final_dump_mono_ns.store(mono_ns, std::memory_order_release); }
+
+void BlackBox::CountDump() { header()->dumps.fetch_add(1, std::memory_order_relaxed); }
+
+bool BlackBox::AppendCallsite(const std::string& text) {
+  Header* h = header();
+  const uint64_t used = h->sites_bytes.load(std::memory_order_relaxed);
+  const uint32_t len = static_cast<uint32_t>(text.size());
+  if (used + sizeof len + len > h->layout.sites_capacity) return false;
+  char* at = base_ + h->layout.sites_offset + used;
+  std::memcpy(at, &len, sizeof len);
+  std::memcpy(at + sizeof len, text.data(), len);
+  h->sites_bytes.store(used + sizeof len + len, std::memory_order_release);
+  return true;
+}
+
+void BlackBox::Remove() {
+  if (!removed_.exchange(true)) unlink(path_.c_str());
+}
+
+void BlackBox::RemoveIfFinalDumped() {
+  if (header()->final_dump_mono_ns.load(std::memory_order_acquire) != 0) Remove();
+}
+
+}  // namespace blackbox
+}  // namespace ncclwatch

@@ -1,0 +1,433 @@
+#include "blackbox/postmortem.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "blackbox/black_box.h"
+#include "common/clock.h"
+#include "dump/dump_files.h"
+#include "dump/dump_writer.h"
+#include "format/dump_reader.h"
+#include "record/flight_ring.h"
+
+namespace ncclwatch {
+namespace blackbox {
+namespace {
+
+using nlohmann::json;
+
+// A dead process's dump of its own end (fatal signal, SIGTERM) this close to its last sign of
+// life is its last word: nothing to add.
+constexpr int64_t kFinalDumpMarginNs = 3'000'000'000;
+// Hidden black boxes and unwatched relay files younger than this may belong to a process that
+// is starting: left alone.
+constexpr int64_t kLeftoverMinAgeS = 5;
+// Bounds on what is read of another process's file.
+constexpr uint64_t kMaxRingCapacity = uint64_t{1} << 24;
+constexpr size_t kMaxKernelRecords = 200000;
+
+struct FreeDeleter {
+  void operator()(void* p) const { free(p); }
+};
+
+// A copy of a black box, checked: every part lies inside it, in the layout this build writes.
+struct BoxCopy {
+  std::unique_ptr<char, FreeDeleter> bytes;
+  const Header* header = nullptr;
+  template <typename T>
+  T* At(uint64_t offset) const {
+    return reinterpret_cast<T*>(bytes.get() + offset);
+  }
+};
+
+bool Within(uint64_t offset, uint64_t count, uint64_t each, uint64_t total) {
+  if (count > total || (each && count > total / each)) return false;
+  return offset <= total && count * each <= total - offset;
+}
+
+bool ReadBox(int fd, BoxCopy* out, std::string* why) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) return *why = strerror(errno), false;
+  Layout l;
+  if (static_cast<size_t>(st.st_size) < sizeof(Header) || pread(fd, &l, sizeof l, 0) != static_cast<ssize_t>(sizeof l))
+    return *why = "too short to be a black box", false;
+  if (std::memcmp(l.magic, kMagic, sizeof l.magic) != 0) return *why = "not a black box", false;
+  const Layout mine = LayoutFor(l.ring_capacity);
+  if (l.layout_version != kLayoutVersion || l.op_slot_bytes != mine.op_slot_bytes ||
+      l.comm_record_bytes != mine.comm_record_bytes || l.thread_slot_bytes != mine.thread_slot_bytes)
+    return *why = "written by another version of ncclwatch", false;
+  const uint64_t total = l.file_bytes;
+  if (total != static_cast<uint64_t>(st.st_size) || l.ring_capacity == 0 || l.ring_capacity > kMaxRingCapacity ||
+      (l.ring_capacity & (l.ring_capacity - 1)) != 0 || !Within(l.ring_offset, l.ring_capacity, sizeof(OpSlot), total) ||
+      l.comms_capacity != kCommRecords || !Within(l.comms_offset, l.comms_capacity, sizeof(CommRecord), total) ||
+      l.threads_capacity != ThreadRegistry::kCapacity ||
+      !Within(l.threads_offset, l.threads_capacity, sizeof(ThreadSlot), total) ||
+      !Within(l.sites_offset, l.sites_capacity, 1, total) || !Within(l.identity_offset, l.identity_capacity, 1, total) ||
+      l.ring_offset % alignof(OpSlot) != 0 || l.comms_offset % alignof(CommRecord) != 0 ||
+      l.threads_offset % alignof(ThreadSlot) != 0)
+    return *why = "its layout is damaged", false;
+  out->bytes.reset(static_cast<char*>(aligned_alloc(64, (total + 63) / 64 * 64)));
+  if (!out->bytes) return *why = "out of memory", false;
+  for (uint64_t done = 0; done < total;) {
+    const ssize_t n = pread(fd, out->bytes.get() + done, total - done, static_cast<off_t>(done));
+    if (n <= 0) return *why = n < 0 ? strerror(errno) : "shorter than its header says", false;
+    done += static_cast<uint64_t>(n);
+  }
+  out->header = out->At<const Header>(0);
+  return true;
+}
+
+std::string TextAt(const BoxCopy& box, uint64_t offset, uint64_t capacity, uint64_t length) {
+  return std::string(box.At<const char>(offset), std::min(capacity, length));
+}
+
+// The call sites the process resolved, as the format's records.
+std::vector<trace::Callsite> CallsitesOf(const BoxCopy& box) {
+  std::vector<trace::Callsite> out;
+  const Layout& l = box.header->layout;
+  const uint64_t used = std::min(box.header->sites_bytes.load(), l.sites_capacity);
+  for (uint64_t at = 0; at + sizeof(uint32_t) <= used;) {
+    uint32_t len;
+    std::memcpy(&len, box.At<const char>(l.sites_offset + at), sizeof len);
+    at += sizeof len;
+    if (len > used - at) break;
+    trace::LoadedDump one;
+    const std::string_view text(box.At<const char>(l.sites_offset + at), len);
+    at += len;
+    if (trace::ReadDumpBuffer(text, trace::ReadDepth::kFull, &one).usable && one.detail)
+      for (const auto& c : one.detail->callsites) out.push_back(c);
+  }
+  return out;
+}
+
+int64_t Int(const json& j, const char* key, int64_t fallback) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : fallback;
+}
+std::string Str(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+struct Converted {
+  std::string dump;
+  std::string problem;
+};
+
+Converted WritePostmortem(const BoxCopy& box, const BoxIdentity& id) {
+  const Header& h = *box.header;
+  const Layout& l = h.layout;
+  DumpInput in;
+  in.reason = trace::DumpReason::Postmortem;
+  in.detail = HowItEnded(KernelOomLine(h.pid));
+  in.identity.host = id.host;
+  in.identity.pid = h.pid;
+  in.identity.local_rank = id.local_rank;
+  in.identity.job_id = id.job_id;
+  in.identity.job_instance = id.job_instance;
+  in.identity.process_uid = id.process_uid;
+  in.identity.start_unix_ns = static_cast<uint64_t>(id.start_unix_ns);
+  in.global_rank = h.global_rank.load();
+  in.world_size = h.world_size.load();
+  in.nccl_version = id.nccl_version;
+  in.cuda_driver_version = id.cuda_driver_version;
+  in.dump_seq = h.dumps.load();
+  in.start_mono_ns = static_cast<uint64_t>(id.start_mono_ns);
+  // The evidence is as of its last sign of life, not of this conversion.
+  const int64_t alive_mono = h.alive_mono_ns.load() ? h.alive_mono_ns.load() : id.start_mono_ns;
+  in.time_unix_ns = static_cast<uint64_t>(h.alive_unix_ns.load() ? h.alive_unix_ns.load() : id.start_unix_ns);
+  in.time_mono_ns = static_cast<uint64_t>(alive_mono);
+
+  std::vector<std::unique_ptr<CommInfo>> comms;
+  const CommRecord* records = box.At<const CommRecord>(l.comms_offset);
+  for (size_t i = 0; i < l.comms_capacity; ++i)
+    if (records[i].published.load(std::memory_order_acquire)) comms.push_back(CommInfoOf(records[i]));
+  for (auto& c : comms) in.comms.push_back(c.get());
+
+  std::unique_ptr<FlightRing> ring = FlightRing::View(box.At<OpSlot>(l.ring_offset), l.ring_capacity);
+  in.live_ring = ring.get();
+  in.ring_to = ring->recorded();
+  in.ring_from = in.ring_to > ring->capacity() ? in.ring_to - ring->capacity() : 0;
+  in.ring_capacity = ring->capacity();
+  in.ring_recorded = ring->recorded();
+  in.ring_overwritten = ring->overwritten();
+  std::deque<std::string> names;  // InCall holds a pointer to its function's name
+  const ThreadSlot* threads = box.At<const ThreadSlot>(l.threads_offset);
+  OpSnapshot op;
+  for (size_t i = 0; i < l.threads_capacity; ++i) {
+    std::string name = ThreadRegistry::CallName(threads[i]);
+    if (name.empty()) continue;
+    // A call too short for the watchdog to have named it: the operation it was issuing says.
+    const uint64_t index1 = threads[i].op_index1.load();
+    if (!ThreadRegistry::CallNamed(threads[i]) && index1 && ring->Read(index1 - 1, &op))
+      name = std::string("nccl") + trace::OpKindName(op.kind);
+    names.push_back(std::move(name));
+    in.in_nccl.push_back({threads[i].tid.load(), names.back().c_str(), threads[i].since_ns.load(), index1,
+                          threads[i].creating.load()});
+  }
+
+  for (uint64_t i = in.ring_from; i < in.ring_to; ++i) {
+    if (!ring->Read(i, &op)) continue;
+    const bool pending = op.state == trace::OpState::PendingLaunch || op.state == trace::OpState::Enqueued ||
+                         op.state == trace::OpState::GpuReached;
+    if (!pending) continue;
+    InflightView v;
+    v.op = op;
+    v.age_s = alive_mono > static_cast<int64_t>(op.enqueue_ns) ? (alive_mono - static_cast<int64_t>(op.enqueue_ns)) / 1e9 : 0;
+    v.deadline_s = h.default_deadline_s;
+    v.stalled = v.age_s > v.deadline_s;
+    for (const auto& call : in.in_nccl) v.host_blocked = v.host_blocked || call.op_index1 == i + 1;
+    in.inflight.push_back(v);
+  }
+  in.callsites = CallsitesOf(box);
+  in.exe = id.exe;
+  in.cwd = id.cwd;
+  in.cmdline = id.cmdline;
+  in.environment = id.environment;
+
+  Converted result;
+  if (id.dump_dir.empty()) {
+    result.problem = "its dump directory is not known";
+    return result;
+  }
+  DumpDirectory dir(id.dump_dir, id.dump_fallback, 0);
+  result.dump = dir.Write(
+      DumpFileStem(in), [&](const trace::TextSink& sink) { return StreamDump(in, sink); }, /*counted=*/false);
+  if (result.dump.empty()) result.problem = "no dump could be written in " + id.dump_dir;
+  return result;
+}
+
+int64_t AgeS(const struct stat& st) {
+  timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  return now.tv_sec - st.st_mtim.tv_sec;
+}
+
+// Opens `path` for the lock test: only this user's regular files, never through a link.
+int OpenOwn(const std::string& path, struct stat* st) {
+  const int fd = open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return -1;
+  if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode) || st->st_uid != getuid()) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// True when the process that owned the box is gone: its lock could be taken (and is now ours).
+bool TakeDeadLock(int fd) {
+  struct flock lock{};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  lock.l_len = 1;
+  return fcntl(fd, F_SETLK, &lock) == 0;
+}
+
+std::string Base(const std::string& name, const std::string& suffix) {
+  return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0
+             ? name.substr(0, name.size() - suffix.size())
+             : std::string();
+}
+
+bool StartsWith(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
+
+std::vector<std::string> Names(const std::string& dir) {
+  std::vector<std::string> out;
+  DIR* d = opendir(dir.c_str());
+  if (!d) return out;
+  while (dirent* e = readdir(d)) out.push_back(e->d_name);
+  closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+std::string IdentityJson(const BoxIdentity& id) {
+  json j = {{"host", id.host},
+            {"pid", id.pid},
+            {"local_rank", id.local_rank},
+            {"job_id", id.job_id},
+            {"job_instance", id.job_instance},
+            {"process_uid", id.process_uid},
+            {"start_unix_ns", id.start_unix_ns},
+            {"start_mono_ns", id.start_mono_ns},
+            {"nccl_version", id.nccl_version},
+            {"cuda_driver_version", id.cuda_driver_version},
+            {"exe", id.exe},
+            {"cwd", id.cwd},
+            {"cmdline", id.cmdline},
+            {"dump_dir", id.dump_dir},
+            {"dump_fallback", id.dump_fallback},
+            {"relay", id.relay}};
+  json env = json::array();
+  for (const auto& kv : id.environment) env.push_back({kv.first, kv.second});
+  j["environment"] = env;
+  std::string text = j.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.size() > kIdentityBytes) {  // a huge command line: the identity matters more
+    j["cmdline"] = json::array({"<command line too long for the black box>"});
+    j["environment"] = json::array();
+    text = j.dump(-1, ' ', false, json::error_handler_t::replace);
+  }
+  return text;
+}
+
+bool ParseIdentity(const std::string& text, BoxIdentity* out) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return false;
+  out->host = Str(j, "host");
+  out->pid = static_cast<int>(Int(j, "pid", 0));
+  out->local_rank = static_cast<int>(Int(j, "local_rank", -1));
+  out->job_id = Str(j, "job_id");
+  out->job_instance = Str(j, "job_instance");
+  out->process_uid = Str(j, "process_uid");
+  out->start_unix_ns = Int(j, "start_unix_ns", 0);
+  out->start_mono_ns = Int(j, "start_mono_ns", 0);
+  out->nccl_version = static_cast<int>(Int(j, "nccl_version", 0));
+  out->cuda_driver_version = static_cast<int>(Int(j, "cuda_driver_version", 0));
+  out->exe = Str(j, "exe");
+  out->cwd = Str(j, "cwd");
+  out->dump_dir = Str(j, "dump_dir");
+  out->dump_fallback = Str(j, "dump_fallback");
+  out->relay = Str(j, "relay");
+  if (auto it = j.find("cmdline"); it != j.end() && it->is_array())
+    for (const auto& a : *it)
+      if (a.is_string()) out->cmdline.push_back(a.get<std::string>());
+  if (auto it = j.find("environment"); it != j.end() && it->is_array())
+    for (const auto& kv : *it)
+      if (kv.is_array() && kv.size() == 2 && kv[0].is_string() && kv[1].is_string())
+        out->environment.emplace_back(kv[0].get<std::string>(), kv[1].get<std::string>());
+  return true;
+}
+
+std::string FindOomLine(const std::vector<std::string>& records, int pid) {
+  const std::string killed = "Killed process " + std::to_string(pid) + " ";
+  const std::string task = ",pid=" + std::to_string(pid) + ",";
+  std::string found;
+  for (const std::string& r : records) {
+    std::string message = r.substr(r.find(';') == std::string::npos ? 0 : r.find(';') + 1);
+    message = message.substr(0, message.find('\n'));
+    if (message.find(killed) != std::string::npos) return message;  // the kill itself says the most
+    if (found.empty() && message.find("oom-kill:") != std::string::npos && message.find(task) != std::string::npos)
+      found = message;
+  }
+  return found;
+}
+
+std::string KernelOomLine(int pid) {
+  const int fd = open("/dev/kmsg", O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return std::string();
+  std::vector<std::string> records;
+  char buf[8192];
+  for (size_t i = 0; i < kMaxKernelRecords; ++i) {
+    const ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EPIPE) continue;  // overwritten while read: the next one follows
+    if (n <= 0) break;
+    std::string record(buf, static_cast<size_t>(n));
+    if (record.find("Killed process") != std::string::npos || record.find("oom-kill:") != std::string::npos)
+      records.push_back(std::move(record));
+  }
+  close(fd);
+  return FindOomLine(records, pid);
+}
+
+std::string HowItEnded(const std::string& oom_line) {
+  if (!oom_line.empty()) return "killed by the kernel's OOM killer (" + oom_line + ")";
+  return "ended without a word: SIGKILL or the OOM killer";
+}
+
+CaretakerPass ConvertDeadBoxes(const std::string& box_dir, const std::string& relay_dir, const std::string& own_box) {
+  CaretakerPass pass;
+  if (box_dir.empty() || box_dir == "none") return pass;
+  const uint32_t uid = getuid();
+  const std::string prefix = BoxPrefix(uid);
+  std::set<std::string> watched_relays;  // named by a live process
+  for (const std::string& name : Names(box_dir)) {
+    const bool hidden = StartsWith(name, "." + prefix);
+    if (!hidden && !StartsWith(name, prefix)) continue;
+    if (name == own_box) continue;  // closing any descriptor of it would drop our own lock
+    const std::string path = box_dir + "/" + name;
+    struct stat st;
+    const int fd = OpenOwn(path, &st);
+    if (fd < 0) continue;
+    if (!TakeDeadLock(fd)) {  // alive: only what it watches matters here
+      BoxCopy live;
+      std::string why;
+      BoxIdentity id;
+      if (!hidden && ReadBox(fd, &live, &why) &&
+          ParseIdentity(TextAt(live, live.header->layout.identity_offset, live.header->layout.identity_capacity,
+                               live.header->identity_bytes.load()),
+                        &id) &&
+          !id.relay.empty())
+        watched_relays.insert(id.relay);
+      close(fd);
+      continue;
+    }
+    if (hidden) {  // killed while creating it: nothing in it yet
+      if (AgeS(st) >= kLeftoverMinAgeS && unlink(path.c_str()) == 0) ++pass.removed_leftovers;
+      close(fd);
+      continue;
+    }
+    Conversion c;
+    c.box = path;
+    BoxCopy box;
+    std::string why;
+    BoxIdentity id;
+    if (!ReadBox(fd, &box, &why)) {
+      c.line = "removed the black box " + path + ": " + why;
+    } else {
+      const Header& h = *box.header;
+      ParseIdentity(TextAt(box, h.layout.identity_offset, h.layout.identity_capacity, h.identity_bytes.load()), &id);
+      c.pid = h.pid;
+      c.rank = h.global_rank.load();
+      const int64_t final_dump = h.final_dump_mono_ns.load();
+      const std::string who = "rank " + std::to_string(c.rank) + " (pid " + std::to_string(h.pid) + " on " +
+                              (id.host.empty() ? "this host" : id.host) + ")";
+      if (final_dump && h.alive_mono_ns.load() - final_dump < kFinalDumpMarginNs) {
+        c.line = who + " dumped at its end: removed its black box";
+      } else {
+        Converted w = WritePostmortem(box, id);
+        c.dump = w.dump;
+        c.line = w.dump.empty() ? who + " ended without a word; its black box could not be converted (" + w.problem + ")"
+                                : who + " ended without a word; its black box is now " + w.dump;
+      }
+    }
+    unlink(path.c_str());
+    close(fd);
+    pass.converted.push_back(std::move(c));
+  }
+  if (relay_dir.empty() || relay_dir == "none") return pass;
+  const std::string relay_prefix = "ncclwatch-relay-" + std::to_string(uid) + "-";
+  for (const std::string& name : Names(relay_dir)) {
+    if (!StartsWith(name, relay_prefix)) continue;
+    const std::string base = Base(name, ".lock");
+    if (base.empty() || watched_relays.count(relay_dir + "/" + base)) continue;
+    const std::string lock_path = relay_dir + "/" + name;
+    struct stat st;
+    const int fd = OpenOwn(lock_path, &st);
+    if (fd < 0) continue;
+    // Nobody watches it (a watcher holds the flock for the life of its process) and it is not new.
+    if (AgeS(st) >= kLeftoverMinAgeS && flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      if (unlink((relay_dir + "/" + base).c_str()) == 0) ++pass.removed_leftovers;
+      if (unlink(lock_path.c_str()) == 0) ++pass.removed_leftovers;
+    }
+    close(fd);
+  }
+  return pass;
+}
+
+}  // namespace blackbox
+}  // namespace ncclwatch

@@ -1,0 +1,67 @@
+// Post-mortem by the host: a process that used NCCL and is gone without an `exit` record or a
+// dump of its own end (SIGKILL, the OOM killer, a node agent) left its black box
+// (black_box.h) behind; another process on the host turns it into a `postmortem` dump in that
+// process's dump directory and removes it.
+//
+// Who does it: the host's caretaker (one process per user per black-box directory, elected with
+// flock; the next one takes over when it dies) on every job-wide-request poll, so within about a
+// second; `ncclwatch run` when its job has ended and `ncclwatch analyze` for what no caretaker
+// was left to convert. The same pass removes what dead processes left: hidden black boxes of a
+// process killed while creating one, and relay files no live process watches.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ncclwatch {
+namespace blackbox {
+
+// Who the process is, written into its black box at start (JSON) and read back for the dump.
+struct BoxIdentity {
+  std::string host;
+  int pid = 0;
+  int local_rank = -1;
+  std::string job_id, job_instance, process_uid;
+  int64_t start_unix_ns = 0, start_mono_ns = 0;
+  int nccl_version = 0, cuda_driver_version = 0;
+  std::string exe, cwd;
+  std::vector<std::string> cmdline;
+  std::vector<std::pair<std::string, std::string>> environment;
+  std::string dump_dir;       // absolute: where its dumps go
+  std::string dump_fallback;  // the fallback directory name (DumpDirectory)
+  std::string relay;          // its host's relay file ("" none)
+};
+std::string IdentityJson(const BoxIdentity& id);
+bool ParseIdentity(const std::string& json, BoxIdentity* out);
+
+struct Conversion {
+  std::string box;        // the black box file
+  int pid = 0, rank = -1;
+  std::string dump;       // the postmortem dump written; "" when none was
+  std::string line;       // one line saying what was done
+};
+
+struct CaretakerPass {
+  std::vector<Conversion> converted;
+  int removed_leftovers = 0;  // hidden boxes and relay files of dead processes
+};
+
+// Converts the black boxes in `box_dir` of this user's processes that are gone and removes them,
+// and removes leftovers of dead processes in `box_dir` and `relay_dir` ("none": not used).
+// `own_box`: the caller's own black box file name, never touched ("" none). Never throws.
+CaretakerPass ConvertDeadBoxes(const std::string& box_dir, const std::string& relay_dir,
+                               const std::string& own_box = "");
+
+// What the kernel log says about how `pid` ended: its OOM-killer line, "" when the log says
+// nothing of it or cannot be read (/dev/kmsg needs privileges on most systems).
+std::string KernelOomLine(int pid);
+// The OOM-killer line for `pid` among kernel log records (one per string), "" if none.
+std::string FindOomLine(const std::vector<std::string>& records, int pid);
+
+// How a process without a word ended, as the postmortem dump's detail says it.
+std::string HowItEnded(const std::string& oom_line);
+
+}  // namespace blackbox
+}  // namespace ncclwatch

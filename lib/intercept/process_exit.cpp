@@ -1,0 +1,25 @@
+// _exit and _Exit end a process without exit()'s handlers, so a rank leaving through them (a
+// multiprocessing child, os._exit) would leave no exit record and look dead. They are wrapped
+// to write the same record as exit() does (Runtime::OnQuickExit), then end the process as
+// glibc's own _exit does. A process whose ncclwatch is not active (it never used NCCL, a forked
+// child) goes straight through.
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "intercept/runtime.h"
+
+namespace {
+
+[[noreturn]] void EndProcess(int status) {
+  if (ncclwatch::Runtime* rt = ncclwatch::Runtime::IfActive()) rt->OnQuickExit(status);
+  for (;;) syscall(SYS_exit_group, status);
+}
+
+}  // namespace
+
+extern "C" {
+
+__attribute__((visibility("default"))) void _exit(int status) { EndProcess(status); }
+__attribute__((visibility("default"))) void _Exit(int status) { EndProcess(status); }
+
+}  // extern "C"

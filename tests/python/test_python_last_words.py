@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Last words of a Python job (sim_job.py over the simulator, ctypes, libncclwatch.so preloaded):
+  - a rank SIGKILLed mid-job (NCCL called through ctypes.CDLL, the GIL released as PyTorch does):
+    the host's caretaker writes its postmortem dump, and `ncclwatch analyze` names it dead with
+    its last call site's Python line;
+  - ranks started by multiprocessing's fork context, which end with os._exit: the one that
+    leaves early writes its exit record, so it is `rank_exited`, not `rank_dead`.
+    test_python_last_words.py BUILD_DIR
+"""
+import glob
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from ncclwatch_testing import Checks, temp_dir  # noqa: E402
+
+build = os.path.abspath(sys.argv[1])
+here = os.path.dirname(os.path.abspath(__file__))
+script = os.path.join(here, "sim_job.py")
+call_line = next(i for i, l in enumerate(open(script), 1) if "CALL-LINE" in l)
+check = Checks(verbose=True)
+
+
+def run_job(extra_env, timeout=10):
+    tmp = temp_dir("ncclwatch-py-")
+    boxes = os.path.join(tmp, "boxes")
+    os.makedirs(boxes)
+    env = dict(os.environ, LD_PRELOAD=os.path.join(build, "lib", "libncclwatch.so"), NCCLWATCH_DIR=os.path.join(tmp, "dumps"),
+               NCCLWATCH_TIMEOUT="2", NCCLWATCH_PEER_POLL_MS="200", NCCLWATCH_BLACKBOX_DIR=boxes, BUSY_RANK="-1",
+               NCCL_API="cdll", **extra_env)
+    p = subprocess.run([os.path.join(build, "bin", "simlaunch"), "-n", "2", "--timeout", str(timeout), "--",
+                        sys.executable, script], env=env, capture_output=True, text=True, timeout=timeout + 60)
+    a = subprocess.run([os.path.join(build, "bin", "ncclwatch"), "analyze", "--json", env["NCCLWATCH_DIR"]],
+                       capture_output=True, text=True, env=dict(os.environ, NCCLWATCH_BLACKBOX_DIR=boxes))
+    try:
+        report = json.loads(a.stdout)
+    except ValueError:
+        report = {"verdicts": []}
+    reasons = {}
+    for f in sorted(glob.glob(os.path.join(env["NCCLWATCH_DIR"], "rank*.json"))):
+        d = json.load(open(f))
+        reasons.setdefault(d["summary"]["rank"], []).append(d["summary"]["reason"])
+    return report, reasons, p.stderr, boxes
+
+
+def python_top(stack):
+    py = [f for f in stack.get("callsite", []) if f.get("kind") == "python"]
+    return py[0] if py else {}
+
+
+# A rank SIGKILLed between two steps: its postmortem dump, its last call site's Python line.
+report, reasons, err, boxes = run_job({"DIE_RANK": "1", "DIE_STEP": "5"})
+check("postmortem" in reasons.get(1, []), f"SIGKILL: the dead rank has a postmortem dump ({reasons}); launcher:\n{err[-2000:]}")
+v = report["verdicts"][0] if report["verdicts"] else {}
+check(v.get("cause") == "rank_dead" and v.get("culprit_ranks") == [1], f"SIGKILL: rank 1 is dead ({v.get('cause')} "
+                                                                        f"{v.get('culprit_ranks')})")
+s = v.get("culprit_stacks", {}).get("1", {})
+top = python_top(s)
+check(top.get("file", "").endswith("sim_job.py") and top.get("line") == call_line and top.get("function") == "train_step",
+      f"SIGKILL: its last call site is train_step at sim_job.py:{call_line} ({top})")
+check("ended without a word" in s.get("where", "") and "last seen outside NCCL" in s.get("where", ""),
+      f"SIGKILL: how it ended and where it was ({s.get('where')})")
+check(not [f for f in os.listdir(boxes) if "ncclwatch-box-" in f], f"SIGKILL: no black box left ({os.listdir(boxes)})")
+
+# multiprocessing's fork context: rank 1's child leaves early through os._exit.
+report, reasons, err, boxes = run_job({"FORK": "1", "EXIT_RANK": "1", "EXIT_STEP": "5"})
+check(reasons.get(1) == ["exit"], f"os._exit: rank 1 wrote its exit record ({reasons}); launcher:\n{err[-2000:]}")
+v = report["verdicts"][0] if report["verdicts"] else {}
+check(v.get("cause") == "rank_exited" and v.get("culprit_ranks") == [1] and v.get("seq") == 6,
+      f"os._exit: rank 1 exited, not dead ({v.get('cause')} {v.get('culprit_ranks')} #{v.get('seq')})")
+sys.exit(check.finish())

@@ -1,0 +1,293 @@
+// The black box across processes: a child records into its black box and ends without a word;
+// the parent, as the host's caretaker, turns it into a postmortem dump and removes it.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <utime.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "blackbox/black_box.h"
+#include "blackbox/postmortem.h"
+#include "format/dump_reader.h"
+#include "format/trace_writer.h"
+#include "record/comm_registry.h"
+#include "record/flight_ring.h"
+#include "record/thread_registry.h"
+#include "temp_dir.h"
+
+using namespace ncclwatch;
+using testing::TempDir;
+
+namespace {
+
+std::vector<std::string> Listing(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<std::string> Boxes(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& name : Listing(dir))
+    if (name.find("ncclwatch-box-") != std::string::npos) out.push_back(name);
+  return out;
+}
+
+// A child that records what a rank in an all-reduce records, then ends as `how` says.
+enum class Ending { kWithoutAWord, kAfterItsOwnDump, kNormalExit };
+
+pid_t RecordingChild(const std::string& boxes, const std::string& dumps, Ending how) {
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  std::string why;
+  auto box = blackbox::BlackBox::Create(boxes, 64, getpid(), "feedfacecafe0001", 30.0, &why);
+  if (!box) _exit(10);
+  blackbox::BoxIdentity id;
+  id.host = "node7";
+  id.pid = getpid();
+  id.process_uid = "feedfacecafe0001";
+  id.dump_dir = dumps;
+  id.cmdline = {"python", "train.py"};
+  box->SetIdentity(blackbox::IdentityJson(id));
+  box->SetRank(3, 8);
+
+  FlightRing ring(64, box->ring());
+  CommRegistry comms;
+  comms.UseStorage(box->comms(), box->comms_capacity());
+  auto info = std::make_unique<CommInfo>();
+  info->id = 0xabcdef;
+  info->size = 8;
+  info->rank = 3;
+  info->name = "world";
+  CommInfo* c = comms.Register(std::move(info));
+  ThreadRegistry threads;
+  threads.UseStorage(box->threads());
+  ThreadSlot* slot = threads.Claim(4242);
+
+  trace::Document site;
+  trace::NativeFrame frame;
+  frame.ip = 0x1234;
+  frame.module = "/opt/train/bin/train";
+  frame.symbol = "train_step";
+  site.detail.callsites.push_back({0, {{frame}, {{"train.py", 88, "train_step", false}}}, ""});
+  box->AppendCallsite(trace::WriteDocument(site));
+
+  for (uint64_t seq = 1; seq <= 12; ++seq) {
+    OpSnapshot op;
+    op.comm_id = c->id;
+    op.seq = c->live().last_enqueued.fetch_add(1) + 1;
+    op.kind = trace::OpKind::AllReduce;
+    op.bytes = 4096;
+    op.callsite = 0;
+    op.enqueue_ns = 1000 + seq;
+    op.state = trace::OpState::Enqueued;
+    const uint64_t index = ring.Record(op);
+    if (seq < 12) {
+      ring.SetState(index, trace::OpState::Completed, 2000 + seq);
+      c->live().last_completed.store(seq);
+    } else {
+      slot->since_ns.store(1000 + seq);
+      slot->op_index1.store(index + 1);
+      slot->function.store("ncclAllReduce");  // inside #12 when it ends
+      threads.NameCalls();
+    }
+  }
+  box->Alive(1'700'000'000'000'000'000, 5'000'000'000);
+  if (how == Ending::kAfterItsOwnDump) box->FinalDumpWritten(4'999'000'000);
+  if (how == Ending::kNormalExit) box->Remove();
+  _exit(0);  // the lock goes with the process; the file stays unless removed
+}
+
+void Reap(pid_t pid) {
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("black box: a process gone without a word becomes a postmortem dump of what it knew") {
+  TempDir boxes, dumps;
+  Reap(RecordingChild(boxes.path(), dumps.path(), Ending::kWithoutAWord));
+  REQUIRE(Boxes(boxes.path()).size() == 1);
+
+  blackbox::CaretakerPass pass = blackbox::ConvertDeadBoxes(boxes.path(), "none");
+  REQUIRE(pass.converted.size() == 1);
+  const blackbox::Conversion& c = pass.converted[0];
+  CHECK(c.rank == 3);
+  CHECK(c.line.find("rank 3 (pid") != std::string::npos);
+  REQUIRE(!c.dump.empty());
+  CHECK(Boxes(boxes.path()).empty());  // converted, then removed
+
+  trace::LoadedDump d;
+  REQUIRE(trace::ReadDumpFile(c.dump, trace::ReadDepth::kFull, &d).usable);
+  CHECK(d.summary.reason == "postmortem");
+  CHECK(d.summary.rank == 3);
+  CHECK(d.summary.world_size == 8);
+  CHECK(d.summary.host == "node7");
+  CHECK(d.summary.detail.find("SIGKILL or the OOM killer") != std::string::npos);
+  CHECK(d.summary.time_mono_ns == 5'000'000'000);  // as of its last sign of life
+  REQUIRE(d.summary.in_nccl.size() == 1);
+  CHECK(d.summary.in_nccl[0].function == "ncclAllReduce");
+  CHECK(d.summary.in_nccl[0].tid == 4242);
+  REQUIRE(d.summary.comms.size() == 1);
+  CHECK(d.summary.comms[0].name == "world");
+  CHECK(d.summary.comms[0].last_enqueued == 12);
+  CHECK(d.summary.comms[0].last_completed == 11);
+  REQUIRE(d.summary.in_flight.size() == 1);
+  CHECK(d.summary.in_flight[0].seq == 12);
+  REQUIRE(d.detail);
+  CHECK(d.detail->ring.entries.size() == 12);
+  CHECK(d.detail->process.cmdline == std::vector<std::string>{"python", "train.py"});
+  const trace::Callsite* site = d.detail->FindCallsite(0);
+  REQUIRE(site);
+  REQUIRE(site->stack.python.size() == 1);
+  CHECK(site->stack.python[0].line == 88);
+  CHECK(site->stack.native.at(0).symbol == "train_step");
+}
+
+TEST_CASE("black box: a live process's box, and one that left its own word, are never converted") {
+  TempDir boxes, dumps;
+  // Live: this process's own box, locked by this process, is skipped by name.
+  std::string why;
+  auto own = blackbox::BlackBox::Create(boxes.path(), 64, getpid(), "0000000000000001", 30.0, &why);
+  REQUIRE(own);
+  const std::string own_name = own->path().substr(own->path().rfind('/') + 1);
+  // Live in another process: its lock is held.
+  int ready[2], release[2];
+  REQUIRE(pipe(ready) == 0);
+  REQUIRE(pipe(release) == 0);
+  pid_t live = fork();
+  if (live == 0) {
+    auto box = blackbox::BlackBox::Create(boxes.path(), 64, getpid(), "0000000000000002", 30.0, &why);
+    char b = box ? 1 : 0;
+    if (write(ready[1], &b, 1) != 1) _exit(1);
+    if (read(release[0], &b, 1) != 1) _exit(1);
+    _exit(0);
+  }
+  char b = 0;
+  REQUIRE(read(ready[0], &b, 1) == 1);
+  REQUIRE(b == 1);
+  // Dumped its own end (SIGTERM) just before it went: removed, no dump.
+  Reap(RecordingChild(boxes.path(), dumps.path(), Ending::kAfterItsOwnDump));
+
+  blackbox::CaretakerPass pass = blackbox::ConvertDeadBoxes(boxes.path(), "none", own_name);
+  REQUIRE(pass.converted.size() == 1);
+  CHECK(pass.converted[0].dump.empty());
+  CHECK(pass.converted[0].line.find("dumped at its end") != std::string::npos);
+  CHECK(Listing(dumps.path()).empty());
+  CHECK(Boxes(boxes.path()).size() == 2);  // ours and the live child's
+
+  REQUIRE(write(release[1], &b, 1) == 1);
+  Reap(live);
+  pass = blackbox::ConvertDeadBoxes(boxes.path(), "none", own_name);
+  CHECK(pass.converted.size() == 1);  // now it is gone
+  CHECK(Boxes(boxes.path()) == std::vector<std::string>{own_name});
+  own->Remove();
+  CHECK(Boxes(boxes.path()).empty());
+}
+
+TEST_CASE("black box: a normal exit leaves nothing, and damaged or foreign boxes are removed with one line") {
+  TempDir boxes, dumps;
+  Reap(RecordingChild(boxes.path(), dumps.path(), Ending::kNormalExit));
+  CHECK(Boxes(boxes.path()).empty());
+
+  const std::string name = blackbox::BoxFileName(getuid(), 99999, "0123");
+  {
+    std::ofstream f(boxes.path() + "/" + name);
+    f << std::string(8192, 'x');
+  }
+  blackbox::CaretakerPass pass = blackbox::ConvertDeadBoxes(boxes.path(), "none");
+  REQUIRE(pass.converted.size() == 1);
+  CHECK(pass.converted[0].line.find("not a black box") != std::string::npos);
+  CHECK(Boxes(boxes.path()).empty());
+}
+
+TEST_CASE("caretaker: leftovers of dead processes go, what a live process watches stays") {
+  TempDir boxes, relay;
+  const std::string uid = std::to_string(getuid());
+  auto age = [](const std::string& path, int seconds) {
+    struct utimbuf t;
+    t.actime = t.modtime = time(nullptr) - seconds;
+    REQUIRE(utime(path.c_str(), &t) == 0);
+  };
+  // A dead job's relay (nobody holds its lock) and a half-created box, both old.
+  const std::string dead = relay.Write("ncclwatch-relay-" + uid + "-00000000000000aa", "{}");
+  const std::string dead_lock = relay.Write("ncclwatch-relay-" + uid + "-00000000000000aa.lock", "");
+  const std::string hidden = boxes.Write("." + blackbox::BoxFileName(getuid(), 99998, "01"), "");
+  age(dead, 120);
+  age(dead_lock, 120);
+  age(hidden, 120);
+  // A live job's relay: its watcher holds the flock.
+  const std::string live_lock = relay.Write("ncclwatch-relay-" + uid + "-00000000000000bb.lock", "");
+  age(live_lock, 120);
+  int held = open(live_lock.c_str(), O_RDWR);
+  REQUIRE(held >= 0);
+  int ready[2], release[2];
+  REQUIRE(pipe(ready) == 0);
+  REQUIRE(pipe(release) == 0);
+  pid_t watcher = fork();
+  if (watcher == 0) {
+    char b = flock(held, LOCK_EX | LOCK_NB) == 0 ? 1 : 0;
+    if (write(ready[1], &b, 1) != 1) _exit(1);
+    if (read(release[0], &b, 1) != 1) _exit(1);
+    _exit(0);
+  }
+  close(held);
+  char b = 0;
+  REQUIRE(read(ready[0], &b, 1) == 1);
+  REQUIRE(b == 1);
+  // A new one: may belong to a process starting now.
+  relay.Write("ncclwatch-relay-" + uid + "-00000000000000cc.lock", "");
+
+  blackbox::CaretakerPass pass = blackbox::ConvertDeadBoxes(boxes.path(), relay.path());
+  CHECK(pass.removed_leftovers == 3);
+  CHECK(Listing(relay.path()) == std::vector<std::string>{"ncclwatch-relay-" + uid + "-00000000000000bb.lock",
+                                                          "ncclwatch-relay-" + uid + "-00000000000000cc.lock"});
+  CHECK(Listing(boxes.path()).empty());
+  REQUIRE(write(release[1], &b, 1) == 1);
+  Reap(watcher);
+}
+
+TEST_CASE("how a process without a word ended: the kernel's OOM-killer line for its pid") {
+  const std::vector<std::string> records = {
+      "6,1201,100,-;oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),task=python3,pid=4321,uid=1000",
+      "3,1202,101,-;Out of memory: Killed process 4321 (python3) total-vm:9000kB, anon-rss:8000kB\n SUBSYSTEM=x",
+      "3,1203,102,-;Out of memory: Killed process 43210 (python3) total-vm:1kB"};
+  CHECK(blackbox::FindOomLine(records, 4321) == "Out of memory: Killed process 4321 (python3) total-vm:9000kB, anon-rss:8000kB");
+  CHECK(blackbox::FindOomLine({records[0]}, 4321).find("pid=4321,") != std::string::npos);
+  CHECK(blackbox::FindOomLine(records, 432).empty());
+  CHECK(blackbox::HowItEnded("").find("SIGKILL or the OOM killer") != std::string::npos);
+  CHECK(blackbox::HowItEnded("Out of memory: Killed process 1").find("OOM killer (Out of memory") != std::string::npos);
+}
+
+TEST_CASE("black box identity round-trips, and a huge command line does not crowd out who it is") {
+  blackbox::BoxIdentity id;
+  id.host = "h";
+  id.pid = 12;
+  id.dump_dir = "/d";
+  id.environment = {{"NCCL_DEBUG", "WARN"}};
+  id.cmdline = {"a", "b"};
+  blackbox::BoxIdentity back;
+  REQUIRE(blackbox::ParseIdentity(blackbox::IdentityJson(id), &back));
+  CHECK(back.host == "h");
+  CHECK(back.pid == 12);
+  CHECK(back.cmdline == id.cmdline);
+  CHECK(back.environment == id.environment);
+  id.cmdline.assign(1, std::string(200000, 'x'));
+  const std::string text = blackbox::IdentityJson(id);
+  CHECK(text.size() <= blackbox::kIdentityBytes);
+  REQUIRE(blackbox::ParseIdentity(text, &back));
+  CHECK(back.dump_dir == "/d");
+  CHECK(!blackbox::ParseIdentity("{not json", &back));
+}
