@@ -257,6 +257,7 @@ constexpr const char* kJobInstance = "job_instance";
 constexpr const char* kStartUnixNs = "start_unix_ns";
 constexpr const char* kExitStatus = "exit_status";
 constexpr const char* kFailed = "failed";
+constexpr const char* kErrorResult = "error_result";
 // communicator (summary.comms[] and communicators[])
 constexpr const char* kId = "id";
 constexpr const char* kSize = "size";

@@ -611,6 +611,7 @@ Summary SummaryFromJson(const json& j) {
   s.start_unix_ns = GetInt(j, key::kStartUnixNs, 0);
   s.exit_status = GetInt(j, key::kExitStatus, -1);
   if (const json* f = Find(j, key::kFailed); f && f->is_object()) s.failed = OpFromJson(*f);
+  s.error_result = GetInt(j, key::kErrorResult, 0);
   return s;
 }
 

@@ -138,6 +138,7 @@ void WriteSummary(JsonWriter& w, const Summary& s) {
   w.Key(k::kFailed);
   if (s.failed) WriteOp(w, *s.failed);
   else w.Null();
+  if (s.error_result != 0) w.Field(k::kErrorResult, s.error_result);
   w.EndObject();
 }
 

@@ -247,6 +247,7 @@ void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const st
   in.stalled = stalled;
   in.failed = extra.failed;
   in.exit_status = extra.exit_status;
+  in.error_result = extra.error_result;
   in.recoveries = watchdog_->Recoveries();
   in.light = light;
   in.ring_capacity = ring_->capacity();
@@ -346,6 +347,7 @@ void Runtime::OnNcclError(const char* function, int result, CommInfo* comm, bool
                        std::to_string(result) + " (" + (text ? text : "") + ")" +
                        (comm ? " on comm " + CommIdHex(comm->id) : std::string());
   DumpExtra extra;
+  extra.error_result = result;
   if (failed) {
     extra.failed = *failed;
     extra.failed->state = trace::OpState::Error;

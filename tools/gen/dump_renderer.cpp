@@ -434,6 +434,7 @@ trace::Document DumpRenderer::Render(int rank, const RankPlan& plan, const DumpO
   } else if (reason == R::NcclError && !extra_ops.empty()) {
     const trace::Op& f = extra_ops.back();
     s.failed = f;
+    s.error_result = 2;
     s.detail = std::string("nccl") + f.OpName() + " returned 2 (unhandled system error) on comm " + f.comm;
   } else if (reason == R::PeerRequest) {
     s.detail = "rank " + std::to_string(origin) + " on " + HostOf(origin) + " dumped (stall)";
