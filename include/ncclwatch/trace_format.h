@@ -318,6 +318,7 @@ constexpr const char* kSymbol = "symbol";
 constexpr const char* kOffset = "offset";
 constexpr const char* kBuildId = "build_id";
 constexpr const char* kModuleOffset = "module_offset";
+constexpr const char* kInterrupted = "interrupted";
 constexpr const char* kOwn = "own";
 constexpr const char* kModules = "modules";  // version 2: top level, [{path, build_id}]
 constexpr const char* kPath = "path";

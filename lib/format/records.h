@@ -187,7 +187,10 @@ struct NativeFrame {
   // ip - the module's load bias: the address in the module's own ELF address space, what
   // `addr2line -e MODULE` takes (less 1 for a return address); 0 when the module is unknown.
   uint64_t module_offset = 0;
-  auto Tie() const { return std::tie(ip, module, symbol, offset, build_id, module_offset); }
+  // `ip` is the instruction a signal interrupted (a fault's own instruction), not a return
+  // address: it is symbolized as it is, without the - 1 that a return address takes.
+  bool interrupted = false;
+  auto Tie() const { return std::tie(ip, module, symbol, offset, build_id, module_offset, interrupted); }
   NCCLWATCH_RECORD_EQUALITY(NativeFrame)
 };
 

@@ -68,6 +68,7 @@ void WriteStack(JsonWriter& w, const Stack& s, const ModuleTable* modules) {
     w.Field(k::kOffset, f.offset);
     if (!modules) w.Field(k::kBuildId, f.build_id);
     w.Key(k::kModuleOffset).Hex(f.module_offset);
+    if (f.interrupted) w.Field(k::kInterrupted, true);
   });
   ObjectArray(w, k::kPython, s.python, [&](const PythonFrame& f) {
     w.Field(k::kFile, f.file);

@@ -55,6 +55,25 @@ std::vector<uintptr_t> WithoutOwnHandler(const std::vector<uintptr_t>& ips) {
   return ips;
 }
 
+// A thread's stack as the application's (no ncclwatch frames on top), symbolized. A signalled
+// thread's first ip is the instruction it was interrupted at, and so is the ip right below a
+// signal trampoline (the faulting frame under a fatal signal's handler): those are looked up
+// as they are; every other ip is a return address.
+std::vector<trace::NativeFrame> SymbolizedThread(const stacks::ThreadStack& t, bool signalled) {
+  const std::vector<uintptr_t>& raw = t.ips;
+  const std::vector<uintptr_t> ips = t.own ? raw : stacks::WithoutOwnFrames(WithoutOwnHandler(raw));
+  const size_t skipped = raw.size() - ips.size();  // both cut from the top only
+  const uintptr_t tramp = SignalTrampoline();
+  std::vector<trace::NativeFrame> out;
+  out.reserve(ips.size());
+  for (size_t i = 0; i < ips.size(); ++i) {
+    const size_t r = skipped + i;
+    const bool below_trampoline = r > 0 && tramp && raw[r - 1] >= tramp && raw[r - 1] <= tramp + 16;
+    out.push_back(stacks::Symbolize(ips[i], (r == 0 && signalled) || below_trampoline));
+  }
+  return out;
+}
+
 }  // namespace
 
 Runtime::Runtime() = default;
@@ -284,9 +303,7 @@ void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const st
       std::string note;
       for (auto& t : stacks::CaptureAllThreads(timing::Ms(timing::kThreadStackWait), config_.python,
                                                static_cast<int>(config_.gil_timeout_ms), &note))
-        in.threads.push_back({t.tid, t.name,
-                              {Symbolized(t.own ? t.ips : stacks::WithoutOwnFrames(WithoutOwnHandler(t.ips))),
-                               std::move(t.python)},
+        in.threads.push_back({t.tid, t.name, {SymbolizedThread(t, t.tid != CurrentTid()), std::move(t.python)},
                               t.note, t.own});
     }
   }

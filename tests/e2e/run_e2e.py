@@ -489,6 +489,23 @@ def fatal_signal_dumps_and_keeps_status():
 
 
 @case
+def crash_frame_named_at_the_faulting_instruction():
+    # A fault on the first instruction of a static function: the interrupted frame's address is
+    # that instruction (not a return address), so the dump and the report name the function.
+    j, ending = signal_app("segv_first_byte", True)
+    check(ending and "SIGSEGV" in ending[0], f"it died of SIGSEGV: {ending}\n{j.err[-1500:]}")
+    d = j.first(0, "fatal_signal")
+    frames = [f for t in d["threads"] for f in t.get("frames", [])]
+    named = [f for f in frames if f.get("symbol") == "corrupt_batch"]
+    check(named, f"a frame names corrupt_batch: {[f.get('symbol') for f in frames][:40]}")
+    check(named[0].get("interrupted") is True and named[0]["offset"] == 0,
+          f"the faulting instruction, looked up as it is: {named[0]}")
+    r = subprocess.run([os.path.join(B, "bin", "ncclwatch"), "analyze", "--no-color", j.dir], capture_output=True,
+                       text=True)
+    check("corrupt_batch" in r.stdout, f"the report names it:\n{r.stdout[-3000:]}")
+
+
+@case
 def on_demand_signal_dumps_and_continues():
     def poke(p):
         for pid in ranks_catching(p, 2, signal.SIGUSR2):
