@@ -27,7 +27,8 @@ CASES = {}
 # Cases that measure time (how soon a stall is seen, who is slow, how long a stop takes): ctest
 # runs them alone.
 SERIAL = {"busy_rank_every_rank_dumps", "adaptive_deadline_within_15s", "stall_then_recovery", "slow_rank_named",
-          "healthy_jitter_names_nobody", "slow_rank_below_a_hang", "run_reports_a_healthy_stop"}
+          "healthy_jitter_names_nobody", "slow_rank_below_a_hang", "run_reports_a_healthy_stop",
+          "recovered_stall_is_no_hang"}
 
 
 def case(fn):
@@ -660,6 +661,49 @@ def run_wrapper():
         r = subprocess.run([nw, "run"] + bad + ["--", "touch", marker], env=base, capture_output=True, text=True)
         check(r.returncode == 2 and says in r.stderr and r.stderr.count("\n") == 1 and not os.path.exists(marker),
               f"{bad}: refused before starting, one line: {r.returncode} {r.stderr}")
+
+
+@case
+def recovered_stall_is_no_hang():
+    # Rank 1 is busy 6 s at iteration 10, the deadline is 2 s: rank 0 stalls, rank 1 answers
+    # its request, then the collective completes (a recovery dump) and the job finishes. No
+    # verdict after the recovery, none at the end; the end tells the stall and whom it waited for.
+    nw = os.path.join(B, "bin", "ncclwatch")
+    tmp = temp_dir("ncclwatch-e2e-")
+    dumps = os.path.join(tmp, "d")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("NCCLWATCH_") and k != "LD_PRELOAD"}
+    r = subprocess.run([nw, "run", "--dir", dumps, "--timeout", "2", "--set", "PEER_POLL_MS=200", "--",
+                        os.path.join(B, "bin", "simlaunch"), "-n", "2", "--timeout", "60", "--",
+                        os.path.join(B, "bin", "sim_workload"), "--iters", "30", "--busy-rank", "1", "--busy-at", "10",
+                        "--busy-ms", "6000"], env=base, cwd=tmp, capture_output=True, text=True, timeout=120)
+    out = r.stdout + r.stderr
+    check(r.returncode == 0, f"the job finished: {r.returncode}\n{out[-3000:]}")
+    names = [os.path.basename(p) for p in glob.glob(os.path.join(dumps, "rank*.json"))]
+    check(any(n.endswith("-recovery.json") for n in names), f"rank 0 recovered: {names}")
+    # A verdict may come while the stall lasts; none after the recovery (at most that one).
+    check(r.stdout.count("rank_missing") <= 1, f"no verdict after the recovery:\n{out[-4000:]}")
+    final = r.stdout[r.stdout.rfind("ncclwatch analyze:"):]
+    check("no hang" in final, f"the end reads no hang:\n{out[-4000:]}")
+    check("stall_recovered" in final and "waiting for rank 1" in final and "it recovered" in final,
+          f"the end tells the stall:\n{final[-3000:]}")
+    check("(1 recovered)" in r.stderr, f"the summary line counts it recovered:\n{r.stderr[-1500:]}")
+    # analyze says the same, on every dump and on the stall's moment and the recovery alone.
+    for keep in (lambda n: True, lambda n: not n.endswith("-exit.json")):
+        d = os.path.join(tmp, "only")
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+        for n in names:
+            if keep(n):
+                shutil.copy(os.path.join(dumps, n), d)
+        a = subprocess.run([nw, "analyze", "--json", d], capture_output=True, text=True)
+        report = json.loads(a.stdout)
+        check(a.returncode == 0 and report["verdicts"][0]["cause"] == "no_hang",
+              f"analyze: no hang ({a.returncode}):\n{json.dumps(report['verdicts'])[:2000]}")
+        rs = report["recovered_stalls"]
+        check(len(rs) == 1 and rs[0]["waiting_for"] == [1] and rs[0]["op"] == "AllReduce",
+              f"the stalled collective and whom it waited for: {rs}")
+        check(rs[0]["recovered_after_s"] is not None and 4.0 <= rs[0]["recovered_after_s"] <= 15.0,
+              f"and how long it took: {rs}")
 
 
 @case

@@ -18,6 +18,9 @@ struct Dump : trace::LoadedDump {
   // the state when the teardown began, is the evidence.
   std::vector<std::string> then;
   int attempt = 0;  // the attempt of the job it belongs to (DumpSet::attempts)
+  // A recovery dump's list of stalls that completed (kept apart from `detail`, which passes
+  // over every rank drop and read again).
+  std::vector<trace::Recovery> recoveries;
 
   // Unique in the job: process_uid, else host and pid (older dumps).
   std::string ProcessKey() const {

@@ -266,7 +266,17 @@ void DumpSet::Select(std::vector<Dump> usable, int attempt) {
       while (evidence > begin &&
              (FollowsTeardown(usable[evidence]) || IsReason(usable[evidence], trace::DumpReason::PeerRequest)))
         --evidence;
-    if (!StartsTeardown(usable[evidence])) evidence = end - 1;
+    // A stall whose operation completed in a later dump recovered: it started no teardown.
+    auto recovered = [&](size_t i) {
+      const auto& st = usable[i].summary.stalled;
+      if (!IsReason(usable[i], trace::DumpReason::Stall) || !st) return false;
+      for (size_t j = i + 1; j < end; ++j) {
+        const trace::CommSummary* c = usable[j].summary.Comm(st->comm);
+        if (c && c->last_completed >= st->seq) return true;
+      }
+      return false;
+    };
+    if (!StartsTeardown(usable[evidence]) || recovered(evidence)) evidence = end - 1;
     std::vector<std::string> then;
     for (size_t i = evidence + 1; i < end; ++i) then.push_back(usable[i].summary.reason);
     for (size_t i = begin; i < end; ++i)
@@ -295,9 +305,74 @@ void DumpSet::Select(std::vector<Dump> usable, int attempt) {
     dumps_.push_back(std::move(d));
   }
   for (size_t i = 0; i < dumps_.size(); ++i) by_rank_[dumps_[i].summary.rank] = i;
+  IndexProcesses();
   for (auto it = unreadable_ranks_.begin(); it != unreadable_ranks_.end();)
     it = by_rank_.count(it->first) ? unreadable_ranks_.erase(it) : std::next(it);
   ComputeWorldSize();
+}
+
+void DumpSet::IndexProcesses() {
+  by_process_.clear();
+  for (auto* list : {&dumps_, &history_})
+    for (auto& d : *list) {
+      by_process_[d.ProcessKey()].push_back(&d);
+      // A recovery dump is light (its summary and the recovery list): read it whole, so that
+      // a stall can be matched with its recovery.
+      if (!IsReason(d, trace::DumpReason::Recovery) || !d.recoveries.empty()) continue;
+      if (d.detail) {
+        d.recoveries = d.detail->recoveries;
+      } else if (!d.path.empty()) {
+        Dump full;
+        if (trace::ReadDumpFile(d.path, trace::ReadDepth::kFull, &full).usable && full.detail)
+          d.recoveries = full.detail->recoveries;
+      }
+    }
+  for (auto& [key, list] : by_process_)
+    std::sort(list.begin(), list.end(),
+              [](const Dump* a, const Dump* b) { return a->summary.dump_seq < b->summary.dump_seq; });
+}
+
+const std::vector<const Dump*>& DumpSet::DumpsOfProcess(const Dump& d) const {
+  static const std::vector<const Dump*> kNone;
+  auto it = by_process_.find(d.ProcessKey());
+  return it == by_process_.end() ? kNone : it->second;
+}
+
+bool DumpSet::CompletedLater(const Dump& d, const std::string& comm, int64_t seq) const {
+  for (const Dump* later : DumpsOfProcess(d)) {
+    if (later->summary.dump_seq <= d.summary.dump_seq) continue;
+    const trace::CommSummary* c = later->summary.Comm(comm);
+    if (c && c->last_completed >= seq) return true;
+  }
+  return false;
+}
+
+bool DumpSet::StallRecovered(const Dump& d) const {
+  return IsReason(d, trace::DumpReason::Stall) && d.summary.stalled &&
+         CompletedLater(d, d.summary.stalled->comm, d.summary.stalled->seq);
+}
+
+bool DumpSet::RequestFromRecoveredStall(const trace::Trigger& t) const {
+  if (t.reason != trace::DumpReasonName(trace::DumpReason::Stall)) return false;
+  size_t stalls = 0;
+  for (const auto& [key, list] : by_process_) {
+    if (list.empty() || list.front()->summary.host != t.origin_host) continue;
+    for (const Dump* d : list) {
+      if (d->summary.rank != t.origin_rank || !IsReason(*d, trace::DumpReason::Stall)) continue;
+      if (!StallRecovered(*d)) return false;
+      ++stalls;
+    }
+  }
+  return stalls > 0;  // the request's stall is not among the dumps: it may still be stuck
+}
+
+const trace::Recovery* DumpSet::RecoveryOf(const Dump& d, const std::string& comm, int64_t seq) const {
+  for (const Dump* later : DumpsOfProcess(d)) {
+    if (later->summary.dump_seq <= d.summary.dump_seq) continue;
+    for (const auto& r : later->recoveries)
+      if (r.comm == comm && r.seq == seq) return &r;
+  }
+  return nullptr;
 }
 
 void DumpSet::ComputeWorldSize() {

@@ -59,6 +59,13 @@ struct Attempt {
 
 class DumpSet {
  public:
+  DumpSet() = default;
+  // Moves keep the process index valid (it points into the vectors' buffers); copies would not.
+  DumpSet(DumpSet&&) = default;
+  DumpSet& operator=(DumpSet&&) = default;
+  DumpSet(const DumpSet&) = delete;
+  DumpSet& operator=(const DumpSet&) = delete;
+
   // Reads DIR. False (with *error) only when the directory itself cannot be listed.
   bool Load(const std::string& dir, const LoadOptions& options, std::string* error);
 
@@ -92,6 +99,17 @@ class DumpSet {
   }
 
 
+  // Whether the process that wrote `d` completed (comm, seq) in one of its later dumps (the
+  // chosen attempt's, evidence or history): an operation in flight in `d` that did finish.
+  bool CompletedLater(const Dump& d, const std::string& comm, int64_t seq) const;
+  // A stall dump whose stalled operation completed later: the stall recovered.
+  bool StallRecovered(const Dump& d) const;
+  // Whether every stall of the process that sent a request (trigger of a peer_request dump)
+  // recovered: its answers then show a moment of a job that went on, not a hang.
+  bool RequestFromRecoveredStall(const trace::Trigger& t) const;
+  // The recovery record of (comm, seq) in the later dumps of the process of `d`, if any.
+  const trace::Recovery* RecoveryOf(const Dump& d, const std::string& comm, int64_t seq) const;
+
   // Attempts found in the directory; the analysis uses chosen_attempt() only.
   const std::vector<Attempt>& attempts() const { return attempts_; }
   int chosen_attempt() const { return chosen_attempt_; }
@@ -100,6 +118,9 @@ class DumpSet {
   void Select(std::vector<Dump> usable, int attempt);
   std::vector<Dump> SplitAttempts(std::vector<Dump> usable, int wanted);
   void ComputeWorldSize();
+  void IndexProcesses();
+  // Every dump of the process of `d` (evidence and history), in dump_seq order.
+  const std::vector<const Dump*>& DumpsOfProcess(const Dump& d) const;
   void AddProblem(std::string file, ProblemKind kind, std::string message = {}, std::string other = {},
                   int64_t number = 0, int64_t count = 0);
 
@@ -108,6 +129,8 @@ class DumpSet {
   std::vector<Dump> history_;
   std::vector<Problem> problems_;
   std::unordered_map<int, size_t> by_rank_;
+  // Process key -> its dumps; rebuilt by Select (pointers into dumps_ and history_).
+  std::unordered_map<std::string, std::vector<const Dump*>> by_process_;
   std::map<int, std::string> unreadable_ranks_;
   int world_size_ = 0;
   std::vector<Attempt> attempts_;

@@ -235,9 +235,15 @@ void SymbolizeReport(Report* report) {
   for (const auto& v : report->verdicts)
     for (const auto& e : v.evidence) {
       AddStack(e.current, &report->source_lines);
+      for (const auto& t : e.other_threads) AddStack(t.stack, &report->source_lines);
       AddStack(e.callsite, &report->source_lines);
     }
   for (const auto& f : report->findings) AddStack(f.callsite, &report->source_lines);
+  for (const auto& r : report->recovered_stalls)
+    if (r.culprit) {
+      AddStack(r.culprit->current, &report->source_lines);
+      AddStack(r.culprit->callsite, &report->source_lines);
+    }
 }
 
 SourceLines SymbolizeDump(const Dump& dump) {
