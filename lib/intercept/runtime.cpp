@@ -127,10 +127,14 @@ bool Runtime::Start() {
   dumps_ = std::make_unique<DumpDirectory>(config_.dir, DefaultDumpDir(identity_), config_.max_dumps);
   relay_ = std::make_unique<RequestRelay>(config_.relay_dir, identity_.host);
   if (!config_.metrics.empty()) {
-    if (access(config_.metrics.c_str(), W_OK) == 0)
+    // Created like the dump directory (the textfile collector's directory may not exist yet).
+    std::string metrics_why;
+    if (MakeDirs(config_.metrics, &metrics_why))
       metrics_ = std::make_unique<MetricsWriter>(config_.metrics + "/" + MetricsFileName(identity_.host, identity_.pid));
     else
-      LogWarn("NCCLWATCH_METRICS=%s: %s; no metrics file", config_.metrics.c_str(), strerror(errno));
+      LogWarn("NCCLWATCH_METRICS=%s: cannot create or write it (%s); no metrics file: create it writable by this "
+              "user (mkdir -p) or pick another directory",
+              config_.metrics.c_str(), metrics_why.c_str());
   }
   // Our frames on top of a stack (a dumping thread's) say nothing about the application.
   stacks::SetOwnModule(reinterpret_cast<const void*>(&WakeWatchdog));

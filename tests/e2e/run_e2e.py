@@ -1078,8 +1078,37 @@ def live_dump_snapshot():
     report = json.loads(result["out"])
     check(result["rc"] == 0 and report["verdicts"][0]["cause"] == "no_hang",
           f"the snapshot of a healthy job is no_hang (exit {result['rc']}):\n{result['out'][:1500]}")
-    r = subprocess.run([os.path.join(B, "bin", "ncclwatch"), "dump", "/nonexistent-dir"], capture_output=True, text=True)
-    check(r.returncode == 2 and r.stderr.count("\n") == 1, f"a missing directory: one line, exit 2: {r.stderr}")
+    a_file = os.path.join(shared, "dump-request.json")
+    r = subprocess.run([os.path.join(B, "bin", "ncclwatch"), "dump", a_file], capture_output=True, text=True)
+    check(r.returncode == 2 and r.stderr.count("\n") == 1 and a_file in r.stderr,
+          f"not a directory: one line with the path, exit 2: {r.stderr}")
+    nobody = os.path.join(temp_dir("ncclwatch-e2e-nobody-"), "typo")
+    r = subprocess.run([os.path.join(B, "bin", "ncclwatch"), "dump", nobody, "--wait", "1"], capture_output=True,
+                       text=True)
+    check(r.returncode == 2 and "no rank answered" in r.stderr and not os.path.exists(nobody),
+          f"nobody there: exit 2, and the directory it created is gone again: {r.stderr}")
+
+
+@case
+def live_dump_creates_the_directory():
+    # A job preloaded by hand with NCCLWATCH_DIR set, which has dumped nothing yet (the library
+    # creates the directory at its first dump): `ncclwatch dump DIR` creates it, and the ranks,
+    # polling that path, answer.
+    shared = os.path.join(temp_dir("ncclwatch-e2e-live-"), "not-yet")
+    result = {}
+
+    def snapshot(p):
+        ranks_catching(p, 2, signal.SIGTERM)
+        result["existed"] = os.path.exists(shared)
+        r = subprocess.run([os.path.join(B, "bin", "ncclwatch"), "dump", shared, "--json", "--wait", "20"],
+                           capture_output=True, text=True)
+        result["rc"], result["out"], result["err"] = r.returncode, r.stdout, r.stderr
+
+    job(2, ["--iters", "1000000"], env={"NCCLWATCH_DIR": shared, "NCCLWATCH_TIMEOUT": "600"}, timeout=15,
+        after_start=snapshot)
+    check(not result["existed"], "the premise: nothing had created the directory")
+    check(result["rc"] == 0 and "2/2 ranks answered" in result["err"],
+          f"the directory was created and every rank answered (exit {result['rc']}): {result['err'][-1500:]}")
 
 PROM_LINE = re.compile(r'^(ncclwatch_[a-z_]+)\{((?:[a-z_]+="[^"\\]*",?)*)\} (-?[0-9.e+]+)$')
 
@@ -1116,7 +1145,8 @@ def check_prometheus_text(text):
 def metrics_textfile():
     # NCCLWATCH_METRICS=DIR: each process keeps a Prometheus file there while it runs, and removes
     # it when it exits normally.
-    metrics = temp_dir("ncclwatch-e2e-metrics-")
+    # A directory that does not exist yet (a textfile collector's, before its first writer): created.
+    metrics = os.path.join(temp_dir("ncclwatch-e2e-metrics-"), "node-exporter", "textfile")
     seen = {}
 
     def all_counted():
