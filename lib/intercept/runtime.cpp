@@ -479,8 +479,14 @@ void Runtime::OnTick() {
   }
   uint64_t last = last_dump_mono_ns_.load();
   if (last && now - last < timing::Ns(timing::kEpisode)) return;  // this rank dumped moments ago anyway
+  // `ncclwatch dump` writes origin rank -1 with reason on_demand; a rank that has no rank yet
+  // (inside its first ncclCommInitRank) writes -1 with its own reason.
+  const bool command = req->origin_rank < 0 && req->reason == trace::DumpReasonName(trace::DumpReason::OnDemand);
   Dump(trace::DumpReason::PeerRequest,
-       "rank " + std::to_string(req->origin_rank) + " on " + req->origin_host + " dumped (" + req->reason + ")", req);
+       command ? "asked by ncclwatch dump on " + req->origin_host
+               : (req->origin_rank >= 0 ? "rank " + std::to_string(req->origin_rank) : std::string("a rank")) +
+                     " on " + req->origin_host + " dumped (" + req->reason + ")",
+       req);
 }
 
 }  // namespace ncclwatch

@@ -241,9 +241,13 @@ void RenderVerdict(std::ostream& out, const Style& st, const Report& report, con
 
 void RenderHistory(std::ostream& out, const Style& st, const Report& report, bool verbose) {
   if (!verbose || report.earlier_dumps.empty()) return;
-  out << "\n" << st.Dim("earlier dumps (history; the latest dump of each rank is the evidence):") << "\n";
+  out << "\n"
+      << st.Dim("other dumps of these ranks (history; the evidence is each rank's latest dump, or the one where "
+                "its teardown began):")
+      << "\n";
   for (const auto& e : report.earlier_dumps)
-    out << "   rank " << e.rank << ": " << e.file << " (" << e.reason << ")\n";
+    out << "   rank " << e.rank << ": " << Printable(e.file) << " (" << e.reason
+        << (e.later ? "; later than the evidence: it followed the teardown's start" : "") << ")\n";
 }
 
 std::string Ms(double ms) {
@@ -628,7 +632,7 @@ json ReportToJson(const Report& report) {
   }
   json earlier = json::array();
   for (const auto& e : report.earlier_dumps)
-    earlier.push_back({{rk::kRank, e.rank}, {rk::kFile, e.file}, {rk::kReason, e.reason}});
+    earlier.push_back({{rk::kRank, e.rank}, {rk::kFile, e.file}, {rk::kReason, e.reason}, {rk::kLater, e.later}});
   json problems = json::array();
   for (const auto& p : report.problems) problems.push_back({{rk::kFile, p.file}, {rk::kProblem, ProblemText(p)}});
   json attempts = json::array();

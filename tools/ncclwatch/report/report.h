@@ -180,11 +180,14 @@ struct Report {
   int ranks_seen = 0;
   int world_size = 0;
   std::vector<int> ranks_without_dump;  // 0..world_size-1 with no usable dump
-  // Dumps not used as evidence because the same rank has a later one (history).
+  // Dumps not used as evidence (history): earlier ones, and later ones that followed the start
+  // of their process's teardown (`later`: a crash after the framework's abort), or those of a
+  // process another one replaced in its rank.
   struct EarlierDump {
     int rank;
     std::string file;
     std::string reason;
+    bool later = false;  // written after its rank's evidence, by the same process
   };
   std::vector<EarlierDump> earlier_dumps;
   std::vector<Problem> problems;

@@ -111,6 +111,7 @@ constexpr const char* kRanksSeen = "ranks_seen";
 constexpr const char* kWorldSize = "world_size";
 constexpr const char* kRanksWithoutDump = "ranks_without_dump";
 constexpr const char* kEarlierDumps = "earlier_dumps";
+constexpr const char* kLater = "later";
 constexpr const char* kRank = "rank";
 constexpr const char* kReason = "reason";
 constexpr const char* kProblems = "problems";

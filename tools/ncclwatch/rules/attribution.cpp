@@ -56,7 +56,12 @@ class Attributor {
     report.attempts = set_.attempts();
     report.attempt = set_.chosen_attempt();
     AddStaleEvidence(&report);
-    for (const auto& h : set_.history()) report.earlier_dumps.push_back({h.summary.rank, h.file_name, h.summary.reason});
+    for (const auto& h : set_.history()) {
+      int i = set_.IndexOfRank(h.summary.rank);
+      const Dump* evidence = i >= 0 ? &set_.dumps()[i] : nullptr;
+      bool later = evidence && evidence->ProcessKey() == h.ProcessKey() && h.summary.dump_seq > evidence->summary.dump_seq;
+      report.earlier_dumps.push_back({h.summary.rank, h.file_name, h.summary.reason, later});
+    }
     std::sort(report.earlier_dumps.begin(), report.earlier_dumps.end(),
               [](const auto& a, const auto& b) { return std::tie(a.rank, a.file) < std::tie(b.rank, b.file); });
     report.problems = set_.problems();  // after reading details: includes their problems
