@@ -375,6 +375,44 @@ const trace::Recovery* DumpSet::RecoveryOf(const Dump& d, const std::string& com
   return nullptr;
 }
 
+const trace::Detail* DumpSet::JoinedDetail(size_t index) {
+  const trace::Detail* base = Detail(index);
+  if (!base) return nullptr;
+  const Dump& evidence = dumps_[index];
+  std::vector<const Dump*> all;  // the process's full dumps, in dump_seq order
+  for (const Dump* d : DumpsOfProcess(evidence))
+    if (d == &evidence || (!d->path.empty() && !IsReason(*d, trace::DumpReason::Recovery))) all.push_back(d);
+  if (all.size() < 2) return base;
+  auto joined = std::make_shared<trace::Detail>(*base);
+  // An operation is the same in every dump of its process: communicator, sequence numbers and
+  // the moment it was enqueued. A later dump knows more of its state.
+  using Key = std::tuple<std::string, int64_t, int64_t, int64_t>;
+  std::map<Key, trace::Op> ops;
+  std::map<int64_t, trace::Callsite> sites;
+  for (const Dump* d : all) {
+    std::shared_ptr<const trace::Detail> detail = d->detail;
+    if (d != &evidence && !detail) {
+      Dump full;
+      trace::ReadResult r = trace::ReadDumpFile(d->path, trace::ReadDepth::kFull, &full);
+      detail_bytes_read_ += r.bytes_read;
+      if (!r.usable || !full.detail) continue;
+      detail = full.detail;
+    }
+    if (d == &evidence) detail = nullptr;  // `base`, below
+    const trace::Detail& det = detail ? *detail : *base;
+    for (const auto& op : det.ring.entries) ops[Key{op.comm, op.seq, op.p2p_seq, op.enqueue_ns}] = op;
+    for (const auto& c : det.callsites) sites.emplace(c.id, c);  // ids are the process's
+  }
+  joined->ring.entries.clear();
+  for (auto& [key, op] : ops) joined->ring.entries.push_back(std::move(op));
+  std::stable_sort(joined->ring.entries.begin(), joined->ring.entries.end(),
+                   [](const trace::Op& a, const trace::Op& b) { return a.enqueue_ns < b.enqueue_ns; });
+  joined->callsites.clear();
+  for (auto& [id, c] : sites) joined->callsites.push_back(std::move(c));
+  dumps_[index].detail = joined;
+  return joined.get();
+}
+
 void DumpSet::ComputeWorldSize() {
   // The declared world size wins; communicator sizes only count when no dump declares one
   // (and are bounded: a corrupt size must not invent a million missing ranks).

@@ -92,6 +92,11 @@ class DumpSet {
   // The full dump of dumps()[index], read on first use; null when unreadable. Problems met
   // while reading it are added to problems().
   const trace::Detail* Detail(size_t index);
+  // The full dump of dumps()[index] with its ring and call sites joined with those of the same
+  // process's other dumps (read in full here): a mid-run snapshot holds operations that the
+  // process's later exit record (its last 64) no longer does. One entry per operation, the
+  // latest dump's wins; oldest first. For the timeline and the slow-rank findings.
+  const trace::Detail* JoinedDetail(size_t index);
   // Frees the full dump of dumps()[index] (read again on the next Detail): for passes over
   // every rank that keep one full dump in memory at a time.
   void DropDetail(size_t index) {
