@@ -1,6 +1,9 @@
 // The command line: exit statuses 0/1/2, help and version, show, and problems on stderr.
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
 
 #include <catch2/catch.hpp>
 
@@ -217,4 +220,24 @@ TEST_CASE("analyze --verbose tells dumps that followed a teardown from earlier o
   auto j = Json::parse(RunCommand("analyze --json " + dir.path()).out);
   REQUIRE(j[rk::kEarlierDumps].size() == 1);
   CHECK(j[rk::kEarlierDumps][0][rk::kLater] == true);
+}
+
+TEST_CASE("docs/install.md lists every subcommand the command has", "[cli]") {
+  std::ifstream in((fs::path(DOCS_DIR) / "install.md").string());
+  const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string row = doc.substr(doc.find("`P/bin/ncclwatch`"), 200);
+  const std::string help = RunCommand("--help").out + RunCommand("--help").err;
+  std::istringstream lines(help.substr(help.find("subcommands:")));
+  std::string line;
+  std::getline(lines, line);
+  int listed = 0;
+  while (std::getline(lines, line) && line.rfind("  ", 0) == 0) {
+    std::istringstream words(line);
+    std::string name;
+    words >> name;
+    if (name == "help") continue;
+    ++listed;
+    CHECK(Has(row, "`" + name + "`"));
+  }
+  CHECK(listed >= 5);
 }

@@ -28,7 +28,7 @@ CASES = {}
 # runs them alone.
 SERIAL = {"busy_rank_every_rank_dumps", "adaptive_deadline_within_15s", "stall_then_recovery", "slow_rank_named",
           "healthy_jitter_names_nobody", "slow_rank_below_a_hang", "run_reports_a_healthy_stop",
-          "recovered_stall_is_no_hang"}
+          "recovered_stall_is_no_hang", "c_example_gives_its_promised_verdict"}
 
 
 def case(fn):
@@ -704,6 +704,34 @@ def recovered_stall_is_no_hang():
               f"the stalled collective and whom it waited for: {rs}")
         check(rs[0]["recovered_after_s"] is not None and 4.0 <= rs[0]["recovered_after_s"] <= 15.0,
               f"and how long it took: {rs}")
+
+
+@case
+def help_texts_print_as_written():
+    # Usage texts printed with fputs or as a %s argument keep their characters: no printf escapes.
+    for program in ("sim_workload", "simlaunch", "ncclwatch"):
+        r = subprocess.run([os.path.join(B, "bin", program), "--help"], capture_output=True, text=True)
+        text = r.stdout + r.stderr
+        check(r.returncode == 0 and text.strip(), f"{program} --help: exit {r.returncode}")
+        check("%%" not in text, f"{program} --help prints '%%':\n{text}")
+    r = subprocess.run([os.path.join(B, "bin", "sim_workload"), "--help"], capture_output=True, text=True)
+    check("color = rank % (k+1)" in r.stdout, f"the modulo reads as one: {r.stdout}")
+
+
+@case
+def c_example_gives_its_promised_verdict():
+    # examples/README.md: HANG_RANK=1 ncclwatch run -- simlaunch -n 4 -- example_allreduce gives
+    # rank_missing, culprit rank 1 (with a shorter deadline and a launcher time limit here).
+    nw = os.path.join(B, "bin", "ncclwatch")
+    tmp = temp_dir("ncclwatch-e2e-")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("NCCLWATCH_") and k != "LD_PRELOAD"}
+    r = subprocess.run([nw, "run", "--dir", os.path.join(tmp, "d"), "--timeout", "3", "--set", "PEER_POLL_MS=200",
+                        "--", os.path.join(B, "bin", "simlaunch"), "-n", "4", "--timeout", "12", "--",
+                        os.path.join(B, "bin", "example_allreduce")],
+                       env=dict(base, HANG_RANK="1", NCCL_ID_FILE=os.path.join(tmp, "id")), cwd=tmp,
+                       capture_output=True, text=True, timeout=120)
+    check("rank_missing  rank 1 never entered AllReduce" in r.stdout,
+          f"the promised verdict:\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}")
 
 
 @case
