@@ -116,3 +116,24 @@ TEST_CASE("a stall whose operation completed before the rank exited is no hang",
   CHECK(report.recovered_stalls[0].recovered_after_s < 0);  // no recovery record: unknown
   CHECK(report.recovered_stalls[0].waiting_for == std::vector<int>{1});
 }
+
+TEST_CASE("operations an aborted communicator counts as ended did not recover", "[recovery]") {
+  // The framework's timeout aborted the communicator with #6 in flight on ranks 1 and 2; their
+  // exit records count #6 as ended, on an aborted communicator: that is the teardown.
+  TempDir dir;
+  std::vector<Document> dumps;
+  dumps.push_back(Dump(0, 3, {Comm(kWorld, 3, 0, 5, 5, 5)}, {}, "signal"));
+  for (int r = 1; r < 3; ++r) {
+    Document abort = Dump(r, 3, {Comm(kWorld, 3, r, 6, 6, 5)}, {Op(kWorld, 6, "AllReduce", "gpu_reached", 1.9)}, "abort");
+    abort.summary.comms[0].state = "aborted";
+    Document exit = Dump(r, 3, {Comm(kWorld, 3, r, 6, 6, 6)}, {}, "exit");
+    exit.summary.comms[0].state = "aborted";
+    exit.summary.dump_seq = 1;
+    dumps.push_back(abort);
+    dumps.push_back(exit);
+  }
+  auto report = Analyze(dir, dumps);
+  REQUIRE(report.Hang());
+  CHECK(report.verdicts[0].cause == Cause::RankMissing);
+  CHECK(report.verdicts[0].culprit_ranks == std::vector<int>{0});
+}

@@ -146,6 +146,13 @@ class UnionFind {
   std::vector<size_t> parent_;
 };
 
+// Whether `d` shows (comm, seq) completed. An aborted communicator counts its operations as
+// ended: that is the teardown, not the operation completing.
+bool CompletedIn(const Dump& d, const std::string& comm, int64_t seq) {
+  const trace::CommSummary* c = d.summary.Comm(comm);
+  return c && c->last_completed >= seq && c->state != trace::CommStateName(trace::CommState::Aborted);
+}
+
 int64_t StartOf(const Dump& d) { return d.summary.start_unix_ns > 0 ? d.summary.start_unix_ns : d.summary.time_unix_ns; }
 
 }  // namespace
@@ -270,10 +277,8 @@ void DumpSet::Select(std::vector<Dump> usable, int attempt) {
     auto recovered = [&](size_t i) {
       const auto& st = usable[i].summary.stalled;
       if (!IsReason(usable[i], trace::DumpReason::Stall) || !st) return false;
-      for (size_t j = i + 1; j < end; ++j) {
-        const trace::CommSummary* c = usable[j].summary.Comm(st->comm);
-        if (c && c->last_completed >= st->seq) return true;
-      }
+      for (size_t j = i + 1; j < end; ++j)
+        if (CompletedIn(usable[j], st->comm, st->seq)) return true;
       return false;
     };
     if (!StartsTeardown(usable[evidence]) || recovered(evidence)) evidence = end - 1;
@@ -340,9 +345,7 @@ const std::vector<const Dump*>& DumpSet::DumpsOfProcess(const Dump& d) const {
 
 bool DumpSet::CompletedLater(const Dump& d, const std::string& comm, int64_t seq) const {
   for (const Dump* later : DumpsOfProcess(d)) {
-    if (later->summary.dump_seq <= d.summary.dump_seq) continue;
-    const trace::CommSummary* c = later->summary.Comm(comm);
-    if (c && c->last_completed >= seq) return true;
+    if (later->summary.dump_seq > d.summary.dump_seq && CompletedIn(*later, comm, seq)) return true;
   }
   return false;
 }
