@@ -7,9 +7,10 @@ With ncclwatch: rank 0 reports a stall after about 10 s (the adaptive deadline: 
 all-reduces took milliseconds so far), every rank dumps, and the verdict printed while the job
 runs names rank 1 (rank_missing, in time.sleep below). When rank 1 arrives, rank 0 writes a
 `recovery` dump: "AllReduce seq N completed after 15.0 s". The job finishes normally, with its
-normal exit status. After it, `ncclwatch analyze` on the dump directory says `no hang` and,
-below it, "Also noticed ... slow_rank rank 1 ... reached 64 of 64 collectives last: ~35 ms
-behind the others", with the line of this file where rank 1 issues them: the steady 20-50 ms
+normal exit status, and no verdict follows the recovery. After it, `ncclwatch analyze` on the
+dump directory says `no hang` and, below it, "Also noticed": "stall_recovered AllReduce #N ...
+stalled 15.0 s ... waiting for rank 1 (busy in ...); it recovered", then "slow_rank rank 1 ...
+collectives last: ~35 ms behind the others", with the line of this file where rank 1 issues them: the steady 20-50 ms
 delay of the second half (host clocks are aligned from the collectives themselves, so this works
 across nodes too).
 """

@@ -259,6 +259,7 @@ constexpr const char* kJobInstance = "job_instance";
 constexpr const char* kStartUnixNs = "start_unix_ns";
 constexpr const char* kExitStatus = "exit_status";
 constexpr const char* kFailed = "failed";
+constexpr const char* kErrorResult = "error_result";
 // communicator (summary.comms[] and communicators[])
 constexpr const char* kId = "id";
 constexpr const char* kSize = "size";
@@ -319,6 +320,7 @@ constexpr const char* kSymbol = "symbol";
 constexpr const char* kOffset = "offset";
 constexpr const char* kBuildId = "build_id";
 constexpr const char* kModuleOffset = "module_offset";
+constexpr const char* kInterrupted = "interrupted";
 constexpr const char* kOwn = "own";
 constexpr const char* kModules = "modules";  // version 2: top level, [{path, build_id}]
 constexpr const char* kPath = "path";

@@ -17,7 +17,6 @@
 #include "format/file_name.h"
 
 namespace ncclwatch {
-namespace {
 
 bool MakeDirs(const std::string& path, std::string* why) {
   std::string cur;
@@ -45,6 +44,8 @@ bool MakeDirs(const std::string& path, std::string* why) {
   }
   return true;
 }
+
+namespace {
 
 // The fallback in /tmp has a predictable name: it is used only when it is a real directory (not a
 // link) owned by this user and writable by nobody else; another user's planted one is refused.

@@ -18,6 +18,10 @@
 
 namespace ncclwatch {
 
+// Creates `path` and its missing parents, 0755 whatever the umask (never writable by others);
+// true when it is then a directory this process can write. *why: strerror of what failed.
+bool MakeDirs(const std::string& path, std::string* why);
+
 // The job-wide dump request: a format record (format/request.h).
 using PeerRequest = trace::DumpRequest;
 

@@ -72,6 +72,7 @@ trace::Summary SummaryOf(const DumpInput& in) {
   s.job_instance = in.identity.job_instance;
   s.start_unix_ns = static_cast<int64_t>(in.identity.start_unix_ns);
   s.exit_status = in.exit_status;
+  s.error_result = in.error_result;
   if (in.failed) s.failed = OpRecordOf(*in.failed);
   return s;
 }

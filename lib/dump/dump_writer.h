@@ -45,6 +45,7 @@ struct DumpInput {
   std::optional<InflightView> stalled;
   std::optional<OpSnapshot> failed;  // reason nccl_error: the call that returned the error
   int exit_status = -1;              // reason exit / exit_in_flight
+  int error_result = 0;              // reasons nccl_error, async_error: the ncclResult_t
   std::vector<Recovery> recoveries;
   // Full detail (absent from light dumps).
   bool light = false;

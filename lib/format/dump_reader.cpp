@@ -464,7 +464,7 @@ Stack StackFromJson(const json& j) {
   ForEachObject(j, key::kFrames, [&](const json& f) {
     s.native.push_back({ParseIp(f, key::kIp), GetString(f, key::kModule), GetString(f, key::kSymbol),
                         static_cast<uint64_t>(GetInt(f, key::kOffset, 0)), GetString(f, key::kBuildId),
-                        ParseIp(f, key::kModuleOffset)});
+                        ParseIp(f, key::kModuleOffset), GetBool(f, key::kInterrupted, false)});
   });
   ForEachObject(j, key::kPython, [&](const json& f) {
     s.python.push_back({GetString(f, key::kFile), GetInt(f, key::kLine, 0),
@@ -611,6 +611,7 @@ Summary SummaryFromJson(const json& j) {
   s.start_unix_ns = GetInt(j, key::kStartUnixNs, 0);
   s.exit_status = GetInt(j, key::kExitStatus, -1);
   if (const json* f = Find(j, key::kFailed); f && f->is_object()) s.failed = OpFromJson(*f);
+  s.error_result = GetInt(j, key::kErrorResult, 0);
   return s;
 }
 

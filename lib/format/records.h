@@ -159,6 +159,9 @@ struct Summary {
   int64_t start_unix_ns = 0;  // wall clock when ncclwatch started in this process
   int64_t exit_status = -1;   // reason exit: the status passed to exit(); -1 unknown
   std::optional<Op> failed;   // reason nccl_error: the call that returned the error
+  // Reasons nccl_error, async_error: the ncclResult_t reported, whichever call it came from
+  // (a group end, a communicator's creation or split have no `failed` operation); 0 absent.
+  int64_t error_result = 0;
 
   const CommSummary* Comm(const std::string& id) const {
     for (const auto& c : comms)
@@ -168,7 +171,8 @@ struct Summary {
   auto Tie() const {
     return std::tie(rank, local_rank, world_size, host, pid, dump_seq, reason, detail, trigger, time_unix_ns,
                     time_mono_ns, start_mono_ns, nccl_version, in_nccl, comms, in_flight, stalled,
-                    ring_overwritten, process_uid, job_instance, start_unix_ns, exit_status, failed);
+                    ring_overwritten, process_uid, job_instance, start_unix_ns, exit_status, failed,
+                    error_result);
   }
   NCCLWATCH_RECORD_EQUALITY(Summary)
 };
@@ -183,7 +187,10 @@ struct NativeFrame {
   // ip - the module's load bias: the address in the module's own ELF address space, what
   // `addr2line -e MODULE` takes (less 1 for a return address); 0 when the module is unknown.
   uint64_t module_offset = 0;
-  auto Tie() const { return std::tie(ip, module, symbol, offset, build_id, module_offset); }
+  // `ip` is the instruction a signal interrupted (a fault's own instruction), not a return
+  // address: it is symbolized as it is, without the - 1 that a return address takes.
+  bool interrupted = false;
+  auto Tie() const { return std::tie(ip, module, symbol, offset, build_id, module_offset, interrupted); }
   NCCLWATCH_RECORD_EQUALITY(NativeFrame)
 };
 

@@ -68,6 +68,7 @@ void WriteStack(JsonWriter& w, const Stack& s, const ModuleTable* modules) {
     w.Field(k::kOffset, f.offset);
     if (!modules) w.Field(k::kBuildId, f.build_id);
     w.Key(k::kModuleOffset).Hex(f.module_offset);
+    if (f.interrupted) w.Field(k::kInterrupted, true);
   });
   ObjectArray(w, k::kPython, s.python, [&](const PythonFrame& f) {
     w.Field(k::kFile, f.file);
@@ -138,6 +139,7 @@ void WriteSummary(JsonWriter& w, const Summary& s) {
   w.Key(k::kFailed);
   if (s.failed) WriteOp(w, *s.failed);
   else w.Null();
+  if (s.error_result != 0) w.Field(k::kErrorResult, s.error_result);
   w.EndObject();
 }
 

@@ -65,6 +65,25 @@ std::vector<uintptr_t> WithoutOwnHandler(const std::vector<uintptr_t>& ips) {
   return ips;
 }
 
+// A thread's stack as the application's (no ncclwatch frames on top), symbolized. A signalled
+// thread's first ip is the instruction it was interrupted at, and so is the ip right below a
+// signal trampoline (the faulting frame under a fatal signal's handler): those are looked up
+// as they are; every other ip is a return address.
+std::vector<trace::NativeFrame> SymbolizedThread(const stacks::ThreadStack& t, bool signalled) {
+  const std::vector<uintptr_t>& raw = t.ips;
+  const std::vector<uintptr_t> ips = t.own ? raw : stacks::WithoutOwnFrames(WithoutOwnHandler(raw));
+  const size_t skipped = raw.size() - ips.size();  // both cut from the top only
+  const uintptr_t tramp = SignalTrampoline();
+  std::vector<trace::NativeFrame> out;
+  out.reserve(ips.size());
+  for (size_t i = 0; i < ips.size(); ++i) {
+    const size_t r = skipped + i;
+    const bool below_trampoline = r > 0 && tramp && raw[r - 1] >= tramp && raw[r - 1] <= tramp + 16;
+    out.push_back(stacks::Symbolize(ips[i], (r == 0 && signalled) || below_trampoline));
+  }
+  return out;
+}
+
 }  // namespace
 
 Runtime::Runtime() = default;
@@ -155,10 +174,14 @@ bool Runtime::Start() {
   }
   relay_ = std::make_unique<RequestRelay>(config_.relay_dir, identity_.host);
   if (!config_.metrics.empty()) {
-    if (access(config_.metrics.c_str(), W_OK) == 0)
+    // Created like the dump directory (the textfile collector's directory may not exist yet).
+    std::string metrics_why;
+    if (MakeDirs(config_.metrics, &metrics_why))
       metrics_ = std::make_unique<MetricsWriter>(config_.metrics + "/" + MetricsFileName(identity_.host, identity_.pid));
     else
-      LogWarn("NCCLWATCH_METRICS=%s: %s; no metrics file", config_.metrics.c_str(), strerror(errno));
+      LogWarn("NCCLWATCH_METRICS=%s: cannot create or write it (%s); no metrics file: create it writable by this "
+              "user (mkdir -p) or pick another directory",
+              config_.metrics.c_str(), metrics_why.c_str());
   }
   // Our frames on top of a stack (a dumping thread's) say nothing about the application.
   stacks::SetOwnModule(reinterpret_cast<const void*>(&WakeWatchdog));
@@ -332,6 +355,7 @@ void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const st
   in.stalled = stalled;
   in.failed = extra.failed;
   in.exit_status = extra.exit_status;
+  in.error_result = extra.error_result;
   in.recoveries = watchdog_->Recoveries();
   in.light = light;
   in.ring_capacity = ring_->capacity();
@@ -372,9 +396,7 @@ void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const st
       std::string note;
       for (auto& t : stacks::CaptureAllThreads(timing::Ms(timing::kThreadStackWait), config_.python,
                                                static_cast<int>(config_.gil_timeout_ms), &note))
-        in.threads.push_back({t.tid, t.name,
-                              {Symbolized(t.own ? t.ips : stacks::WithoutOwnFrames(WithoutOwnHandler(t.ips))),
-                               std::move(t.python)},
+        in.threads.push_back({t.tid, t.name, {SymbolizedThread(t, t.tid != CurrentTid()), std::move(t.python)},
                               t.note, t.own});
     }
   }
@@ -445,6 +467,7 @@ void Runtime::OnNcclError(const char* function, int result, CommInfo* comm, bool
                        std::to_string(result) + " (" + (text ? text : "") + ")" +
                        (comm ? " on comm " + CommIdHex(comm->id) : std::string());
   DumpExtra extra;
+  extra.error_result = result;
   if (failed) {
     extra.failed = *failed;
     extra.failed->state = trace::OpState::Error;
@@ -571,8 +594,14 @@ void Runtime::OnTick() {
     std::lock_guard<std::mutex> lock(request_mu_);
     if (!served_requests_.insert(req->request).second) return;
   }
+  // `ncclwatch dump` writes origin rank -1 with reason on_demand; a rank that has no rank yet
+  // (inside its first ncclCommInitRank) writes -1 with its own reason.
+  const bool command = req->origin_rank < 0 && req->reason == trace::DumpReasonName(trace::DumpReason::OnDemand);
   Dump(trace::DumpReason::PeerRequest,
-       "rank " + std::to_string(req->origin_rank) + " on " + req->origin_host + " dumped (" + req->reason + ")", req);
+       command ? "asked by ncclwatch dump on " + req->origin_host
+               : (req->origin_rank >= 0 ? "rank " + std::to_string(req->origin_rank) : std::string("a rank")) +
+                     " on " + req->origin_host + " dumped (" + req->reason + ")",
+       req);
 }
 
 }  // namespace ncclwatch

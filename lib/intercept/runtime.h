@@ -42,6 +42,7 @@ struct DumpExtra {
   bool light = false;                // summary and recoveries only
   bool exit_record = false;          // the exiting thread's stack and the ring's tail only
   int exit_status = -1;
+  int error_result = 0;  // the ncclResult_t of an nccl_error / async_error dump
   std::optional<OpSnapshot> failed;  // the call that returned an NCCL error
   int32_t exiting_site = -1;         // exit record: the exiting thread's stack, when captured by that thread
   int32_t exiting_tid = 0;

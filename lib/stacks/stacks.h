@@ -131,7 +131,9 @@ size_t CallsiteTableBytes();
 // frame that has a module also has its build id (NT_GNU_BUILD_ID, hex) and module_offset
 // (ip - the module's load bias: the address `addr2line -e MODULE` takes), for later
 // symbolization.
-NativeFrame Symbolize(uintptr_t ip);
+// `interrupted`: ip is the instruction a signal interrupted (the frame above it is a signal
+// trampoline, or it is a signalled thread's first frame), looked up as it is.
+NativeFrame Symbolize(uintptr_t ip, bool interrupted = false);
 
 struct ThreadStack {
   int tid = 0;  // -1 for a Python thread that could not be matched to a native thread

@@ -121,12 +121,14 @@ uintptr_t UnwindFunctionStart(uintptr_t pc) {
   return pc >= info.start_ip && pc < info.end_ip ? static_cast<uintptr_t>(info.start_ip) : 0;
 }
 
-NativeFrame Lookup(uintptr_t ip) {
+NativeFrame Lookup(uintptr_t ip, bool interrupted) {
   NativeFrame frame;
   frame.ip = ip;
+  frame.interrupted = interrupted;
   if (ip == 0) return frame;
-  // ip - 1: a return address can be the first byte after the function that made the call.
-  const uintptr_t pc = ip - 1;
+  // ip - 1: a return address can be the first byte after the function that made the call. An
+  // interrupted instruction is its own address (a fault on a function's first byte).
+  const uintptr_t pc = interrupted ? ip : ip - 1;
   Dl_info info;
   void* symbol_entry = nullptr;  // the ElfW(Sym) of dli_sname
   if (dladdr1(reinterpret_cast<void*>(pc), &info, &symbol_entry, RTLD_DL_SYMENT) == 0) return frame;
@@ -161,7 +163,7 @@ NativeFrame Lookup(uintptr_t ip) {
   if (acc && acc->get_proc_name && acc->get_proc_name(unw_local_addr_space, pc, name, sizeof name, &off, nullptr) == 0 &&
       name[0] && UnwindFunctionStart(pc) == pc - off) {
     frame.symbol = Demangle(name);
-    frame.offset = off + 1;
+    frame.offset = ip - (pc - off);
     return frame;
   }
   frame.offset = ip - reinterpret_cast<uintptr_t>(info.dli_fbase);
@@ -170,18 +172,20 @@ NativeFrame Lookup(uintptr_t ip) {
 
 }  // namespace
 
-NativeFrame Symbolize(uintptr_t ip) {
+NativeFrame Symbolize(uintptr_t ip, bool interrupted) {
   // Leaked on purpose: dumps can run while the process exits, after static destructors.
   static std::mutex* mu = new std::mutex;
   static auto* cache = new std::unordered_map<uintptr_t, NativeFrame>;
+  // User-space addresses leave the top bit clear: it tells the two lookups of one address apart.
+  const uintptr_t key = ip | (interrupted ? uintptr_t{1} << (sizeof(uintptr_t) * 8 - 1) : 0);
   {
     std::lock_guard<std::mutex> lock(*mu);
-    const auto found = cache->find(ip);
+    const auto found = cache->find(key);
     if (found != cache->end()) return found->second;
   }
-  NativeFrame frame = Lookup(ip);  // dladdr takes the loader lock: not under ours
+  NativeFrame frame = Lookup(ip, interrupted);  // dladdr takes the loader lock: not under ours
   std::lock_guard<std::mutex> lock(*mu);
-  return cache->emplace(ip, std::move(frame)).first->second;
+  return cache->emplace(key, std::move(frame)).first->second;
 }
 
 }  // namespace stacks

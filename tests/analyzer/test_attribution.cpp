@@ -271,3 +271,116 @@ TEST_CASE("an init hang with every member inside blames the bootstrap, not a bla
   CHECK(advice.rfind("Every member is inside ncclCommInitRank", 0) == 0);
   CHECK(advice.find("ranks  ") == std::string::npos);
 }
+
+TEST_CASE("the culprit's stack is the thread that issued its collectives, then main and the others", "[attribution]") {
+  // Rank 0 issues its collectives from a worker thread (a side thread, a thread pool, autograd's
+  // threads); its main thread only waits for that worker. The worker is in save_checkpoint.
+  TempDir dir;
+  std::vector<Document> dumps;
+  Document busy = Dump(0, 3, {Comm(kWorld, 3, 0, 7, 7, 7)});
+  const int64_t pid = busy.summary.pid, worker = pid + 5, idle = pid + 6, own = pid + 7;
+  trace::Op last = Op(kWorld, 7, "AllReduce", "completed");
+  last.tid = worker;
+  busy.detail.ring.entries.push_back(last);
+  auto thread = [](int64_t tid, const char* name, std::vector<trace::PythonFrame> py, bool is_own = false) {
+    trace::Thread t;
+    t.tid = tid;
+    t.name = name;
+    t.stack.python = std::move(py);
+    t.own = is_own;
+    return t;
+  };
+  busy.detail.threads.push_back(thread(pid, "python", {{"/usr/lib/python3.11/concurrent/futures/_base.py", 451, "result", true},
+                                                       {"train.py", 90, "main", false}}));
+  busy.detail.threads.push_back(thread(own, "ncclwatch", {}, true));
+  busy.detail.threads.push_back(thread(idle, "pool-1", {{"/usr/lib/python3.11/queue.py", 171, "get", true}}));
+  busy.detail.threads.push_back(thread(worker, "pool-0", {{"ckpt.py", 12, "save_checkpoint", false},
+                                                          {"train.py", 60, "train_step", false}}));
+  dumps.push_back(busy);
+  for (int r = 1; r < 3; ++r)
+    dumps.push_back(Dump(r, 3, {Comm(kWorld, 3, r, 8, 8, 7)}, {Op(kWorld, 8, "AllReduce", "gpu_reached", 30)}));
+  auto report = Analyze(dir, dumps);
+  REQUIRE(report.verdicts.size() == 1);
+  REQUIRE(report.verdicts[0].evidence.size() == 1);
+  const auto& e = report.verdicts[0].evidence[0];
+  CHECK(e.current_tid == worker);
+  CHECK(e.current_role == analysis::ThreadRole::IssuedLastCall);
+  REQUIRE_FALSE(e.current.python.empty());
+  CHECK(e.current.python[0].function == "save_checkpoint");
+  REQUIRE(e.other_threads.size() == 2);  // never ncclwatch's own thread
+  CHECK(e.other_threads[0].tid == pid);
+  CHECK(e.other_threads[0].role == analysis::ThreadRole::Main);
+  CHECK_FALSE(e.other_threads[0].idle);
+  CHECK(e.other_threads[1].tid == idle);
+  CHECK(e.other_threads[1].idle);
+
+  std::string text = analysis::RenderReportText(report, {});
+  INFO(text);
+  CHECK(text.find("now, pool-0 (tid " + std::to_string(worker) + "), which issued AllReduce #7") != std::string::npos);
+  CHECK(text.find("python (tid " + std::to_string(pid) + "), the main thread:") != std::string::npos);
+  CHECK(text.find("1 idle thread: pool-1") != std::string::npos);
+  CHECK(text.find("ncclwatch (tid") == std::string::npos);
+  auto j = analysis::ReportToJson(report);
+  const auto& threads = j["verdicts"][0]["culprit_stacks"]["0"]["threads"];
+  REQUIRE(threads.size() == 3);
+  CHECK(threads[0]["role"] == "issued_last_call");
+  CHECK(threads[1]["role"] == "main");
+  CHECK(threads[2]["idle"] == true);
+}
+
+TEST_CASE("ranks that created same-size communicators with different ids get one verdict saying so", "[attribution]") {
+  // Ranks 2 and 3 read a stale unique-id file: two communicators of 4 ranks are being created,
+  // each with half its members inside and waiting for the other half, which is inside the other.
+  // Not two init_hang verdicts that blame each half for never joining.
+  const std::string kStale = "00000000000000ee";
+  for (int split : {2, 1}) {  // 2+2, and 1+3 (one rank read the stale file)
+    SECTION("first " + std::to_string(split) + " ranks on the fresh id") {
+      TempDir dir;
+      std::vector<Document> dumps;
+      for (int r = 0; r < 4; ++r) {
+        const std::string& id = r < split ? kWorld : kStale;
+        trace::CommSummary c = Comm(id, 4, r, 0, 0, 0);
+        c.state = trace::CommStateName(trace::CommState::Initializing);
+        Document d = Dump(r, 4, {c}, {}, "stall");
+        d.summary.in_nccl.push_back({d.summary.pid, "ncclCommInitRank", 30});
+        dumps.push_back(d);
+      }
+      auto report = Analyze(dir, dumps);
+      INFO(analysis::ReportToJson(report).dump(1));
+      REQUIRE(report.verdicts.size() == 1);
+      const auto& v = report.verdicts[0];
+      CHECK(v.cause == Cause::InitHang);
+      REQUIRE(v.id_groups.size() == 2);
+      std::vector<int> fresh, stale;
+      for (int r = 0; r < 4; ++r) (r < split ? fresh : stale).push_back(r);
+      CHECK(v.id_groups[0].comm == kWorld);
+      CHECK(v.id_groups[0].ranks == fresh);
+      CHECK(v.id_groups[1].comm == kStale);
+      CHECK(v.id_groups[1].ranks == stale);
+      CHECK(v.culprit_ranks == stale);
+      const std::string advice = analysis::AdviceText(v, report);
+      CHECK(advice.find("different ids") != std::string::npos);
+      CHECK(advice.find("never called") == std::string::npos);
+      const std::string text = analysis::RenderReportText(report, {});
+      CHECK(text.find("never joined") == std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("an init hang where the missing ranks are elsewhere stays an ordinary init_hang", "[attribution]") {
+  // Rank 3 never started: the two creations of size 4 do not explain each other.
+  TempDir dir;
+  std::vector<Document> dumps;
+  for (int r = 0; r < 3; ++r) {
+    trace::CommSummary c = Comm(kWorld, 4, r, 0, 0, 0);
+    c.state = trace::CommStateName(trace::CommState::Initializing);
+    Document d = Dump(r, 4, {c}, {}, "stall");
+    d.summary.in_nccl.push_back({d.summary.pid, "ncclCommInitRank", 30});
+    dumps.push_back(d);
+  }
+  auto report = Analyze(dir, dumps);
+  REQUIRE(report.verdicts.size() == 1);
+  CHECK(report.verdicts[0].cause == Cause::InitHang);
+  CHECK(report.verdicts[0].id_groups.empty());
+  CHECK(report.verdicts[0].culprit_ranks == Ranks({3}));
+}

@@ -1,6 +1,9 @@
 // The command line: exit statuses 0/1/2, help and version, show, and problems on stderr.
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
 
 #include <catch2/catch.hpp>
 
@@ -156,4 +159,85 @@ TEST_CASE("analyze --json: a versioned report, frames as objects, culprit states
       CHECK(f["ip"].get<std::string>().rfind("0x", 0) == 0);
     }
   CHECK(native);
+}
+
+TEST_CASE("a file for a directory, a directory for a file, a missing path: one line with the path and what to do", "[cli]") {
+  const std::string file = FirstDump("rank_missing");
+  auto analyze_file = RunCommand("analyze " + file);
+  CHECK(analyze_file.status == 2);
+  CHECK(std::count(analyze_file.err.begin(), analyze_file.err.end(), '\n') == 1);
+  CHECK(Has(analyze_file.err, file + ": a file, not a directory of dumps"));
+  CHECK(Has(analyze_file.err, "ncclwatch show " + file));
+
+  auto show_dir = RunCommand("show " + Golden("rank_missing"));
+  CHECK(show_dir.status == 2);
+  CHECK(std::count(show_dir.err.begin(), show_dir.err.end(), '\n') == 1);
+  CHECK(Has(show_dir.err, Golden("rank_missing") + ": a directory"));
+  CHECK(Has(show_dir.err, "ncclwatch analyze " + Golden("rank_missing")));
+
+  TempDir dir;
+  const std::string nope = dir.path() + "/nope.json";
+  auto show_missing = RunCommand("show " + nope);
+  CHECK(show_missing.status == 2);
+  CHECK(std::count(show_missing.err.begin(), show_missing.err.end(), '\n') == 1);
+  CHECK(Has(show_missing.err, "ncclwatch: " + nope + ": "));  // the path given, not its base name
+  CHECK(Has(show_missing.err, "give the path of a dump"));
+
+  auto analyze_missing = RunCommand("analyze " + dir.path() + "/none");
+  CHECK(analyze_missing.status == 2);
+  CHECK(std::count(analyze_missing.err.begin(), analyze_missing.err.end(), '\n') == 1);
+  CHECK(Has(analyze_missing.err, "give the job's dump directory"));
+}
+
+TEST_CASE("show says who asked for a dump and what a rank with operations in flight may be doing", "[cli]") {
+  TempDir dir;
+  const std::string world = "000000000000000a";
+  Document d = Dump(1, 2, {Comm(world, 2, 1, 8, 8, 7)}, {Op(world, 8, "AllReduce", "gpu_reached", 30)});
+  d.summary.trigger = ncclwatch::trace::Trigger{"cli-vm-1-2", -1, "vm", "on_demand"};
+  dir.Write(DumpFileName(d), Text(d));
+  auto r = RunCommand("show " + dir.path() + "/" + DumpFileName(d));
+  REQUIRE(r.status == 0);
+  CHECK(Has(r.out, "asked by `ncclwatch dump` on vm"));
+  CHECK_FALSE(Has(r.out, "rank -1"));
+  CHECK(Has(r.out, "in NCCL: no thread inside an NCCL call; 1 operation in flight"));
+}
+
+TEST_CASE("analyze --verbose tells dumps that followed a teardown from earlier ones", "[cli]") {
+  // Rank 0 aborted (the framework's timeout), then died of the SIGABRT after it: the abort is
+  // the evidence; the later crash dump is history but not an "earlier" dump.
+  TempDir dir;
+  const std::string world = "000000000000000a";
+  Document abort = Dump(0, 2, {Comm(world, 2, 0, 8, 8, 7)}, {Op(world, 8, "AllReduce", "gpu_reached", 700)}, "abort");
+  Document crash = abort;
+  crash.summary.reason = "fatal_signal";
+  crash.summary.dump_seq = 1;
+  Document other = Dump(1, 2, {Comm(world, 2, 1, 7, 7, 7)});
+  for (const auto& d : {abort, crash, other}) dir.Write(DumpFileName(d), Text(d));
+  auto r = RunCommand("analyze --verbose --no-color " + dir.path());
+  CHECK(Has(r.out, "other dumps of these ranks"));
+  CHECK_FALSE(Has(r.out, "earlier dumps"));
+  CHECK(Has(r.out, "(fatal_signal; later than the evidence"));
+  auto j = Json::parse(RunCommand("analyze --json " + dir.path()).out);
+  REQUIRE(j[rk::kEarlierDumps].size() == 1);
+  CHECK(j[rk::kEarlierDumps][0][rk::kLater] == true);
+}
+
+TEST_CASE("docs/install.md lists every subcommand the command has", "[cli]") {
+  std::ifstream in((fs::path(DOCS_DIR) / "install.md").string());
+  const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string row = doc.substr(doc.find("`P/bin/ncclwatch`"), 200);
+  const std::string help = RunCommand("--help").out + RunCommand("--help").err;
+  std::istringstream lines(help.substr(help.find("subcommands:")));
+  std::string line;
+  std::getline(lines, line);
+  int listed = 0;
+  while (std::getline(lines, line) && line.rfind("  ", 0) == 0) {
+    std::istringstream words(line);
+    std::string name;
+    words >> name;
+    if (name == "help") continue;
+    ++listed;
+    CHECK(Has(row, "`" + name + "`"));
+  }
+  CHECK(listed >= 5);
 }

@@ -91,6 +91,7 @@ TEST_CASE("an NCCL error names the call that failed, not ranks that only heard o
   exit.summary.exit_status = 3;
   Document remote = Dump(3, 4, {Comm(kWorld, 4, 3, 12, 12, 11)}, {}, Name(R::AsyncError));
   remote.summary.detail = "ncclCommGetAsyncError reported asynchronous error 6 (remote process exited or there was a network error)";
+  remote.summary.error_result = 6;
   std::vector<Document> dumps = {err, exit, remote};
   for (int r = 0; r < 2; ++r)
     dumps.push_back(Dump(r, 4, {Comm(kWorld, 4, r, 12, 12, 11)}, {Op(kWorld, 12, "AllReduce", "gpu_reached", 700)},
@@ -111,6 +112,49 @@ TEST_CASE("an NCCL error names the call that failed, not ranks that only heard o
   REQUIRE_FALSE(v.evidence[0].callsite.python.empty());
   CHECK(v.evidence[0].callsite.python[0].function == "train_step");
   CHECK(analysis::AdviceText(v, report).find("unhandled system error") != std::string::npos);
+}
+
+TEST_CASE("a remote error is known by its result code, whichever call reported it", "[endings]") {
+  // Rank 2's AllReduce #12 failed (ncclSystemError); rank 3 heard of it as ncclRemoteError:
+  // from ncclGroupEnd (synchronous, no failed operation recorded), from ncclCommGetAsyncError,
+  // or from its AllReduce itself. Only rank 2 is the cause, however rank 3's detail reads.
+  struct Case {
+    const char* name;
+    R reason;
+    const char* detail;
+    bool failed_op;
+  };
+  for (const Case& c : {Case{"group end", R::NcclError, "ncclGroupEnd returned 6 (remote process exited or there was a network error)", false},
+                        Case{"async", R::AsyncError, "ncclCommGetAsyncError reported asynchronous error 6 (...)", false},
+                        Case{"the call", R::NcclError, "ncclAllReduce returned 6 (...)", true},
+                        Case{"worded otherwise", R::NcclError, "ncclGroupEnd: remote error", false}}) {
+    SECTION(c.name) {
+      TempDir dir;
+      trace::Op failed = Op(kWorld, 12, "AllReduce", "error", -1);
+      failed.result = 2;
+      Document err = Dump(2, 4, {Comm(kWorld, 4, 2, 12, 11, 11)}, {}, Name(R::NcclError));
+      err.summary.failed = failed;
+      err.summary.error_result = 2;
+      err.summary.detail = "ncclAllReduce returned 2 (unhandled system error)";
+      Document remote = Dump(3, 4, {Comm(kWorld, 4, 3, 12, 12, 11)}, {}, Name(c.reason));
+      remote.summary.detail = c.detail;
+      remote.summary.error_result = 6;
+      if (c.failed_op) {
+        trace::Op r = failed;
+        r.result = 6;
+        remote.summary.failed = r;
+      }
+      std::vector<Document> dumps = {err, remote};
+      for (int r = 0; r < 2; ++r)
+        dumps.push_back(Dump(r, 4, {Comm(kWorld, 4, r, 12, 12, 11)},
+                             {Op(kWorld, 12, "AllReduce", "gpu_reached", 700)}, Name(R::Stall)));
+      auto report = Analyze(dir, dumps);
+      INFO(analysis::ReportToJson(report).dump());
+      REQUIRE(!report.verdicts.empty());
+      CHECK(report.verdicts[0].cause == Cause::NcclError);
+      CHECK(report.verdicts[0].culprit_ranks == Ranks({2}));
+    }
+  }
 }
 
 TEST_CASE("a rank that left normally is named as exited after its last call", "[endings]") {

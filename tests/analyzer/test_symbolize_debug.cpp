@@ -164,3 +164,29 @@ TEST_CASE("a module not here is found by its build id under the debug directory"
   CHECK(EndsWith(source->file, "test_symbolize_debug.cpp"));
   CHECK(source->line == line);
 }
+
+namespace symbolize_debug_test {
+__attribute__((noinline)) int BeforeCrashSite(int x) { return x * 3 + 1; }
+__attribute__((noinline)) int CrashSite(int x) { return x * 5 + 2; }
+}  // namespace symbolize_debug_test
+
+TEST_CASE("an interrupted frame is looked up at its own address, a return address at the byte before", "[symbolize]") {
+  // A fault on a function's first instruction: the frame below the signal is that instruction.
+  REQUIRE(symbolize_debug_test::BeforeCrashSite(1) + symbolize_debug_test::CrashSite(1) == 11);
+  const Program program = ThisProgram();
+  trace::NativeFrame frame;
+  frame.ip = reinterpret_cast<uintptr_t>(&symbolize_debug_test::CrashSite);
+  frame.module = program.path;
+  frame.build_id = program.build_id;
+  frame.module_offset = frame.ip - program.bias;
+  frame.interrupted = true;
+  const std::optional<SourceLine> source = SourceLineOf(frame);
+  REQUIRE(source);
+  CHECK(source->function == "symbolize_debug_test::CrashSite(int)");
+  CHECK(EndsWith(source->file, "test_symbolize_debug.cpp"));
+  CHECK(FormatNativeFrame(frame, Symbolized(frame)).find("symbolize_debug_test::CrashSite(int) (") == 0);
+  trace::NativeFrame returned = frame;  // the same value as a return address is not inside it
+  returned.interrupted = false;
+  const std::optional<SourceLine> before = SourceLineOf(returned);
+  CHECK((!before || before->function != "symbolize_debug_test::CrashSite(int)"));
+}

@@ -257,3 +257,50 @@ TEST_CASE("slices on a track never overlap when the host runs ahead of the GPU, 
   std::sort(marked_states.begin(), marked_states.end());
   CHECK(marked_states == std::vector<std::string>{"captured", "unmonitored"});
 }
+
+TEST_CASE("the timeline and slow ranks use every dump of a process, not its latest alone", "[timeline]") {
+  // A mid-run snapshot holds 100 collectives; the exit record written later keeps the last 20
+  // (96..115). The timeline has all 115 of each rank, once each; the slow-rank pass sees them too.
+  const std::vector<int64_t> clock = {1000};
+  TempDir dir;
+  auto full = Job({0, 0}, clock, 115, 3);
+  std::vector<Document> dumps;
+  for (auto& d : full) {
+    Document snapshot = d, exit = d;
+    snapshot.detail.ring.entries.resize(100);
+    snapshot.summary.comms[0].last_enqueued = snapshot.summary.comms[0].last_completed = 100;
+    snapshot.summary.time_mono_ns -= 20000000;
+    snapshot.summary.time_unix_ns -= 20000000;
+    exit.summary.reason = "exit";
+    exit.summary.exit_status = 0;
+    exit.summary.dump_seq = 1;
+    exit.detail.ring.entries.erase(exit.detail.ring.entries.begin(), exit.detail.ring.entries.begin() + 95);
+    dumps.push_back(snapshot);
+    dumps.push_back(exit);
+  }
+  for (const auto& d : dumps) dir.Write(DumpFileName(d), Text(d));
+  analysis::DumpSet set;
+  std::string error;
+  REQUIRE(set.Load(dir.path(), {}, &error));
+  REQUIRE(set.dumps().size() == 2);
+  auto times = CollectRankTimes(set);
+  REQUIRE(times.size() == 2);
+  CHECK(times[0].collectives.size() == 115);
+  std::string text;
+  analysis::WriteTimeline(set, times, AlignClocks(times), [&](const std::string& s) { text += s; });
+  auto t = nlohmann::json::parse(text);
+  std::map<int, std::set<int64_t>> seqs;
+  size_t slices = 0;
+  for (const auto& e : t["traceEvents"])
+    if (e["ph"] == "X") {
+      ++slices;
+      seqs[e["pid"].get<int>()].insert(e["args"]["seq"].get<int64_t>());
+    }
+  CHECK(slices == 2 * 115);
+  REQUIRE(seqs.size() == 2);
+  for (const auto& [pid, s] : seqs) {
+    CHECK(s.size() == 115);
+    CHECK(*s.begin() == 1);
+    CHECK(*s.rbegin() == 115);
+  }
+}

@@ -27,7 +27,8 @@ CASES = {}
 # Cases that measure time (how soon a stall is seen, who is slow, how long a stop takes): ctest
 # runs them alone.
 SERIAL = {"busy_rank_every_rank_dumps", "adaptive_deadline_within_15s", "stall_then_recovery", "slow_rank_named",
-          "healthy_jitter_names_nobody", "slow_rank_below_a_hang", "run_reports_a_healthy_stop"}
+          "healthy_jitter_names_nobody", "slow_rank_below_a_hang", "run_reports_a_healthy_stop",
+          "recovered_stall_is_no_hang", "c_example_gives_its_promised_verdict"}
 
 
 def case(fn):
@@ -492,6 +493,23 @@ def fatal_signal_dumps_and_keeps_status():
 
 
 @case
+def crash_frame_named_at_the_faulting_instruction():
+    # A fault on the first instruction of a static function: the interrupted frame's address is
+    # that instruction (not a return address), so the dump and the report name the function.
+    j, ending = signal_app("segv_first_byte", True)
+    check(ending and "SIGSEGV" in ending[0], f"it died of SIGSEGV: {ending}\n{j.err[-1500:]}")
+    d = j.first(0, "fatal_signal")
+    frames = [f for t in d["threads"] for f in t.get("frames", [])]
+    named = [f for f in frames if f.get("symbol") == "corrupt_batch"]
+    check(named, f"a frame names corrupt_batch: {[f.get('symbol') for f in frames][:40]}")
+    check(named[0].get("interrupted") is True and named[0]["offset"] == 0,
+          f"the faulting instruction, looked up as it is: {named[0]}")
+    r = subprocess.run([os.path.join(B, "bin", "ncclwatch"), "analyze", "--no-color", j.dir], capture_output=True,
+                       text=True)
+    check("corrupt_batch" in r.stdout, f"the report names it:\n{r.stdout[-3000:]}")
+
+
+@case
 def on_demand_signal_dumps_and_continues():
     def poke(p):
         for pid in ranks_catching(p, 2, signal.SIGUSR2):
@@ -646,6 +664,77 @@ def run_wrapper():
         r = subprocess.run([nw, "run"] + bad + ["--", "touch", marker], env=base, capture_output=True, text=True)
         check(r.returncode == 2 and says in r.stderr and r.stderr.count("\n") == 1 and not os.path.exists(marker),
               f"{bad}: refused before starting, one line: {r.returncode} {r.stderr}")
+
+
+@case
+def recovered_stall_is_no_hang():
+    # Rank 1 is busy 6 s at iteration 10, the deadline is 2 s: rank 0 stalls, rank 1 answers
+    # its request, then the collective completes (a recovery dump) and the job finishes. No
+    # verdict after the recovery, none at the end; the end tells the stall and whom it waited for.
+    nw = os.path.join(B, "bin", "ncclwatch")
+    tmp = temp_dir("ncclwatch-e2e-")
+    dumps = os.path.join(tmp, "d")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("NCCLWATCH_") and k != "LD_PRELOAD"}
+    r = subprocess.run([nw, "run", "--dir", dumps, "--timeout", "2", "--set", "PEER_POLL_MS=200", "--",
+                        os.path.join(B, "bin", "simlaunch"), "-n", "2", "--timeout", "60", "--",
+                        os.path.join(B, "bin", "sim_workload"), "--iters", "30", "--busy-rank", "1", "--busy-at", "10",
+                        "--busy-ms", "6000"], env=base, cwd=tmp, capture_output=True, text=True, timeout=120)
+    out = r.stdout + r.stderr
+    check(r.returncode == 0, f"the job finished: {r.returncode}\n{out[-3000:]}")
+    names = [os.path.basename(p) for p in glob.glob(os.path.join(dumps, "rank*.json"))]
+    check(any(n.endswith("-recovery.json") for n in names), f"rank 0 recovered: {names}")
+    # A verdict may come while the stall lasts; none after the recovery (at most that one).
+    check(r.stdout.count("rank_missing") <= 1, f"no verdict after the recovery:\n{out[-4000:]}")
+    final = r.stdout[r.stdout.rfind("ncclwatch analyze:"):]
+    check("no hang" in final, f"the end reads no hang:\n{out[-4000:]}")
+    check("stall_recovered" in final and "waiting for rank 1" in final and "it recovered" in final,
+          f"the end tells the stall:\n{final[-3000:]}")
+    check("(1 recovered)" in r.stderr, f"the summary line counts it recovered:\n{r.stderr[-1500:]}")
+    # analyze says the same, on every dump and on the stall's moment and the recovery alone.
+    for keep in (lambda n: True, lambda n: not n.endswith("-exit.json")):
+        d = os.path.join(tmp, "only")
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+        for n in names:
+            if keep(n):
+                shutil.copy(os.path.join(dumps, n), d)
+        a = subprocess.run([nw, "analyze", "--json", d], capture_output=True, text=True)
+        report = json.loads(a.stdout)
+        check(a.returncode == 0 and report["verdicts"][0]["cause"] == "no_hang",
+              f"analyze: no hang ({a.returncode}):\n{json.dumps(report['verdicts'])[:2000]}")
+        rs = report["recovered_stalls"]
+        check(len(rs) == 1 and rs[0]["waiting_for"] == [1] and rs[0]["op"] == "AllReduce",
+              f"the stalled collective and whom it waited for: {rs}")
+        check(rs[0]["recovered_after_s"] is not None and 4.0 <= rs[0]["recovered_after_s"] <= 15.0,
+              f"and how long it took: {rs}")
+
+
+@case
+def help_texts_print_as_written():
+    # Usage texts printed with fputs or as a %s argument keep their characters: no printf escapes.
+    for program in ("sim_workload", "simlaunch", "ncclwatch"):
+        r = subprocess.run([os.path.join(B, "bin", program), "--help"], capture_output=True, text=True)
+        text = r.stdout + r.stderr
+        check(r.returncode == 0 and text.strip(), f"{program} --help: exit {r.returncode}")
+        check("%%" not in text, f"{program} --help prints '%%':\n{text}")
+    r = subprocess.run([os.path.join(B, "bin", "sim_workload"), "--help"], capture_output=True, text=True)
+    check("color = rank % (k+1)" in r.stdout, f"the modulo reads as one: {r.stdout}")
+
+
+@case
+def c_example_gives_its_promised_verdict():
+    # examples/README.md: HANG_RANK=1 ncclwatch run -- simlaunch -n 4 -- example_allreduce gives
+    # rank_missing, culprit rank 1 (with a shorter deadline and a launcher time limit here).
+    nw = os.path.join(B, "bin", "ncclwatch")
+    tmp = temp_dir("ncclwatch-e2e-")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("NCCLWATCH_") and k != "LD_PRELOAD"}
+    r = subprocess.run([nw, "run", "--dir", os.path.join(tmp, "d"), "--timeout", "3", "--set", "PEER_POLL_MS=200",
+                        "--", os.path.join(B, "bin", "simlaunch"), "-n", "4", "--timeout", "12", "--",
+                        os.path.join(B, "bin", "example_allreduce")],
+                       env=dict(base, HANG_RANK="1", NCCL_ID_FILE=os.path.join(tmp, "id")), cwd=tmp,
+                       capture_output=True, text=True, timeout=120)
+    check("rank_missing  rank 1 never entered AllReduce" in r.stdout,
+          f"the promised verdict:\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}")
 
 
 @case
@@ -1020,8 +1109,37 @@ def live_dump_snapshot():
     report = json.loads(result["out"])
     check(result["rc"] == 0 and report["verdicts"][0]["cause"] == "no_hang",
           f"the snapshot of a healthy job is no_hang (exit {result['rc']}):\n{result['out'][:1500]}")
-    r = subprocess.run([os.path.join(B, "bin", "ncclwatch"), "dump", "/nonexistent-dir"], capture_output=True, text=True)
-    check(r.returncode == 2 and r.stderr.count("\n") == 1, f"a missing directory: one line, exit 2: {r.stderr}")
+    a_file = os.path.join(shared, "dump-request.json")
+    r = subprocess.run([os.path.join(B, "bin", "ncclwatch"), "dump", a_file], capture_output=True, text=True)
+    check(r.returncode == 2 and r.stderr.count("\n") == 1 and a_file in r.stderr,
+          f"not a directory: one line with the path, exit 2: {r.stderr}")
+    nobody = os.path.join(temp_dir("ncclwatch-e2e-nobody-"), "typo")
+    r = subprocess.run([os.path.join(B, "bin", "ncclwatch"), "dump", nobody, "--wait", "1"], capture_output=True,
+                       text=True)
+    check(r.returncode == 2 and "no rank answered" in r.stderr and not os.path.exists(nobody),
+          f"nobody there: exit 2, and the directory it created is gone again: {r.stderr}")
+
+
+@case
+def live_dump_creates_the_directory():
+    # A job preloaded by hand with NCCLWATCH_DIR set, which has dumped nothing yet (the library
+    # creates the directory at its first dump): `ncclwatch dump DIR` creates it, and the ranks,
+    # polling that path, answer.
+    shared = os.path.join(temp_dir("ncclwatch-e2e-live-"), "not-yet")
+    result = {}
+
+    def snapshot(p):
+        ranks_catching(p, 2, signal.SIGTERM)
+        result["existed"] = os.path.exists(shared)
+        r = subprocess.run([os.path.join(B, "bin", "ncclwatch"), "dump", shared, "--json", "--wait", "20"],
+                           capture_output=True, text=True)
+        result["rc"], result["out"], result["err"] = r.returncode, r.stdout, r.stderr
+
+    job(2, ["--iters", "1000000"], env={"NCCLWATCH_DIR": shared, "NCCLWATCH_TIMEOUT": "600"}, timeout=15,
+        after_start=snapshot)
+    check(not result["existed"], "the premise: nothing had created the directory")
+    check(result["rc"] == 0 and "2/2 ranks answered" in result["err"],
+          f"the directory was created and every rank answered (exit {result['rc']}): {result['err'][-1500:]}")
 
 PROM_LINE = re.compile(r'^(ncclwatch_[a-z_]+)\{((?:[a-z_]+="[^"\\]*",?)*)\} (-?[0-9.e+]+)$')
 
@@ -1058,7 +1176,8 @@ def check_prometheus_text(text):
 def metrics_textfile():
     # NCCLWATCH_METRICS=DIR: each process keeps a Prometheus file there while it runs, and removes
     # it when it exits normally.
-    metrics = temp_dir("ncclwatch-e2e-metrics-")
+    # A directory that does not exist yet (a textfile collector's, before its first writer): created.
+    metrics = os.path.join(temp_dir("ncclwatch-e2e-metrics-"), "node-exporter", "textfile")
     seen = {}
 
     def all_counted():

@@ -7,7 +7,9 @@
  *   signal_app resethand_term   a SIGTERM handler with SA_RESETHAND, two SIGTERMs: the second
  *                               ends the process
  *   signal_app ignored_term     SIGTERM and SIGINT ignored and raised: the process goes on, and
- *                               they are still ignored in it and in a program it execs */
+ *                               they are still ignored in it and in a program it execs
+ *   signal_app segv_first_byte  no handler of its own; a fault on the first instruction of a
+ *                               static function (corrupt_batch): the crash dump names it */
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
@@ -23,6 +25,13 @@ static void on_segv(int sig) {
   (void)sig;
   say("segv handler ran\n");  /* returns: the faulting instruction runs again */
 }
+
+/* Not a constant: the compiler cannot fold the store into the caller or clone the function. */
+static int* volatile g_batch = NULL;
+
+/* Its first instruction stores through `batch`: with NULL, the fault is on the function's first
+ * byte, where a return-address lookup (address - 1) would name the function before it. */
+static __attribute__((noinline)) void corrupt_batch(int* batch) { *batch = 1; }
 
 static void on_term(int sig) {
   (void)sig;
@@ -57,8 +66,10 @@ int main(int argc, char** argv) {
   } else if (strcmp(scenario, "ignored_term") == 0) {
     signal(SIGTERM, SIG_IGN);
     signal(SIGINT, SIG_IGN);
+  } else if (strcmp(scenario, "segv_first_byte") == 0) {
+    /* nothing of its own: ncclwatch's crash dump, then the default action */
   } else {
-    fprintf(stderr, "usage: signal_app resethand_segv|ignored_segv|resethand_term|ignored_term\n");
+    fprintf(stderr, "usage: signal_app resethand_segv|ignored_segv|resethand_term|ignored_term|segv_first_byte\n");
     return SIMUTIL_EXIT_USAGE;
   }
 
@@ -67,6 +78,11 @@ int main(int argc, char** argv) {
   NCCLCHECK(ncclCommInitRank(&comm, 1, id, 0)); /* ncclwatch starts here */
   say("started\n");
 
+  if (strcmp(scenario, "segv_first_byte") == 0) {
+    corrupt_batch(g_batch);
+    say("survived the fault\n");
+    return 1;
+  }
   if (strstr(scenario, "segv")) {
     volatile int* volatile nowhere = NULL;
     *nowhere = 1;

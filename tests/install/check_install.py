@@ -26,7 +26,7 @@ import shutil
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from ncclwatch_testing import SKIP, check, clean_env, run, run_cases, temp_dir  # noqa: E402
+from ncclwatch_testing import SKIP, check, clean_env, read_text, run, run_cases, temp_dir  # noqa: E402
 
 A = None
 
@@ -77,10 +77,22 @@ def installed_run():
     check(len(libs) == 1 and libs[0].startswith("lib"), f"one libncclwatch.so in a lib dir: {libs}")
     lib = os.path.join(prefix, libs[0])
     docs = {"share/doc/ncclwatch/README.md"} | {
-        "share/doc/ncclwatch/docs/" + os.path.basename(p) for p in glob.glob(os.path.join(A.source, "docs", "*.md"))}
+        "share/doc/ncclwatch/" + os.path.relpath(p, A.source)
+        for pattern in ("*.md", "images/*.png", "images/*.svg") for p in glob.glob(os.path.join(A.source, "docs", pattern))}
     expected = {"bin/ncclwatch", libs[0]} | docs
     check(files == expected, f"installed exactly {sorted(expected)}\n  missing: {sorted(expected - files)}\n"
                              f"  unexpected: {sorted(files - expected)}")
+    # Every relative link and image of the installed docs resolves where they are installed.
+    doc_root = os.path.join(prefix, "share", "doc", "ncclwatch")
+    for doc in sorted(d for d in docs if d.endswith(".md")):
+        path = os.path.join(prefix, doc)
+        for target in re.findall(r"\]\(([^)\s]+)\)", read_text(path)):
+            if re.match(r"^[a-z]+:", target) or target.startswith("#"):
+                continue
+            where = os.path.normpath(os.path.join(os.path.dirname(path), target.split("#")[0]))
+            if not where.startswith(doc_root) or not re.search(r"\.(md|png|svg|jpg)$", where):
+                continue  # the source tree's files (lib/, include/): not documentation
+            check(os.path.exists(where), f"{doc} links {target}, which is not installed ({where})")
     nw = os.path.join(prefix, "bin", "ncclwatch")
     check(os.access(nw, os.X_OK), f"{nw} is executable")
     print(f"  installed: {sorted(files)}")

@@ -137,3 +137,26 @@ TEST_CASE("ncclwatch's own frames are dropped from the top of call sites, never 
   CHECK(trimmed.ips == std::vector<uintptr_t>(whole.ips.begin() + 2, whole.ips.end()));
   CHECK(Get(id).ips == whole.ips);  // no own module, nothing dropped
 }
+
+namespace {
+// Two static functions side by side: the byte before the second's first is the first's.
+__attribute__((noinline)) int BeforeFaultTarget(int x) { return x * 3 + 1; }
+__attribute__((noinline)) int FaultTarget(int x) { return x * 5 + 2; }
+}  // namespace
+
+TEST_CASE("an interrupted instruction is symbolized as it is: a fault on a function's first byte names it") {
+  REQUIRE(BeforeFaultTarget(1) + FaultTarget(1) == 11);
+  const uintptr_t first_byte = reinterpret_cast<uintptr_t>(&FaultTarget);
+  const NativeFrame faulting = Symbolize(first_byte, /*interrupted=*/true);
+  CHECK(faulting.interrupted);
+  CHECK(faulting.symbol.find("FaultTarget") != std::string::npos);
+  CHECK(faulting.symbol.find("BeforeFaultTarget") == std::string::npos);
+  CHECK(faulting.offset == 0);
+  CHECK(faulting.module_offset == first_byte - ModuleBase(first_byte));
+  // As a return address the same value is the end of whatever came before: never FaultTarget.
+  const NativeFrame returned = Symbolize(first_byte);
+  CHECK_FALSE(returned.interrupted);
+  CHECK(returned.symbol != faulting.symbol);
+  // Both lookups of one address are cached apart.
+  CHECK(Symbolize(first_byte, true).symbol == faulting.symbol);
+}

@@ -247,6 +247,14 @@ trace::Stack ToStack(const StackDef& s) {
   return out;
 }
 
+// A thread's stack as the library captures it: a signalled thread's first frame is the
+// instruction it was interrupted at (the dumping thread, ncclwatch's own, is not signalled).
+trace::Stack SignalledThreadStack(const StackDef& s) {
+  trace::Stack out = ToStack(s);
+  if (!out.native.empty()) out.native.front().interrupted = true;
+  return out;
+}
+
 trace::Op OpOf(const Operation& o, const std::string& comm, int comm_size) {
   trace::Op r;
   r.comm = comm;
@@ -434,6 +442,7 @@ trace::Document DumpRenderer::Render(int rank, const RankPlan& plan, const DumpO
   } else if (reason == R::NcclError && !extra_ops.empty()) {
     const trace::Op& f = extra_ops.back();
     s.failed = f;
+    s.error_result = 2;
     s.detail = std::string("nccl") + f.OpName() + " returned 2 (unhandled system error) on comm " + f.comm;
   } else if (reason == R::PeerRequest) {
     s.detail = "rank " + std::to_string(origin) + " on " + HostOf(origin) + " dumped (stall)";
@@ -525,10 +534,11 @@ trace::Document DumpRenderer::Render(int rank, const RankPlan& plan, const DumpO
     d.ring.entries.insert(d.ring.entries.end(), extra_ops.end() - static_cast<long>(from_extras), extra_ops.end());
   }
   d.callsites = callsites_;
-  d.threads.push_back({pid, "python3", ToStack(MainThreadStack(plan.stack)), ""});
+  d.threads.push_back({pid, "python3", SignalledThreadStack(MainThreadStack(plan.stack)), ""});
   for (const auto& th : HelperThreads()) {
     if (lean_ && std::strcmp(th.name, "ncclwatch") != 0) continue;
-    d.threads.push_back({pid + th.tid_offset, th.name, ToStack(th.stack), ""});
+    const bool dumping = std::strcmp(th.name, "ncclwatch") == 0;
+    d.threads.push_back({pid + th.tid_offset, th.name, dumping ? ToStack(th.stack) : SignalledThreadStack(th.stack), ""});
   }
   return doc;
 }

@@ -1,4 +1,5 @@
 // `ncclwatch analyze DIR`: cross-rank attribution of a hang from a directory of dumps.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -83,10 +84,23 @@ int Run(int argc, char** argv) {
     load.progress = [](size_t done, size_t total) {
       if (total > kProgressMinFiles) std::fprintf(stderr, "\rncclwatch: reading summaries %zu/%zu", done, total);
     };
+  // One line with the path given and what to do: the common mistakes are a dump file for the
+  // directory and a directory that is not the job's.
+  struct stat st {};
+  if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode)) {
+    std::fprintf(stderr,
+                 "ncclwatch: %s: a file, not a directory of dumps: `ncclwatch analyze DIR` takes the job's dump "
+                 "directory; `ncclwatch show %s` prints this one dump\n",
+                 Printable(dir).c_str(), Printable(dir).c_str());
+    return kExitBadInput;
+  }
   DumpSet set;
   std::string error;
   if (!set.Load(dir, load, &error)) {
-    std::fprintf(stderr, "ncclwatch: %s\n", error.c_str());
+    std::fprintf(stderr,
+                 "ncclwatch: %s; give the job's dump directory (NCCLWATCH_DIR, or the ncclwatch-<job id> "
+                 "directory `ncclwatch run` names)\n",
+                 Printable(error).c_str());
     return kExitBadInput;
   }
   if (progress && set.files_seen() > kProgressMinFiles) std::fprintf(stderr, "\r\033[K");

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -40,7 +41,7 @@ void DumpHelp(std::FILE* out) {
                "15), says how many answered out of the world size, then analyzes the directory.\n"
                "A healthy job reads `no_hang`. Ranks look for the request every\n"
                "NCCLWATCH_PEER_POLL_MS (1 s by default); a rank that dumped in the last 30 s does\n"
-               "not dump again.\n\n"
+               "not dump again. DIR is created when no rank has written there yet.\n\n"
                "exit status: that of `ncclwatch analyze`; 2 when no rank answered.\n");
 }
 
@@ -73,9 +74,20 @@ int Run(int argc, char** argv) {
     }
   }
   if (!dir) return UsageError("dump", "no directory given");
+  // The ranks poll DIR for the request whether or not any of them has written there yet (the
+  // library creates it at its first dump): create it as the library would.
   struct stat st {};
-  if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-    std::fprintf(stderr, "ncclwatch dump: %s: %s\n", dir, stat(dir, &st) != 0 ? strerror(errno) : "not a directory");
+  bool created = false;
+  if (stat(dir, &st) != 0 && errno == ENOENT) {
+    std::string why;
+    if (!MakeDirs(dir, &why)) {
+      std::fprintf(stderr, "ncclwatch dump: cannot create %s: %s; give the job's NCCLWATCH_DIR\n", dir, why.c_str());
+      return kExitBadInput;
+    }
+    created = true;
+  } else if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    std::fprintf(stderr, "ncclwatch dump: %s: %s; give the job's NCCLWATCH_DIR, a directory\n", dir,
+                 stat(dir, &st) != 0 ? strerror(errno) : "not a directory");
     return kExitBadInput;
   }
 
@@ -118,6 +130,10 @@ int Run(int argc, char** argv) {
   }
   if (tty) std::fprintf(stderr, "\r\033[K");
   if (answered.empty()) {
+    if (created) {  // nobody there: leave no trace of a mistyped path
+      unlink(path.c_str());
+      rmdir(dir);
+    }
     std::fprintf(stderr,
                  "ncclwatch dump: no rank answered within %.0f s: is a job running with ncclwatch and "
                  "NCCLWATCH_DIR=%s? (a rank that dumped in the last 30 s does not dump again)\n",

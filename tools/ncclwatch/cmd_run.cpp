@@ -238,13 +238,14 @@ class LiveWatch {
     std::set<std::string> processes;
     std::set<int64_t> versions;
     int64_t ops = 0;
-    int stalls = 0;
+    int stalls = 0, recovered = 0;
     for (const auto* list : {&set.dumps(), &set.history()})
       for (const auto& d : *list) {
         if (before_.count(d.file_name)) continue;
         processes.insert(d.ProcessKey());
         if (d.summary.nccl_version > 0) versions.insert(d.summary.nccl_version);
         stalls += d.summary.reason == trace::DumpReasonName(trace::DumpReason::Stall);
+        recovered += set.StallRecovered(d);
       }
     for (const auto& d : set.dumps())
       if (!before_.count(d.file_name))
@@ -260,10 +261,12 @@ class LiveWatch {
     std::string nccl;
     for (int64_t v : versions)
       nccl += (nccl.empty() ? "" : ", ") + trace::NcclVersionText(v);
-    std::fprintf(stderr, "ncclwatch: %zu process(es) watched (NCCL %s), %lld collectives issued, %d stall(s), "
+    std::string stall_text = std::to_string(stalls) + " stall(s)";
+    if (recovered > 0) stall_text += " (" + std::to_string(recovered) + " recovered)";
+    std::fprintf(stderr, "ncclwatch: %zu process(es) watched (NCCL %s), %lld collectives issued, %s, "
                  "%zu dump(s) in %s\n",
-                 processes.size(), nccl.empty() ? "?" : nccl.c_str(), static_cast<long long>(ops), stalls, files_,
-                 dir_.c_str());
+                 processes.size(), nccl.empty() ? "?" : nccl.c_str(), static_cast<long long>(ops), stall_text.c_str(),
+                 files_, dir_.c_str());
   }
 
   std::string dir_;

@@ -1,4 +1,6 @@
 // `ncclwatch show FILE`: one rank's dump as readable tables (or trimmed JSON).
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -53,6 +55,14 @@ int Run(int argc, char** argv) {
     }
   }
   if (!file) return UsageError("show", "no file given");
+  struct stat st {};
+  if (stat(file, &st) == 0 && S_ISDIR(st.st_mode)) {
+    std::fprintf(stderr,
+                 "ncclwatch: %s: a directory: `ncclwatch show FILE` prints one dump (a rank*.json file in it); "
+                 "`ncclwatch analyze %s` analyzes the directory\n",
+                 Printable(file).c_str(), Printable(file).c_str());
+    return kExitBadInput;
+  }
 
   trace::DumpDocument doc = trace::ParseDocumentFromFile(file, trace::ReadDepth::kFull);
   Dump dump;
@@ -60,8 +70,10 @@ int Run(int argc, char** argv) {
   const char* slash = std::strrchr(file, '/');
   dump.file_name = slash ? slash + 1 : file;
   trace::ReadResult r = trace::InterpretDocument(doc, trace::ReadDepth::kFull, &dump);
-  if (!r.usable) {
-    std::fprintf(stderr, "ncclwatch: %s: %s\n", Printable(dump.file_name).c_str(), Printable(r.problem).c_str());
+  if (!r.usable) {  // the path as given: the base name alone does not say which file
+    std::fprintf(stderr, "ncclwatch: %s: %s%s\n", Printable(file).c_str(), Printable(r.problem).c_str(),
+                 stat(file, &st) != 0 ? "; give the path of a dump (a rank*.json file in the job's dump directory)"
+                                      : "");
     return kExitBadInput;
   }
   if (!r.problem.empty()) std::fprintf(stderr, "ncclwatch: %s: %s\n", Printable(dump.file_name).c_str(), Printable(r.problem).c_str());

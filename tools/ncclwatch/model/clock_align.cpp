@@ -31,7 +31,7 @@ std::vector<RankTimes> CollectRankTimes(DumpSet& set) {
     r.rank = d.summary.rank;
     r.host = d.summary.host;
     r.unix_minus_mono_ns = d.summary.time_unix_ns - d.summary.time_mono_ns;
-    if (const trace::Detail* detail = set.Detail(i)) {
+    if (const trace::Detail* detail = set.JoinedDetail(i)) {
       r.collectives.reserve(detail->ring.entries.size());
       for (const auto& op : detail->ring.entries) {
         if (op.enqueue_ns > 0 && (r.earliest_ns == 0 || op.enqueue_ns < r.earliest_ns)) r.earliest_ns = op.enqueue_ns;

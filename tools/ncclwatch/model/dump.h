@@ -25,6 +25,9 @@ struct Dump : trace::LoadedDump {
   std::string last_reason;        // of its process's latest dump (this one or one of `then`)
   int64_t last_time_unix_ns = 0;
   int64_t gone_gap_s = 0;  // how much older than the teardown
+  // A recovery dump's list of stalls that completed (kept apart from `detail`, which passes
+  // over every rank drop and read again).
+  std::vector<trace::Recovery> recoveries;
 
   // Unique in the job: process_uid, else host and pid (older dumps).
   std::string ProcessKey() const {

@@ -150,6 +150,13 @@ class UnionFind {
   std::vector<size_t> parent_;
 };
 
+// Whether `d` shows (comm, seq) completed. An aborted communicator counts its operations as
+// ended: that is the teardown, not the operation completing.
+bool CompletedIn(const Dump& d, const std::string& comm, int64_t seq) {
+  const trace::CommSummary* c = d.summary.Comm(comm);
+  return c && c->last_completed >= seq && c->state != trace::CommStateName(trace::CommState::Aborted);
+}
+
 int64_t StartOf(const Dump& d) { return d.summary.start_unix_ns > 0 ? d.summary.start_unix_ns : d.summary.time_unix_ns; }
 
 }  // namespace
@@ -270,7 +277,15 @@ void DumpSet::Select(std::vector<Dump> usable, int attempt) {
       while (evidence > begin &&
              (FollowsTeardown(usable[evidence]) || IsReason(usable[evidence], trace::DumpReason::PeerRequest)))
         --evidence;
-    if (!StartsTeardown(usable[evidence])) {
+    // A stall whose operation completed in a later dump recovered: it started no teardown.
+    auto recovered = [&](size_t i) {
+      const auto& st = usable[i].summary.stalled;
+      if (!IsReason(usable[i], trace::DumpReason::Stall) || !st) return false;
+      for (size_t j = i + 1; j < end; ++j)
+        if (CompletedIn(usable[j], st->comm, st->seq)) return true;
+      return false;
+    };
+    if (!StartsTeardown(usable[evidence]) || recovered(evidence)) {
       evidence = end - 1;
       // Killed after it answered the teardown's SIGTERM (the launcher's SIGKILL after its grace
       // period): where it was when the teardown began is in that answer.
@@ -310,6 +325,7 @@ void DumpSet::Select(std::vector<Dump> usable, int attempt) {
   }
   MarkGoneBeforeTeardown();
   for (size_t i = 0; i < dumps_.size(); ++i) by_rank_[dumps_[i].summary.rank] = i;
+  IndexProcesses();
   for (auto it = unreadable_ranks_.begin(); it != unreadable_ranks_.end();)
     it = by_rank_.count(it->first) ? unreadable_ranks_.erase(it) : std::next(it);
   ComputeWorldSize();
@@ -335,6 +351,106 @@ void DumpSet::MarkGoneBeforeTeardown() {
     d.gone_before_teardown = true;
     d.gone_gap_s = (began - d.last_time_unix_ns) / 1'000'000'000;
   }
+}
+
+void DumpSet::IndexProcesses() {
+  by_process_.clear();
+  for (auto* list : {&dumps_, &history_})
+    for (auto& d : *list) {
+      by_process_[d.ProcessKey()].push_back(&d);
+      // A recovery dump is light (its summary and the recovery list): read it whole, so that
+      // a stall can be matched with its recovery.
+      if (!IsReason(d, trace::DumpReason::Recovery) || !d.recoveries.empty()) continue;
+      if (d.detail) {
+        d.recoveries = d.detail->recoveries;
+      } else if (!d.path.empty()) {
+        Dump full;
+        if (trace::ReadDumpFile(d.path, trace::ReadDepth::kFull, &full).usable && full.detail)
+          d.recoveries = full.detail->recoveries;
+      }
+    }
+  for (auto& [key, list] : by_process_)
+    std::sort(list.begin(), list.end(),
+              [](const Dump* a, const Dump* b) { return a->summary.dump_seq < b->summary.dump_seq; });
+}
+
+const std::vector<const Dump*>& DumpSet::DumpsOfProcess(const Dump& d) const {
+  static const std::vector<const Dump*> kNone;
+  auto it = by_process_.find(d.ProcessKey());
+  return it == by_process_.end() ? kNone : it->second;
+}
+
+bool DumpSet::CompletedLater(const Dump& d, const std::string& comm, int64_t seq) const {
+  for (const Dump* later : DumpsOfProcess(d)) {
+    if (later->summary.dump_seq > d.summary.dump_seq && CompletedIn(*later, comm, seq)) return true;
+  }
+  return false;
+}
+
+bool DumpSet::StallRecovered(const Dump& d) const {
+  return IsReason(d, trace::DumpReason::Stall) && d.summary.stalled &&
+         CompletedLater(d, d.summary.stalled->comm, d.summary.stalled->seq);
+}
+
+bool DumpSet::RequestFromRecoveredStall(const trace::Trigger& t) const {
+  if (t.reason != trace::DumpReasonName(trace::DumpReason::Stall)) return false;
+  size_t stalls = 0;
+  for (const auto& [key, list] : by_process_) {
+    if (list.empty() || list.front()->summary.host != t.origin_host) continue;
+    for (const Dump* d : list) {
+      if (d->summary.rank != t.origin_rank || !IsReason(*d, trace::DumpReason::Stall)) continue;
+      if (!StallRecovered(*d)) return false;
+      ++stalls;
+    }
+  }
+  return stalls > 0;  // the request's stall is not among the dumps: it may still be stuck
+}
+
+const trace::Recovery* DumpSet::RecoveryOf(const Dump& d, const std::string& comm, int64_t seq) const {
+  for (const Dump* later : DumpsOfProcess(d)) {
+    if (later->summary.dump_seq <= d.summary.dump_seq) continue;
+    for (const auto& r : later->recoveries)
+      if (r.comm == comm && r.seq == seq) return &r;
+  }
+  return nullptr;
+}
+
+const trace::Detail* DumpSet::JoinedDetail(size_t index) {
+  const trace::Detail* base = Detail(index);
+  if (!base) return nullptr;
+  const Dump& evidence = dumps_[index];
+  std::vector<const Dump*> all;  // the process's full dumps, in dump_seq order
+  for (const Dump* d : DumpsOfProcess(evidence))
+    if (d == &evidence || (!d->path.empty() && !IsReason(*d, trace::DumpReason::Recovery))) all.push_back(d);
+  if (all.size() < 2) return base;
+  auto joined = std::make_shared<trace::Detail>(*base);
+  // An operation is the same in every dump of its process: communicator, sequence numbers and
+  // the moment it was enqueued. A later dump knows more of its state.
+  using Key = std::tuple<std::string, int64_t, int64_t, int64_t>;
+  std::map<Key, trace::Op> ops;
+  std::map<int64_t, trace::Callsite> sites;
+  for (const Dump* d : all) {
+    std::shared_ptr<const trace::Detail> detail = d->detail;
+    if (d != &evidence && !detail) {
+      Dump full;
+      trace::ReadResult r = trace::ReadDumpFile(d->path, trace::ReadDepth::kFull, &full);
+      detail_bytes_read_ += r.bytes_read;
+      if (!r.usable || !full.detail) continue;
+      detail = full.detail;
+    }
+    if (d == &evidence) detail = nullptr;  // `base`, below
+    const trace::Detail& det = detail ? *detail : *base;
+    for (const auto& op : det.ring.entries) ops[Key{op.comm, op.seq, op.p2p_seq, op.enqueue_ns}] = op;
+    for (const auto& c : det.callsites) sites.emplace(c.id, c);  // ids are the process's
+  }
+  joined->ring.entries.clear();
+  for (auto& [key, op] : ops) joined->ring.entries.push_back(std::move(op));
+  std::stable_sort(joined->ring.entries.begin(), joined->ring.entries.end(),
+                   [](const trace::Op& a, const trace::Op& b) { return a.enqueue_ns < b.enqueue_ns; });
+  joined->callsites.clear();
+  for (auto& [id, c] : sites) joined->callsites.push_back(std::move(c));
+  dumps_[index].detail = joined;
+  return joined.get();
 }
 
 void DumpSet::ComputeWorldSize() {

@@ -59,6 +59,13 @@ struct Attempt {
 
 class DumpSet {
  public:
+  DumpSet() = default;
+  // Moves keep the process index valid (it points into the vectors' buffers); copies would not.
+  DumpSet(DumpSet&&) = default;
+  DumpSet& operator=(DumpSet&&) = default;
+  DumpSet(const DumpSet&) = delete;
+  DumpSet& operator=(const DumpSet&) = delete;
+
   // Reads DIR. False (with *error) only when the directory itself cannot be listed.
   bool Load(const std::string& dir, const LoadOptions& options, std::string* error);
 
@@ -85,12 +92,28 @@ class DumpSet {
   // The full dump of dumps()[index], read on first use; null when unreadable. Problems met
   // while reading it are added to problems().
   const trace::Detail* Detail(size_t index);
+  // The full dump of dumps()[index] with its ring and call sites joined with those of the same
+  // process's other dumps (read in full here): a mid-run snapshot holds operations that the
+  // process's later exit record (its last 64) no longer does. One entry per operation, the
+  // latest dump's wins; oldest first. For the timeline and the slow-rank findings.
+  const trace::Detail* JoinedDetail(size_t index);
   // Frees the full dump of dumps()[index] (read again on the next Detail): for passes over
   // every rank that keep one full dump in memory at a time.
   void DropDetail(size_t index) {
     if (index < dumps_.size() && !dumps_[index].path.empty()) dumps_[index].detail.reset();
   }
 
+
+  // Whether the process that wrote `d` completed (comm, seq) in one of its later dumps (the
+  // chosen attempt's, evidence or history): an operation in flight in `d` that did finish.
+  bool CompletedLater(const Dump& d, const std::string& comm, int64_t seq) const;
+  // A stall dump whose stalled operation completed later: the stall recovered.
+  bool StallRecovered(const Dump& d) const;
+  // Whether every stall of the process that sent a request (trigger of a peer_request dump)
+  // recovered: its answers then show a moment of a job that went on, not a hang.
+  bool RequestFromRecoveredStall(const trace::Trigger& t) const;
+  // The recovery record of (comm, seq) in the later dumps of the process of `d`, if any.
+  const trace::Recovery* RecoveryOf(const Dump& d, const std::string& comm, int64_t seq) const;
 
   // Attempts found in the directory; the analysis uses chosen_attempt() only.
   const std::vector<Attempt>& attempts() const { return attempts_; }
@@ -101,6 +124,9 @@ class DumpSet {
   std::vector<Dump> SplitAttempts(std::vector<Dump> usable, int wanted);
   void MarkGoneBeforeTeardown();
   void ComputeWorldSize();
+  void IndexProcesses();
+  // Every dump of the process of `d` (evidence and history), in dump_seq order.
+  const std::vector<const Dump*>& DumpsOfProcess(const Dump& d) const;
   void AddProblem(std::string file, ProblemKind kind, std::string message = {}, std::string other = {},
                   int64_t number = 0, int64_t count = 0);
 
@@ -109,6 +135,8 @@ class DumpSet {
   std::vector<Dump> history_;
   std::vector<Problem> problems_;
   std::unordered_map<int, size_t> by_rank_;
+  // Process key -> its dumps; rebuilt by Select (pointers into dumps_ and history_).
+  std::unordered_map<std::string, std::vector<const Dump*>> by_process_;
   std::map<int, std::string> unreadable_ranks_;
   int world_size_ = 0;
   std::vector<Attempt> attempts_;

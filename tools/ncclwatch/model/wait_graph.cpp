@@ -135,8 +135,8 @@ bool WaitGraph::IsErrored(int dump) const {
 
 bool WaitGraph::IsRemoteError(int dump) const {
   const trace::Summary& s = dumps_[dump].summary;
-  if (s.failed) return s.failed->result == kNcclRemoteError;
-  return s.detail.find("error " + std::to_string(kNcclRemoteError) + " (") != std::string::npos;
+  if (s.error_result != 0) return s.error_result == kNcclRemoteError;
+  return s.failed && s.failed->result == kNcclRemoteError;
 }
 
 BlockKind WaitGraph::KindFromDump(int dump) const {

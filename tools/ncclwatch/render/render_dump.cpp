@@ -84,6 +84,15 @@ void RenderStack(std::ostream& out, const Style& st, const trace::Stack& s, cons
 
 }  // namespace
 
+// Who sent a job-wide dump request: a rank, or the `ncclwatch dump` command (origin rank -1,
+// reason on_demand).
+static std::string RequesterText(const trace::Trigger& t) {
+  if (t.origin_rank < 0 && t.reason == trace::DumpReasonName(trace::DumpReason::OnDemand))
+    return "`ncclwatch dump` on " + t.origin_host;
+  return (t.origin_rank >= 0 ? "rank " + std::to_string(t.origin_rank) : std::string("a rank not known yet")) + " (" +
+         t.origin_host + ")";
+}
+
 std::string RenderDumpText(const Dump& dump, const ShowOptions& options) {
   const Style& st = options.style;
   const trace::Summary& s = dump.summary;
@@ -95,14 +104,20 @@ std::string RenderDumpText(const Dump& dump, const ShowOptions& options) {
       << "  dump #" << s.dump_seq << "  reason " << st.Red(s.reason) << "\n";
   if (!s.detail.empty()) out << "detail: " << s.detail << "\n";
   if (s.trigger)
-    out << "asked by rank " << s.trigger->origin_rank << " (" << s.trigger->origin_host << "), reason "
-        << s.trigger->reason << ", request " << s.trigger->request << "\n";
+    out << "asked by " << RequesterText(*s.trigger) << ", reason " << s.trigger->reason << ", request "
+        << s.trigger->request << "\n";
   out << "dumped " << WallClock(s.time_unix_ns) << " (this host's clock); ncclwatch up "
       << Secs(NsBetween(s.start_mono_ns, s.time_mono_ns));
   if (s.nccl_version > 0) out << "; NCCL " << trace::NcclVersionText(s.nccl_version);
   out << "\n";
-  if (s.in_nccl.empty()) {
-    out << "in NCCL: no thread (the process is busy elsewhere: see threads)\n";
+  if (s.in_nccl.empty() && !s.in_flight.empty()) {
+    // Its host returned from NCCL; what it issued has not completed: it may be waiting for the
+    // GPU (a stream synchronize) or doing other work meanwhile.
+    out << "in NCCL: no thread inside an NCCL call; " << s.in_flight.size() << " operation"
+        << (s.in_flight.size() > 1 ? "s" : "") << " in flight (waiting for the GPU, as in cuStreamSynchronize, or "
+        << "busy elsewhere meanwhile: see threads)\n";
+  } else if (s.in_nccl.empty()) {
+    out << "in NCCL: no thread and nothing in flight (the process is busy elsewhere: see threads)\n";
   } else {
     for (const auto& t : s.in_nccl)
       out << "in NCCL: tid " << t.tid << " in " << t.function << " for " << Secs(t.since_s) << "\n";

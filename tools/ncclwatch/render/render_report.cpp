@@ -56,6 +56,24 @@ std::string ThreadLabel(const CulpritEvidence& e) {
   return (e.current_thread.empty() ? "thread" : e.current_thread) + " (tid " + std::to_string(e.current_tid) + ")";
 }
 
+std::string ThreadLabel(int64_t tid, const std::string& name) {
+  return (name.empty() ? "thread" : name) + " (tid " + std::to_string(tid) + ")";
+}
+
+// Why a thread is shown, after its label ("" when it is just another thread).
+std::string RoleText(ThreadRole role, const CulpritEvidence& e) {
+  switch (role) {
+    case ThreadRole::IssuedLastCall:
+      return "which issued " + (e.callsite_op ? OpRefText(*e.callsite_op) : std::string("its last call"));
+    case ThreadRole::InsideNccl: return "inside NCCL";
+    case ThreadRole::Main: return "the main thread";
+    case ThreadRole::Python: return "running Python";
+    case ThreadRole::Other:
+    case ThreadRole::Count: break;
+  }
+  return "";
+}
+
 std::string StackNoteText(const CulpritEvidence& e) {
   switch (e.stack_note) {
     case StackNote::kNone: return "";
@@ -90,6 +108,9 @@ std::string Headline(const Verdict& v) {
     case Cause::NcclError: return "an NCCL call of " + who + " failed; others wait in " + Where(v);
     case Cause::RankExited: return who + " exited while others wait in " + Where(v);
     case Cause::InitHang:
+      if (!v.id_groups.empty())
+        return "ranks created communicators of " + std::to_string(v.comm_size) + " ranks with " +
+               std::to_string(v.id_groups.size()) + " different ids: none can complete";
       return who.empty() ? "every member is inside " + Where(v) + " and none returns"
                          : who + " never joined: the others wait in " + Where(v);
     case Cause::NoHang:
@@ -128,8 +149,38 @@ void RenderEvidence(std::ostream& out, const Style& st, const CulpritEvidence& e
   if (!e.host.empty()) out << " (" << Printable(e.host) << ", pid " << e.pid << ")";
   out << ": " << Printable(WhereText(e)) << "\n";
   if (!e.current.Empty()) {
-    out << "     now, " << Printable(ThreadLabel(e)) << ":\n";
+    std::string role = RoleText(e.current_role, e);
+    if (e.current_role == ThreadRole::IssuedLastCall && e.current_tid == e.pid) role = "the main thread, " + role;
+    out << "     now, " << Printable(ThreadLabel(e)) << (role.empty() ? "" : ", " + Printable(role)) << ":\n";
     RenderStack(out, st, e.current, lines, verbose, "       ");
+  }
+  // The other threads that tell something (the main thread, threads running the application's
+  // Python code); the idle ones in one line (all of them are in the JSON).
+  constexpr size_t kOtherThreadsShown = 4;
+  size_t shown = 0, hidden = 0;
+  std::string idle;
+  size_t idle_count = 0;
+  for (const auto& t : e.other_threads) {
+    if (t.idle) {
+      if (idle_count++ < kOtherThreadsShown || verbose) idle += (idle.empty() ? "" : ", ") + ThreadLabel(t.tid, t.name);
+      continue;
+    }
+    if (t.stack.Empty()) continue;
+    if (!verbose && shown == kOtherThreadsShown) {
+      ++hidden;
+      continue;
+    }
+    ++shown;
+    std::string role = RoleText(t.role, e);
+    out << "     " << Printable(ThreadLabel(t.tid, t.name)) << (role.empty() ? "" : ", " + Printable(role)) << ":\n";
+    RenderStack(out, st, t.stack, lines, verbose, "       ");
+  }
+  if (hidden > 0)
+    out << "     " << st.Dim("... " + std::to_string(hidden) + " more threads running Python (--verbose)") << "\n";
+  if (idle_count > 0) {
+    if (idle_count > kOtherThreadsShown && !verbose) idle += ", ...";
+    out << "     " << st.Dim(Printable(std::to_string(idle_count) + " idle thread" + (idle_count > 1 ? "s" : "") + ": " + idle))
+        << "\n";
   }
   if (!e.callsite.Empty()) {
     out << "     " << Printable(e.callsite_op ? OpRefText(*e.callsite_op) : "") << " was called from:\n";
@@ -148,6 +199,9 @@ void RenderVerdict(std::ostream& out, const Style& st, const Report& report, con
     if (v.bytes >= 0) out << "  (" << v.op << ", " << FormatBytes(v.bytes) << ")";
     out << "\n";
   }
+  for (const auto& g : v.id_groups)
+    out << "   " << FormatRanks(g.ranks) << ": inside " << v.op << " of communicator "
+        << Printable(CommLabel(g.comm, g.comm_name)) << "\n";
   for (const auto& g : v.groups) {
     out << "   " << FormatRanks(g.ranks) << ": " << g.op << " count " << g.count << " " << g.dtype;
     if (!g.redop.empty()) out << " " << g.redop;
@@ -187,9 +241,13 @@ void RenderVerdict(std::ostream& out, const Style& st, const Report& report, con
 
 void RenderHistory(std::ostream& out, const Style& st, const Report& report, bool verbose) {
   if (!verbose || report.earlier_dumps.empty()) return;
-  out << "\n" << st.Dim("earlier dumps (history; the latest dump of each rank is the evidence):") << "\n";
+  out << "\n"
+      << st.Dim("other dumps of these ranks (history; the evidence is each rank's latest dump, or the one where "
+                "its teardown began):")
+      << "\n";
   for (const auto& e : report.earlier_dumps)
-    out << "   rank " << e.rank << ": " << e.file << " (" << e.reason << ")\n";
+    out << "   rank " << e.rank << ": " << Printable(e.file) << " (" << e.reason
+        << (e.later ? "; later than the evidence: it followed the teardown's start" : "") << ")\n";
 }
 
 std::string Ms(double ms) {
@@ -199,9 +257,47 @@ std::string Ms(double ms) {
 }
 
 // Below the verdicts: what is worth knowing but is not why the job hangs.
+// The innermost frame worth naming of a stack: the script's own Python frame, else any Python
+// frame, else the first named native one.
+std::string BusyIn(const trace::Stack& s) {
+  for (const auto& f : s.python)
+    if (!f.library) return f.function + " (" + f.file + ":" + std::to_string(f.line) + ")";
+  if (!s.python.empty()) return s.python.front().function;
+  // The application's own code rather than the C library's sleep or wait it called.
+  const auto system = [](const std::string& m) {
+    return m.rfind("/lib/", 0) == 0 || m.rfind("/lib64/", 0) == 0 || m.rfind("/usr/lib/", 0) == 0 ||
+           m.rfind("/usr/lib64/", 0) == 0;
+  };
+  for (const auto& f : s.native)
+    if (!f.symbol.empty() && !system(f.module)) return f.symbol;
+  for (const auto& f : s.native)
+    if (!f.symbol.empty()) return f.symbol;
+  return "";
+}
+
+std::string RecoveredStallText(const RecoveredStall& r) {
+  std::string s = OpRefText(r.op) + " stalled ";
+  s += r.recovered_after_s >= 0 ? FormatSeconds(r.recovered_after_s) + " (reported at " + FormatSeconds(r.stalled_after_s) + ")"
+                                : "(reported at " + FormatSeconds(r.stalled_after_s) + ")";
+  if (!r.waiting_for.empty()) {
+    s += " waiting for " + FormatRanks(r.waiting_for);
+    std::string in = r.culprit ? BusyIn(r.culprit->current) : "";
+    if (r.cause == Cause::RankMissing && !in.empty()) s += " (busy in " + in + ")";
+    else if (r.cause != Cause::NoHang) s += " (" + std::string(CauseName(r.cause)) + ")";
+  }
+  return s + "; it recovered";
+}
+
 void RenderFindings(std::ostream& out, const Style& st, const Report& report, bool verbose) {
-  if (report.findings.empty()) return;
+  if (report.findings.empty() && report.recovered_stalls.empty()) return;
   out << "\n" << st.Bold("Also noticed") << " (not a hang cause):\n";
+  for (const auto& r : report.recovered_stalls) {
+    out << "  stall_recovered  " << Printable(RecoveredStallText(r)) << "\n";
+    if (r.reported_by.size() > 1) out << "    reported stalled by " << FormatRanks(r.reported_by) << "\n";
+    if (r.culprit) RenderEvidence(out, st, *r.culprit, report.source_lines, verbose);
+  }
+  if (report.more_recovered_stalls > 0)
+    out << "  " << report.more_recovered_stalls << " more stalled operation(s) recovered\n";
   for (const auto& f : report.findings) {
     out << "  slow_rank  rank " << f.rank << " (" << f.host << ", pid " << f.pid << ") reached "
         << f.last_in << " of " << f.collectives << " collectives on " << f.comm
@@ -427,6 +523,16 @@ std::string AdviceText(const Verdict& v, const Report& report) {
              "first: use drop_last, equal shards or DDP's join()), an early return, or a pipeline "
              "stage that finished. Make every rank issue the same collectives before it exits.";
     case Cause::InitHang:
+      if (!v.id_groups.empty()) {
+        std::string holders;
+        for (const auto& g : v.id_groups)
+          holders += (holders.empty() ? "" : "; ") + FormatRanks(g.ranks) + " hold " + CommLabel(g.comm, g.comm_name);
+        return "The ranks did not agree on the unique id: they created communicators of the same size with "
+               "different ids (" + holders + "), so each waits for members that joined another. A stale "
+               "unique-id file left by an earlier run, or a wrong rendezvous (another job's store, a "
+               "different MASTER_ADDR/port). Make every rank read this run's id (remove the id file "
+               "before the job starts, or write it atomically with a per-run name).";
+      }
       if (who.empty())
         return "Every member is inside " + v.op + " and none returns: the bootstrap cannot "
                "connect (MASTER_ADDR/port, firewall, NCCL_SOCKET_IFNAME); rerun with "
@@ -451,6 +557,18 @@ std::string AdviceText(const Verdict& v, const Report& report) {
     case Cause::Count: break;
   }
   return "";
+}
+
+// Every application thread of a culprit, `current` first, each with why it is shown.
+json ThreadsJson(const CulpritEvidence& e, const SourceLines& lines) {
+  json a = json::array();
+  if (e.current_tid >= 0)
+    a.push_back({{rk::kTid, e.current_tid}, {rk::kName, e.current_thread}, {rk::kRole, ThreadRoleName(e.current_role)},
+                 {rk::kIdle, false}, {rk::kFrames, StackFrames(e.current, lines)}});
+  for (const auto& t : e.other_threads)
+    a.push_back({{rk::kTid, t.tid}, {rk::kName, t.name}, {rk::kRole, ThreadRoleName(t.role)}, {rk::kIdle, t.idle},
+                 {rk::kFrames, StackFrames(t.stack, lines)}});
+  return a;
 }
 
 json ReportToJson(const Report& report) {
@@ -486,6 +604,7 @@ json ReportToJson(const Report& report) {
       s[rk::kCallsite] = StackFrames(e.callsite, report.source_lines);
       s[rk::kThread] = ThreadLabel(e);
       s[rk::kCurrent] = StackFrames(e.current, report.source_lines);
+      s[rk::kThreads] = ThreadsJson(e, report.source_lines);
       if (e.stack_note != StackNote::kNone) s[rk::kNote] = StackNoteText(e);
       stacks[e.rank >= 0 ? std::to_string(e.rank) : "comm:" + std::to_string(e.comm_rank)] = std::move(s);
     }
@@ -508,6 +627,12 @@ json ReportToJson(const Report& report) {
       j[rk::kCallCountDivergence] = v.call_count_divergence;
     }
     if (v.cause == Cause::StuckInCollective) j[rk::kNcclEnv] = v.nccl_env;
+    if (!v.id_groups.empty()) {
+      json groups = json::array();
+      for (const auto& g : v.id_groups)
+        groups.push_back({{rk::kComm, g.comm}, {rk::kCommName, g.comm_name}, {rk::kRanks, g.ranks}});
+      j[rk::kIdGroups] = std::move(groups);
+    }
     j[rk::kAdvice] = AdviceText(v, report);
     json consequences = json::array();
     for (const auto& q : v.consequences)
@@ -519,7 +644,7 @@ json ReportToJson(const Report& report) {
   }
   json earlier = json::array();
   for (const auto& e : report.earlier_dumps)
-    earlier.push_back({{rk::kRank, e.rank}, {rk::kFile, e.file}, {rk::kReason, e.reason}});
+    earlier.push_back({{rk::kRank, e.rank}, {rk::kFile, e.file}, {rk::kReason, e.reason}, {rk::kLater, e.later}});
   json problems = json::array();
   for (const auto& p : report.problems) problems.push_back({{rk::kFile, p.file}, {rk::kProblem, ProblemText(p)}});
   json attempts = json::array();
@@ -541,10 +666,37 @@ json ReportToJson(const Report& report) {
                         {rk::kClockSpreadMs, f.clock_spread_ms},
                         {rk::kCallsiteOp, f.callsite_op},
                         {rk::kCallsite, StackFrames(f.callsite, report.source_lines)}});
+  json recovered = json::array();
+  for (const auto& r : report.recovered_stalls) {
+    json j = {{rk::kRank, r.rank},
+              {rk::kHost, r.host},
+              {rk::kPid, r.pid},
+              {rk::kOp, r.op.op},
+              {rk::kSeq, r.op.seq},
+              {rk::kComm, r.op.comm},
+              {rk::kCommName, r.op.comm_name},
+              {rk::kReportedBy, r.reported_by},
+              {rk::kStalledAfterS, r.stalled_after_s},
+              {rk::kRecoveredAfterS, r.recovered_after_s < 0 ? json(nullptr) : json(r.recovered_after_s)},
+              {rk::kCause, CauseName(r.cause)},
+              {rk::kWaitingFor, r.waiting_for},
+              {rk::kText, RecoveredStallText(r)}};
+    if (r.culprit) {
+      const CulpritEvidence& e = *r.culprit;
+      j[rk::kCulprit] = {{rk::kRank, e.rank},
+                         {rk::kWhere, WhereText(e)},
+                         {rk::kThread, ThreadLabel(e)},
+                         {rk::kCurrent, StackFrames(e.current, report.source_lines)},
+                         {rk::kCallsiteOp, e.callsite_op ? OpRefText(*e.callsite_op) : ""},
+                         {rk::kCallsite, StackFrames(e.callsite, report.source_lines)}};
+    }
+    recovered.push_back(std::move(j));
+  }
   return {{rk::kFormat, analysis::kReportFormatName},
           {rk::kVersion, analysis::kReportVersion},
           {rk::kVerdicts, std::move(verdicts)},
           {rk::kFindings, std::move(findings)},
+          {rk::kRecoveredStalls, std::move(recovered)},
           {rk::kRanksSeen, report.ranks_seen},
           {rk::kWorldSize, report.world_size},
           {rk::kRanksWithoutDump, report.ranks_without_dump},

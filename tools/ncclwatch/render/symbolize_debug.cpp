@@ -172,8 +172,9 @@ const ModuleInfo& ModuleFor(const LibDw& dw, const std::string& path, const std:
 
 std::optional<SourceLine> Resolve(const LibDw& dw, const ModuleInfo& info, const trace::NativeFrame& frame) {
   if (info.module == nullptr || frame.module_offset == 0) return std::nullopt;
-  // A frame's ip is a return address: its call instruction is the byte before.
-  const Dwarf_Addr address = frame.module_offset - 1 + info.bias;
+  // A return address's call instruction is the byte before; an interrupted frame's address is
+  // the instruction itself (a fault on a function's first byte belongs to that function).
+  const Dwarf_Addr address = frame.module_offset - (frame.interrupted ? 0 : 1) + info.bias;
   SourceLine out;
   if (Dwfl_Line* line = dw.dwfl_module_getsrc(info.module, address)) {
     int number = 0;
@@ -204,8 +205,9 @@ std::optional<SourceLine> SourceLineOf(const trace::NativeFrame& frame) {
   const LibDw* dw = GetLibDw();
   if (dw == nullptr) return std::nullopt;
   std::lock_guard<std::mutex> lock(g_mu);
-  static auto* lines = new std::map<std::tuple<std::string, std::string, uint64_t, bool>, std::optional<SourceLine>>;
-  const auto key = std::make_tuple(frame.module, frame.build_id, frame.module_offset, frame.symbol.empty());
+  static auto* lines = new std::map<std::tuple<std::string, std::string, uint64_t, bool, bool>, std::optional<SourceLine>>;
+  const auto key =
+      std::make_tuple(frame.module, frame.build_id, frame.module_offset, frame.symbol.empty(), frame.interrupted);
   auto found = lines->find(key);
   if (found == lines->end())
     found = lines->emplace(key, Resolve(*dw, ModuleFor(*dw, frame.module, frame.build_id), frame)).first;
@@ -233,9 +235,15 @@ void SymbolizeReport(Report* report) {
   for (const auto& v : report->verdicts)
     for (const auto& e : v.evidence) {
       AddStack(e.current, &report->source_lines);
+      for (const auto& t : e.other_threads) AddStack(t.stack, &report->source_lines);
       AddStack(e.callsite, &report->source_lines);
     }
   for (const auto& f : report->findings) AddStack(f.callsite, &report->source_lines);
+  for (const auto& r : report->recovered_stalls)
+    if (r.culprit) {
+      AddStack(r.culprit->current, &report->source_lines);
+      AddStack(r.culprit->callsite, &report->source_lines);
+    }
 }
 
 SourceLines SymbolizeDump(const Dump& dump) {

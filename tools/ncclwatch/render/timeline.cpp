@@ -123,7 +123,7 @@ TimelineStats WriteTimeline(DumpSet& set, const std::vector<RankTimes>& times, c
                     std::to_string(d.summary.pid) + ")");
     ev.SortIndex(pid, pid);
     ++stats.ranks;
-    const trace::Detail* detail = set.Detail(i);
+    const trace::Detail* detail = set.JoinedDetail(i);
     // Tracks: one per communicator and stream, in order of first use.
     std::map<std::string, int64_t> track_of;
     std::map<std::string, std::string> comm_name;

@@ -54,6 +54,18 @@ enum class StackNote : uint8_t {
   kNoThreads,          // its dump has no thread stacks
 };
 
+// One application thread of a culprit at dump time, and why it is shown.
+struct ThreadEvidence {
+  int64_t tid = 0;
+  std::string name;
+  ThreadRole role = ThreadRole::Other;
+  // Waiting in library code (a thread pool's worker, a queue) or running no Python at all:
+  // collapsed to one line in text.
+  bool idle = false;
+  trace::Stack stack;
+  std::string note;
+};
+
 // What the report knows about one culprit, for "where is it and how did it get there".
 struct CulpritEvidence {
   int rank = -1;       // global rank; -1 when only the communicator rank is known
@@ -67,6 +79,9 @@ struct CulpritEvidence {
   std::string current_thread;  // name of the thread `current` is, empty: unnamed
   int64_t current_tid = -1;    // -1: no thread
   trace::Stack current;   // its stack at dump time
+  ThreadRole current_role = ThreadRole::Other;
+  // Every other application thread, after `current`: main, inside NCCL, Python, the rest.
+  std::vector<ThreadEvidence> other_threads;
   StackNote stack_note = StackNote::kNone;
   std::string stack_note_text;
 };
@@ -87,6 +102,12 @@ struct Consequence {
   int64_t seq = 0;
   std::string op;
   std::vector<int> waiting_ranks;
+};
+
+// init_hang of communicators created with different ids: the ranks inside one of them.
+struct IdGroup {
+  std::string comm, comm_name;
+  std::vector<int> ranks;  // global ranks inside its creation
 };
 
 struct Verdict {
@@ -111,6 +132,10 @@ struct Verdict {
   bool call_count_divergence = false;
   std::map<std::string, std::string> nccl_env;  // stuck_in_collective: NCCL_* settings
   std::vector<Consequence> consequences;
+  // init_hang: the ranks created communicators of the same size with different ids (a stale id
+  // file, a wrong rendezvous), each waiting for members inside another: who holds which id,
+  // the group with the lowest rank first. Empty for an ordinary init_hang.
+  std::vector<IdGroup> id_groups;
   // What the advice sentence (written by the renderer, render_report.h) needs to know.
   bool culprit_in_nccl = false;         // rank_missing: a culprit's host is inside an NCCL call
   bool culprit_crashed = false;         // rank_dead: a culprit left a crash dump (not nothing)
@@ -137,17 +162,37 @@ struct Finding {
   trace::Stack callsite;  // the call site of most of its late collectives
 };
 
+// A stall that recovered (an operation past its deadline that completed later): no hang, but
+// what held it up at the time, from the dumps of that moment.
+struct RecoveredStall {
+  int rank = -1;  // the lowest rank that reported it stalled
+  std::string host;
+  int64_t pid = 0;
+  OpRef op;
+  std::vector<int> reported_by;   // every rank whose dump reported it stalled
+  double stalled_after_s = -1;    // its age when reported stalled
+  double recovered_after_s = -1;  // its age when it completed; -1 unknown
+  Cause cause = Cause::NoHang;    // what the dumps of that moment showed
+  std::vector<int> waiting_for;   // the culprits of that moment
+  std::optional<CulpritEvidence> culprit;  // the first of them: where it was, its stacks
+};
+
 struct Report {
   std::vector<Verdict> verdicts;  // never empty: no_hang when nothing is stuck
   std::vector<Finding> findings;  // below the verdicts: never a cause
+  std::vector<RecoveredStall> recovered_stalls;  // below the verdicts: never a cause
+  size_t more_recovered_stalls = 0;              // beyond those explained
   int ranks_seen = 0;
   int world_size = 0;
   std::vector<int> ranks_without_dump;  // 0..world_size-1 with no usable dump
-  // Dumps not used as evidence because the same rank has a later one (history).
+  // Dumps not used as evidence (history): earlier ones, and later ones that followed the start
+  // of their process's teardown (`later`: a crash after the framework's abort), or those of a
+  // process another one replaced in its rank.
   struct EarlierDump {
     int rank;
     std::string file;
     std::string reason;
+    bool later = false;  // written after its rank's evidence, by the same process
   };
   std::vector<EarlierDump> earlier_dumps;
   std::vector<Problem> problems;

@@ -31,8 +31,9 @@ class SourceLines {
   void Set(const trace::NativeFrame& f, std::optional<SourceLine> line) { lines_[Key(f)] = std::move(line); }
 
  private:
-  using FrameKey = std::tuple<std::string, std::string, uint64_t>;  // module, build id, offset
-  static FrameKey Key(const trace::NativeFrame& f) { return {f.module, f.build_id, f.module_offset}; }
+  // module, build id, offset, and whether the offset is an interrupted instruction's own
+  using FrameKey = std::tuple<std::string, std::string, uint64_t, bool>;
+  static FrameKey Key(const trace::NativeFrame& f) { return {f.module, f.build_id, f.module_offset, f.interrupted}; }
   std::map<FrameKey, std::optional<SourceLine>> lines_;  // nullopt: looked up, nothing found
 };
 

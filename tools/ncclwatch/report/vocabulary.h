@@ -52,6 +52,17 @@ NCCLWATCH_DEFINE_VOCABULARY(CulpritState, kCulpritStateNames, CulpritStateName, 
 NCCLWATCH_DEFINE_VOCABULARY(CommPosition, kCommPositionNames, CommPositionName, ParseCommPosition,
                             NCCLWATCH_FOR_EACH_COMM_POSITION)
 
+// Why a culprit's thread is shown (culprit_stacks[].threads[].role), in the order shown.
+#define NCCLWATCH_FOR_EACH_THREAD_ROLE(X)                                                       \
+  X(IssuedLastCall, "issued_last_call") /* issued its last call on the verdict's communicator */ \
+  X(InsideNccl, "inside_nccl")          /* inside an NCCL call now */                            \
+  X(Main, "main")                       /* the process's main thread */                           \
+  X(Python, "python")                   /* runs Python code */                                    \
+  X(Other, "other")                     /* any other application thread */
+
+NCCLWATCH_DEFINE_VOCABULARY(ThreadRole, kThreadRoleNames, ThreadRoleName, ParseThreadRole,
+                            NCCLWATCH_FOR_EACH_THREAD_ROLE)
+
 // Key names of the analysis output, documented in docs/analysis.md.
 namespace report_key {
 constexpr const char* kVerdicts = "verdicts";
@@ -73,6 +84,13 @@ constexpr const char* kCallsite = "callsite";
 constexpr const char* kCallsiteOp = "callsite_op";
 constexpr const char* kCurrent = "current";
 constexpr const char* kThread = "thread";
+constexpr const char* kThreads = "threads";
+constexpr const char* kIdGroups = "id_groups";
+constexpr const char* kTid = "tid";
+constexpr const char* kName = "name";
+constexpr const char* kRole = "role";
+constexpr const char* kIdle = "idle";
+constexpr const char* kFrames = "frames";
 constexpr const char* kWhere = "where";
 constexpr const char* kNote = "note";
 constexpr const char* kHost = "host";
@@ -95,6 +113,7 @@ constexpr const char* kRanksSeen = "ranks_seen";
 constexpr const char* kWorldSize = "world_size";
 constexpr const char* kRanksWithoutDump = "ranks_without_dump";
 constexpr const char* kEarlierDumps = "earlier_dumps";
+constexpr const char* kLater = "later";
 constexpr const char* kRank = "rank";
 constexpr const char* kReason = "reason";
 constexpr const char* kProblems = "problems";
@@ -119,6 +138,13 @@ constexpr const char* kBuildId = "build_id";
 constexpr const char* kModuleOffset = "module_offset";
 constexpr const char* kLibrary = "library";
 constexpr const char* kFindings = "findings";
+constexpr const char* kRecoveredStalls = "recovered_stalls";
+constexpr const char* kReportedBy = "reported_by";
+constexpr const char* kStalledAfterS = "stalled_after_s";
+constexpr const char* kRecoveredAfterS = "recovered_after_s";
+constexpr const char* kWaitingFor = "waiting_for";
+constexpr const char* kCulprit = "culprit";
+constexpr const char* kText = "text";
 constexpr const char* kCollectives = "collectives";
 constexpr const char* kLastIn = "last_in";
 constexpr const char* kLatenessMedianMs = "lateness_median_ms";

@@ -1,6 +1,7 @@
 #include "rules/attribution.h"
 
 #include "model/clock_align.h"
+#include "rules/recovered_stalls.h"
 #include "rules/slow_ranks.h"
 
 #include <algorithm>
@@ -55,7 +56,12 @@ class Attributor {
     report.attempts = set_.attempts();
     report.attempt = set_.chosen_attempt();
     AddStaleEvidence(&report);
-    for (const auto& h : set_.history()) report.earlier_dumps.push_back({h.summary.rank, h.file_name, h.summary.reason});
+    for (const auto& h : set_.history()) {
+      int i = set_.IndexOfRank(h.summary.rank);
+      const Dump* evidence = i >= 0 ? &set_.dumps()[i] : nullptr;
+      bool later = evidence && evidence->ProcessKey() == h.ProcessKey() && h.summary.dump_seq > evidence->summary.dump_seq;
+      report.earlier_dumps.push_back({h.summary.rank, h.file_name, h.summary.reason, later});
+    }
     std::sort(report.earlier_dumps.begin(), report.earlier_dumps.end(),
               [](const auto& a, const auto& b) { return std::tie(a.rank, a.file) < std::tie(b.rank, b.file); });
     report.problems = set_.problems();  // after reading details: includes their problems
@@ -82,9 +88,11 @@ class Attributor {
   void BuildVerdicts() {
     std::vector<Draft> drafts;
     std::vector<bool> cycle_done(g_.units().size(), false);
+    std::vector<bool> split_ids = SplitIdDrafts(&drafts);
     for (size_t ui = 0; ui < g_.units().size(); ++ui) {
       const Unit& u = g_.units()[ui];
       int i = static_cast<int>(ui);
+      if (u.init && split_ids[ui]) continue;
       if (u.init) {
         std::vector<const Blocker*> bs;
         for (const auto& b : u.blockers) bs.push_back(&b);
@@ -142,6 +150,48 @@ class Attributor {
     }
   }
 
+  // Communicators of one size being created with different ids, each waiting for members that
+  // are inside another's creation: the ranks did not agree on the unique id (half of them read
+  // a stale id file, or rendezvoused elsewhere). One verdict naming who holds which id, not one
+  // init_hang per id blaming the other half for never joining. Returns the units it covers.
+  std::vector<bool> SplitIdDrafts(std::vector<Draft>* drafts) {
+    std::vector<bool> covered(g_.units().size(), false);
+    std::map<int, std::vector<int>> by_size;  // communicator size -> init units
+    for (size_t ui = 0; ui < g_.units().size(); ++ui)
+      if (g_.units()[ui].init) by_size[g_.comms()[g_.units()[ui].comm].size].push_back(static_cast<int>(ui));
+    for (auto& [size, units] : by_size) {
+      if (units.size() < 2) continue;
+      std::set<int> inside;  // global ranks inside one of these creations
+      for (int ui : units)
+        for (int g : Globals(g_.units()[ui], g_.units()[ui].waiting)) inside.insert(g);
+      bool others_inside_another = true;  // every member missing from one is inside another
+      for (int ui : units)
+        for (const auto& b : g_.units()[ui].blockers)
+          others_inside_another = others_inside_another && b.global >= 0 && inside.count(b.global);
+      if (!others_inside_another) continue;
+      std::vector<std::pair<std::vector<int>, int>> groups;  // (global ranks inside, unit)
+      for (int ui : units) groups.emplace_back(Globals(g_.units()[ui], g_.units()[ui].waiting), ui);
+      std::sort(groups.begin(), groups.end());  // the group with the lowest rank first
+      Draft d;
+      d.v = BaseVerdict(groups.front().second, Cause::InitHang);
+      for (const auto& [ranks, ui] : groups) {
+        const Unit& u = g_.units()[ui];
+        const CommIndex& c = g_.comms()[u.comm];
+        d.units.push_back(ui);
+        covered[ui] = true;
+        d.v.id_groups.push_back({c.id, c.name, ranks});
+        d.v.waited_s = std::max(d.v.waited_s, u.waited_s);
+        // Those that hold another id than the lowest rank (whose id the others would read,
+        // as rank 0 usually writes it) are named; all of them are in id_groups.
+        if (ui == groups.front().second) continue;
+        for (int r : u.waiting) AddCulprit(&d, c.global[r], r, g_.DumpOfMember(c, r));
+      }
+      d.merge_key = "split_ids:" + std::to_string(size);
+      drafts->push_back(std::move(d));
+    }
+    return covered;
+  }
+
   // Whether anything in the dumps shows a hang rather than a job stopped while healthy: an
   // operation past its deadline (a stall, or a request from one), the framework's abort with
   // an operation waiting longer than a shutdown takes, an NCCL error, a crash.
@@ -151,10 +201,14 @@ class Attributor {
     for (size_t i = 0; i < g_.dumps().size(); ++i) {
       int d = static_cast<int>(i);
       const trace::Summary& s = g_.dumps()[i].summary;
+      const Dump& dump = g_.dumps()[i];
       // An error of a call that created nothing (a failed ncclCommInitRank) hangs nobody.
-      if (g_.Is(d, R::Stall) || g_.Is(d, R::FatalSignal) || g_.Is(d, R::AsyncError) || s.failed) return true;
-      if (s.trigger && s.trigger->reason == stall) return true;
+      if (g_.Is(d, R::FatalSignal) || g_.Is(d, R::AsyncError) || s.failed) return true;
+      // A stall whose operation completed later recovered: the job went on, it is no hang.
+      if (g_.Is(d, R::Stall) && !set_.StallRecovered(dump)) return true;
+      if (s.trigger && s.trigger->reason == stall && !set_.RequestFromRecoveredStall(*s.trigger)) return true;
       for (const auto& op : s.in_flight) {
+        if (set_.CompletedLater(dump, op.comm, op.seq)) continue;
         if (op.deadline_s > 0 && op.age_s >= op.deadline_s) return true;
         if (g_.Is(d, R::Abort) && op.age_s >= kFrameworkTimeoutMinS) return true;
       }
@@ -506,6 +560,7 @@ Report Attribute(DumpSet& set, const AttributionOptions& options) {
     std::vector<RankTimes> times = CollectRankTimes(set);
     report.findings = FindSlowRanks(set, times, AlignClocks(times));
   }
+  if (options.recovered_stalls) report.recovered_stalls = FindRecoveredStalls(set, &report.more_recovered_stalls);
   return report;
 }
 

@@ -17,6 +17,9 @@ struct AttributionOptions {
   // Slow ranks (slow_ranks.h), a finding below the verdicts: -1 when the set has at most
   // kSlowRanksDefaultMaxRanks ranks (each full dump is read), 1 always, 0 never.
   int slow_ranks = -1;
+  // Stalls that recovered, below the verdicts (recovered_stalls.h): each is analyzed as of
+  // its moment.
+  bool recovered_stalls = true;
 };
 
 // Reads full details (via set.Detail) only for culprits and one waiting rank per verdict.

@@ -1,5 +1,7 @@
 #include "rules/evidence.h"
 
+#include <algorithm>
+
 namespace ncclwatch {
 namespace analysis {
 
@@ -53,26 +55,50 @@ void Evidence::Fill(const Unit* u, int dump, CulpritEvidence* e) {
     e->stack_note_text = "no stack of its end: its last dump is from long before it went";
     return;
   }
-  // Current stack: the thread inside NCCL, else the main thread, else one with Python frames,
-  // else any; never one of ncclwatch's own threads (its watchdog says nothing about the job).
-  const trace::Thread* t = nullptr;
-  if (!s.in_nccl.empty()) t = det->FindThread(s.in_nccl.front().tid);
-  if (!t) t = det->FindThread(s.pid);
-  if (t && t->own) t = nullptr;
+  // Current stack: the thread that issued its last call there (a side thread, a thread pool's
+  // worker, autograd's threads issue collectives while the main thread only waits for them),
+  // else the thread inside NCCL, else the main thread, else one with Python frames, else any;
+  // never one of ncclwatch's own threads (its watchdog says nothing about the job).
+  std::vector<std::pair<const trace::Thread*, ThreadRole>> order;
+  auto add = [&](const trace::Thread* t, ThreadRole role) {
+    if (!t || t->own) return;
+    for (const auto& [have, r] : order)
+      if (have == t) return;
+    order.emplace_back(t, role);
+  };
+  if (op && op->tid > 0) add(det->FindThread(op->tid), ThreadRole::IssuedLastCall);
+  if (!s.in_nccl.empty()) add(det->FindThread(s.in_nccl.front().tid), ThreadRole::InsideNccl);
+  add(det->FindThread(s.pid), ThreadRole::Main);
   for (const auto& th : det->threads)
-    if (!t && !th.own && !th.stack.python.empty()) t = &th;
-  for (const auto& th : det->threads)
-    if (!t && !th.own) t = &th;
-  if (t) {
-    e->current_thread = t->name;
-    e->current_tid = t->tid;
-    e->current = t->stack;
-    if (t->stack.Empty() && !t->note.empty()) {
-      e->stack_note = StackNote::kThreadNote;
-      e->stack_note_text = t->note;
-    }
-  } else {
+    if (!th.stack.python.empty()) add(&th, ThreadRole::Python);
+  for (const auto& th : det->threads) add(&th, ThreadRole::Other);
+  if (order.empty()) {
     e->stack_note = StackNote::kNoThreads;
+    return;
+  }
+  const trace::Thread* t = order.front().first;
+  e->current_thread = t->name;
+  e->current_tid = t->tid;
+  e->current = t->stack;
+  e->current_role = order.front().second;
+  if (t->stack.Empty() && !t->note.empty()) {
+    e->stack_note = StackNote::kThreadNote;
+    e->stack_note_text = t->note;
+  }
+  for (size_t i = 1; i < order.size(); ++i) {
+    const auto& [th, role] = order[i];
+    ThreadEvidence te;
+    te.tid = th->tid;
+    te.name = th->name;
+    te.role = role;
+    // Main and a thread inside NCCL always tell something; a thread with none of the
+    // application's own Python frames (a pool's idle worker, a native helper) only waits.
+    bool own_code = std::any_of(th->stack.python.begin(), th->stack.python.end(),
+                                [](const trace::PythonFrame& f) { return !f.library; });
+    te.idle = role != ThreadRole::Main && role != ThreadRole::InsideNccl && !own_code;
+    te.stack = th->stack;
+    te.note = th->note;
+    e->other_threads.push_back(std::move(te));
   }
 }
 

@@ -120,7 +120,7 @@ std::vector<Finding> FindSlowRanks(DumpSet& set, const std::vector<RankTimes>& t
     for (const auto& [id, n] : c.late_callsites)
       if (id >= 0 && n > most) site = id, most = n;
     size_t index = times[c.times_index].dump_index;
-    if (const trace::Detail* d = set.Detail(index)) {
+    if (const trace::Detail* d = set.JoinedDetail(index)) {
       for (const auto& cs : d->callsites)
         if (cs.id == site) c.f.callsite = cs.stack;
       for (auto it = d->ring.entries.rbegin(); it != d->ring.entries.rend(); ++it)

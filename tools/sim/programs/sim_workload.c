@@ -19,7 +19,7 @@ static const char kUsage[] =
     "                            allreduce); float32 sum, broadcast from rank 0\n"
     "  --count C                 elements per rank (NCCL's count argument; default 1024)\n"
     "  --comms K                 also run on K-1 communicators split from the world\n"
-    "                            (communicator k: color = rank %% (k+1)); default 1\n"
+    "                            (communicator k: color = rank % (k+1)); default 1\n"
     "  --sync-every K            cuStreamSynchronize every K iterations (default 1)\n"
     "  --busy-rank R --busy-at I --busy-ms M\n"
     "                            rank R sleeps M ms on the host before iteration I (a rank busy\n"

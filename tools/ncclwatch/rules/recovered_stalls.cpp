@@ -1,0 +1,106 @@
+#include "rules/recovered_stalls.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "rules/attribution.h"
+
+namespace ncclwatch {
+namespace analysis {
+
+namespace {
+
+bool IsReason(const Dump& d, trace::DumpReason r) { return d.summary.reason == trace::DumpReasonName(r); }
+
+// The dumps of the stall's moment: the stall itself, and of every other process the first
+// answer to a request from the stalled rank (its own stall dump of the same operation when it
+// answered none). Later dumps, which saw the operation complete, are left out.
+std::vector<Dump> EpisodeOf(const DumpSet& set, const Dump& stall) {
+  const trace::Op& op = *stall.summary.stalled;
+  std::map<std::string, const Dump*> chosen;  // process -> its dump of that moment
+  chosen[stall.ProcessKey()] = &stall;
+  auto consider = [&](const Dump& d) {
+    if (d.ProcessKey() == stall.ProcessKey()) return;
+    bool answer = d.summary.trigger && d.summary.trigger->origin_rank == stall.summary.rank &&
+                  d.summary.trigger->origin_host == stall.summary.host &&
+                  d.summary.trigger->reason == trace::DumpReasonName(trace::DumpReason::Stall);
+    bool same_stall = IsReason(d, trace::DumpReason::Stall) && d.summary.stalled &&
+                      d.summary.stalled->comm == op.comm && d.summary.stalled->seq == op.seq;
+    if (!answer && !same_stall) return;
+    auto [it, inserted] = chosen.emplace(d.ProcessKey(), &d);
+    if (inserted) return;
+    const Dump* have = it->second;
+    bool have_answer = have->summary.trigger.has_value();
+    // An answer to the request beats the process's own stall; of two alike, the earlier.
+    if ((answer && !have_answer) || (answer == have_answer && d.summary.dump_seq < have->summary.dump_seq))
+      it->second = &d;
+  };
+  for (const auto* list : {&set.dumps(), &set.history()})
+    for (const auto& d : *list) consider(d);
+  std::vector<Dump> out;
+  for (const auto& [key, d] : chosen) out.push_back(*d);
+  return out;
+}
+
+}  // namespace
+
+std::vector<RecoveredStall> FindRecoveredStalls(DumpSet& set, size_t* more) {
+  *more = 0;
+  // One entry per stalled operation: the ranks that reported it, the lowest rank's dump as the
+  // episode's origin.
+  std::map<std::tuple<std::string, int64_t>, std::vector<const Dump*>> stalls;
+  for (const auto* list : {&set.dumps(), &set.history()})
+    for (const auto& d : *list)
+      if (set.StallRecovered(d)) stalls[{d.summary.stalled->comm, d.summary.stalled->seq}].push_back(&d);
+  std::vector<std::vector<const Dump*>> ordered;
+  for (auto& [key, ds] : stalls) {
+    std::sort(ds.begin(), ds.end(), [](const Dump* a, const Dump* b) { return a->summary.rank < b->summary.rank; });
+    ordered.push_back(ds);
+  }
+  // Oldest first, by the wall clock of the origin's dump (only an order for the reader).
+  std::sort(ordered.begin(), ordered.end(), [](const auto& a, const auto& b) {
+    return a.front()->summary.time_unix_ns < b.front()->summary.time_unix_ns;
+  });
+  std::vector<RecoveredStall> out;
+  for (const auto& ds : ordered) {
+    if (out.size() >= kMaxRecoveredStallsExplained) {
+      ++*more;
+      continue;
+    }
+    const Dump& origin = *ds.front();
+    const trace::Op& op = *origin.summary.stalled;
+    RecoveredStall r;
+    r.rank = origin.summary.rank;
+    r.host = origin.summary.host;
+    r.pid = origin.summary.pid;
+    r.op.op = op.OpName();
+    r.op.seq = op.seq;
+    r.op.comm = op.comm;
+    if (const trace::CommSummary* c = origin.summary.Comm(op.comm)) r.op.comm_name = c->name;
+    for (const Dump* d : ds) r.reported_by.push_back(d->summary.rank);
+    r.stalled_after_s = op.age_s;
+    if (const trace::Recovery* rec = set.RecoveryOf(origin, op.comm, op.seq)) {
+      r.stalled_after_s = rec->stalled_after_s;
+      r.recovered_after_s = rec->recovered_after_s;
+    }
+    // What held it up: the verdict the hang would have had at that moment.
+    DumpSet episode;
+    episode.LoadFromDumps(EpisodeOf(set, origin));
+    AttributionOptions options;
+    options.max_evidence = 1;
+    options.slow_ranks = 0;
+    options.recovered_stalls = false;
+    Report at_the_time = Attribute(episode, options);
+    const Verdict& v = at_the_time.verdicts.front();
+    r.cause = v.cause;
+    r.waiting_for = v.culprit_ranks;
+    if (!v.evidence.empty()) r.culprit = v.evidence.front();
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace analysis
+}  // namespace ncclwatch
