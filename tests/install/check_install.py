@@ -13,9 +13,11 @@ installed_run      installs the build into a temporary prefix, checks what is th
 without_libunwind  where libunwind.so.8 cannot be loaded, a job still gets its dumps and
                    verdict, without native frames (root only, for a private mount namespace;
                    skipped, exit 77, otherwise).
-deb_package        `cpack -G DEB` gives a package holding bin/ncclwatch and lib/libncclwatch.so,
-                   named and versioned after the project, depending on glibc only (and on a
-                   glibc at least as new as the files need). Skipped (exit 77) without dpkg-deb.
+deb_package        `cpack -G DEB` gives two packages: ncclwatch, holding bin/ncclwatch and
+                   lib/libncclwatch.so, stripped, named and versioned after the project,
+                   depending on glibc only (and on a glibc at least as new as the files need);
+                   ncclwatch-dbg, their debug info under /usr/lib/debug/.build-id by build id.
+                   Skipped (exit 77) without dpkg-deb.
 """
 import argparse
 import glob
@@ -65,6 +67,32 @@ def preloaded_by(ncclwatch):
     return r.stdout.strip()
 
 
+def section_names(elf):
+    r = run(["readelf", "-SW", elf])
+    check(r.returncode == 0, f"readelf -S {elf}: {r.stderr}")
+    return set(re.findall(r"\]\s+(\.\S+)", r.stdout))
+
+
+def check_stripped_with_debug(elf, debug_root):
+    """`elf` ships stripped but keeps its build id, and its debug info is the file
+    `debug_root`/.build-id/xx/yyyy.debug (what /usr/lib/debug is to `analyze` and gdb).
+    Returns the sizes of both."""
+    sections = section_names(elf)
+    check(".debug_info" not in sections and ".symtab" not in sections,
+          f"{elf} is stripped: its sections are {sorted(sections)}")
+    notes = run(["readelf", "-n", elf]).stdout
+    m = re.search(r"Build ID: ([0-9a-f]+)", notes)
+    check(m, f"{elf} keeps its build id:\n{notes}")
+    build_id = m.group(1)
+    debug = os.path.join(debug_root, ".build-id", build_id[:2], build_id[2:] + ".debug")
+    check(os.path.isfile(debug), f"the debug info of {elf} is {debug}: {sorted(files_under(debug_root))}")
+    check(".debug_info" in section_names(debug) and ".debug_line" in section_names(debug),
+          f"{debug} holds debug info (and line tables): {sorted(section_names(debug))}")
+    print(f"  {os.path.basename(elf)}: {os.path.getsize(elf)} bytes stripped, build id {build_id}, "
+          f"debug info {os.path.getsize(debug)} bytes beside it")
+    return os.path.getsize(elf), os.path.getsize(debug)
+
+
 def installed_run():
     prefix = temp_dir("ncclwatch-install-")
     r = run([A.cmake, "--install", A.build, "--prefix", prefix])
@@ -84,6 +112,14 @@ def installed_run():
     nw = os.path.join(prefix, "bin", "ncclwatch")
     check(os.access(nw, os.X_OK), f"{nw} is executable")
     print(f"  installed: {sorted(files)}")
+
+    # Stripped; the debug info only on request (the dbg component), by build id.
+    debug = temp_dir("ncclwatch-install-dbg-")
+    r = run([A.cmake, "--install", A.build, "--prefix", debug, "--component", "dbg"])
+    check(r.returncode == 0, f"cmake --install --component dbg failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+    for f in (nw, lib):
+        check_stripped_with_debug(f, os.path.join(debug, "lib", "debug"))
+    shutil.rmtree(debug)
 
     # The installed command finds the installed library, not the build tree's.
     check(preloaded_by(nw) == os.path.realpath(lib), f"the installed library is preloaded: {preloaded_by(nw)!r}")
@@ -160,6 +196,15 @@ def without_libunwind():
     shutil.rmtree(tmp)
 
 
+def deb_fields(deb, *names):
+    fields = {}
+    for field in names:
+        r = run(["dpkg-deb", "-f", deb, field])
+        fields[field] = r.stdout.strip()
+        print(f"  {field}: {fields[field].splitlines()[0] if fields[field] else ''}")
+    return fields
+
+
 def deb_package():
     if not shutil.which("dpkg-deb"):
         print("SKIP: dpkg-deb not found (not a Debian-based system): the package cannot be read")
@@ -167,10 +212,14 @@ def deb_package():
     out = temp_dir("ncclwatch-deb-")
     r = run([A.cpack, "-G", "DEB", "--config", os.path.join(A.build, "CPackConfig.cmake"), "-B", out], cwd=out)
     check(r.returncode == 0, f"cpack failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
-    debs = glob.glob(os.path.join(out, "*.deb"))
-    check(len(debs) == 1, f"one .deb in {out}: {os.listdir(out)}")
-    deb = debs[0]
-    print(f"  {os.path.basename(deb)}")
+    debs = sorted(glob.glob(os.path.join(out, "*.deb")))
+    names = [os.path.basename(d) for d in debs]
+    arch = run(["dpkg", "--print-architecture"]).stdout.strip() if shutil.which("dpkg") else "amd64"
+    check(names == [f"ncclwatch-dbg_{A.version}_{arch}.deb", f"ncclwatch_{A.version}_{arch}.deb"],
+          f"the package and its debug package in {out}: {os.listdir(out)}")
+    dbg, deb = debs
+    for d in debs:
+        print(f"  {os.path.basename(d)}: {os.path.getsize(d)} bytes")
 
     listing = run(["dpkg-deb", "-c", deb])
     check(listing.returncode == 0, f"dpkg-deb -c: {listing.stderr}")
@@ -180,38 +229,56 @@ def deb_package():
           f"lib/libncclwatch.so in the package:\n{listing.stdout}")
     for name in ("libnccl.so.2", "libcuda.so.1", "simlaunch", "sim_workload", "ncclwatch-gen"):
         check(not any(p.endswith("/" + name) for p in paths), f"{name} is not in the package")
+    check(not any("/usr/lib/debug" in p for p in paths), "no debug info in the package (in ncclwatch-dbg)")
 
-    fields = {}
-    for field in ("Package", "Version", "Maintainer", "Depends", "Description"):
-        r = run(["dpkg-deb", "-f", deb, field])
-        fields[field] = r.stdout.strip()
-        print(f"  {field}: {fields[field].splitlines()[0] if fields[field] else ''}")
+    fields = deb_fields(deb, "Package", "Version", "Maintainer", "Depends", "Description", "Installed-Size")
     check(fields["Package"] == "ncclwatch", f"package name: {fields['Package']!r}")
     check(fields["Version"] == A.version, f"version {A.version} from project(): {fields['Version']!r}")
     check(re.fullmatch(r".+ <.+@.+>", fields["Maintainer"]), f"a maintainer: {fields['Maintainer']!r}")
-    check(fields["Description"], "a description")
+    # Debian's form: a summary line (said once), then the long description, each line indented.
+    summary, *body = fields["Description"].splitlines()
+    check(summary and len(summary) <= 80 and body and all(line.startswith(" ") for line in body)
+          and summary.strip() not in "\n".join(body) and "`" not in fields["Description"],
+          f"a summary and a long description:\n{fields['Description']}")
     deps = [d.strip() for d in fields["Depends"].split(",") if d.strip()]
     check(deps, "a Depends field")
+
+    dbg_fields = deb_fields(dbg, "Package", "Version", "Depends", "Section", "Description", "Installed-Size")
+    check(dbg_fields["Package"] == "ncclwatch-dbg" and dbg_fields["Version"] == A.version,
+          f"ncclwatch-dbg {A.version}: {dbg_fields}")
+    check(dbg_fields["Depends"] == f"ncclwatch (= {A.version})", f"for exactly this build: {dbg_fields['Depends']!r}")
+    check(dbg_fields["Description"].splitlines()[0] != summary, "its own summary")
+
+    # The package's binaries are stripped; the debug package has their debug info by build id,
+    # where `analyze` looks (tests/analyzer: test_symbolize_debug).
+    root = os.path.join(out, "root")
+    for d in debs:
+        r = run(["dpkg-deb", "-x", d, root])
+        check(r.returncode == 0, f"dpkg-deb -x: {r.stderr}")
+    binaries = sorted(f for f in files_under(root) if f.endswith("libncclwatch.so") or f.endswith("bin/ncclwatch"))
+    check(len(binaries) == 2, f"the command and the library: {binaries}")
+    for f in binaries:
+        check_stripped_with_debug(os.path.join(root, f), os.path.join(root, "usr", "lib", "debug"))
+
     if A.static_runtime:
         check(all(d.split()[0] == "libc6" for d in deps), f"depends on libc6 only: {fields['Depends']!r}")
         floor = [tuple(map(int, m)) for d in deps for m in re.findall(r"libc6 \(>= (\d+)\.(\d+)", d)]
         check(floor, f"a minimum libc6 version: {fields['Depends']!r}")
-
         # The files need no newer glibc than the package asks for.
-        root = os.path.join(out, "root")
-        r = run(["dpkg-deb", "-x", deb, root])
-        check(r.returncode == 0, f"dpkg-deb -x: {r.stderr}")
-        for f in sorted(files_under(root)):
-            if not (f.endswith("libncclwatch.so") or f.endswith("bin/ncclwatch")):
-                continue
-            r = run([A.check_elf, "--only-glibc", os.path.join(root, f)])
-            check(r.returncode == 0, f"{f} needs only glibc:\n{r.stdout}")
-            m = re.search(r"highest glibc version needed: GLIBC_(\d+)\.(\d+)", r.stdout)
-            check(m, f"{f}: no glibc version found:\n{r.stdout}")
-            need = (int(m.group(1)), int(m.group(2)))
+        for f in binaries:
+            need = glibc_needed(os.path.join(root, f))
             check(need <= max(floor), f"{f} needs glibc {need}, the package asks for {max(floor)}")
             print(f"  {f}: needs glibc {need[0]}.{need[1]}")
     shutil.rmtree(out)
+
+
+def glibc_needed(elf):
+    """The highest glibc version `elf` needs, checking that it needs nothing but glibc."""
+    r = run([A.check_elf, "--only-glibc", elf])
+    check(r.returncode == 0, f"{elf} needs only glibc:\n{r.stdout}")
+    m = re.search(r"highest glibc version needed: GLIBC_(\d+)\.(\d+)", r.stdout)
+    check(m, f"{elf}: no glibc version found:\n{r.stdout}")
+    return int(m.group(1)), int(m.group(2))
 
 
 CASES = {"installed_run": installed_run, "deb_package": deb_package, "without_libunwind": without_libunwind}
