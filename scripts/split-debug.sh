@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Splits the debug info off the binaries that ship (installed, packaged), in one place:
+# Splits the debug info off the binaries that ship (installed, the .deb, the wheel), in one place:
 #   scripts/split-debug.sh OUTDIR FILE...
 # gives OUTDIR/<name of FILE>, stripped but with its build id, and
 # OUTDIR/debug/.build-id/xx/yyyy.debug, its debug info, laid out as under /usr/lib/debug where

@@ -18,6 +18,13 @@ deb_package        `cpack -G DEB` gives two packages: ncclwatch, holding bin/ncc
                    depending on glibc only (and on a glibc at least as new as the files need);
                    ncclwatch-dbg, their debug info under /usr/lib/debug/.build-id by build id.
                    Skipped (exit 77) without dpkg-deb.
+wheel              scripts/build-wheel.sh gives ncclwatch-<version>-py3-none-manylinux_2_34_<arch>.whl
+                   (the tag the binaries need: glibc 2.34 at most, nothing else) with the debug
+                   info beside it; installed with `pip install --no-index` into a fresh venv, a
+                   simulated job runs through the venv's `ncclwatch` and `python -m ncclwatch`,
+                   both preloading the wheel's library; the Python API analyzes the dumps and
+                   asks a live job for a dump; uninstalling leaves nothing behind. Skipped (exit
+                   77) where this python3 lacks python3-build, -setuptools, -wheel or -venv.
 """
 import argparse
 import glob
@@ -25,10 +32,15 @@ import json
 import os
 import re
 import shutil
+import signal
+import subprocess
 import sys
+import time
+import zipfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from ncclwatch_testing import SKIP, check, clean_env, run, run_cases, temp_dir  # noqa: E402
+from ncclwatch_testing import (SKIP, catches, check, clean_env, run, run_cases, temp_dir,  # noqa: E402
+                               wait_for_ranks)
 
 A = None
 
@@ -60,10 +72,12 @@ def frame_modules(node, modules=None):
     return found
 
 
-def preloaded_by(ncclwatch):
-    """What `ncclwatch run` puts in LD_PRELOAD when started from where it is."""
-    r = run([ncclwatch, "run", "--no-analyze", "--", "sh", "-c", 'echo "$LD_PRELOAD"'], env=clean_env())
-    check(r.returncode == 0, f"{ncclwatch} run: exit {r.returncode}: {r.stderr}")
+def preloaded_by(ncclwatch, env=None):
+    """What `ncclwatch run` puts in LD_PRELOAD when started from where it is. `ncclwatch`: its
+    path, or a command line that runs it (`python -m ncclwatch`)."""
+    command = [ncclwatch] if isinstance(ncclwatch, str) else list(ncclwatch)
+    r = run(command + ["run", "--no-analyze", "--", "sh", "-c", 'echo "$LD_PRELOAD"'], env=env or clean_env())
+    check(r.returncode == 0, f"{command} run: exit {r.returncode}: {r.stderr}")
     return r.stdout.strip()
 
 
@@ -147,16 +161,16 @@ def installed_run():
     shutil.rmtree(tmp)
 
 
-def hang_job(ncclwatch, tmp, wrap=()):
+def hang_job(ncclwatch, tmp, wrap=(), env=None):
     """Runs, through `ncclwatch run`, a simulated job (tools/sim, as tests/e2e's run_wrapper case
     does) in which rank 1 stops calling NCCL while rank 0 waits. Every rank must dump (the
     library is in both) and the command must print the verdict. Returns the dumps and the
-    job's stderr."""
+    job's stderr (and the dumps are in `tmp`/dumps)."""
     dumps = os.path.join(tmp, "dumps")
     r = run(list(wrap) + [ncclwatch, "run", "--dir", dumps, "--timeout", "3", "--set", "PEER_POLL_MS=200", "--",
                           os.path.join(A.build, "bin", "simlaunch"), "-n", "2", "--timeout", "8", "--",
                           os.path.join(A.build, "bin", "sim_workload"), "--iters", "20", "--busy-rank", "1",
-                          "--busy-at", "4", "--busy-ms", "-1"], env=clean_env(), cwd=tmp, timeout=120)
+                          "--busy-at", "4", "--busy-ms", "-1"], env=env or clean_env(), cwd=tmp, timeout=120)
     check(r.returncode == 124, f"the launcher's timeout status is kept ({r.returncode}):\n{r.stderr[-3000:]}")
     out = []
     for p in sorted(glob.glob(os.path.join(dumps, "rank*.json"))):
@@ -281,7 +295,195 @@ def glibc_needed(elf):
     return int(m.group(1)), int(m.group(2))
 
 
-CASES = {"installed_run": installed_run, "deb_package": deb_package, "without_libunwind": without_libunwind}
+# What the wheel test needs, by module: Debian's packages for them (scripts/install-deps.sh).
+WHEEL_TOOLS = {"build": "python3-build", "setuptools": "python3-setuptools", "wheel": "python3-wheel",
+               "ensurepip": "python3-venv"}
+
+# Run by the venv's Python: the API on the hang job's dumps, and its errors.
+API_SCRIPT = r"""
+import glob, json, os, sys
+import ncclwatch
+
+dumps, empty = sys.argv[1], sys.argv[2]
+out = {"library": ncclwatch.library_path(), "version": ncclwatch.__version__}
+report = ncclwatch.analyze(dumps, no_slow_ranks=True, verbose=False)
+out["verdicts"] = [[v["cause"], v["culprit_ranks"]] for v in report["verdicts"]]
+dump = ncclwatch.load_dump(sorted(glob.glob(os.path.join(dumps, "rank*.json")))[0])
+out["dump_rank"] = dump["summary"]["rank"]
+out["errors"] = {}
+for name, call in (("analyze", lambda: ncclwatch.analyze(os.path.join(dumps, "nope"))),
+                   ("option", lambda: ncclwatch.analyze(dumps, attempt=0)),
+                   ("load_dump", lambda: ncclwatch.load_dump(os.path.join(dumps, "nope.json"))),
+                   ("request_dump", lambda: ncclwatch.request_dump(empty, wait=0.5))):
+    try:
+        call()
+        out["errors"][name] = None
+    except ncclwatch.NcclwatchError as e:
+        out["errors"][name] = [str(e), e.returncode]
+print(json.dumps(out))
+"""
+
+
+def wheel():
+    py = sys.executable
+    missing = {module: pkg for module, pkg in WHEEL_TOOLS.items() if run([py, "-c", f"import {module}"]).returncode != 0}
+    if missing:
+        print(f"SKIP: {py} cannot import {', '.join(missing)}: the wheel test needs the Debian packages "
+              f"{', '.join(missing.values())} for this python3 (scripts/install-deps.sh)")
+        return SKIP
+    timings = {}
+    started = time.monotonic()
+
+    def lap(what):
+        nonlocal started
+        timings[what] = time.monotonic() - started
+        started = time.monotonic()
+
+    out = temp_dir("ncclwatch-wheel-")
+    dist = os.path.join(out, "dist")
+    r = run([os.path.join(A.source, "scripts", "build-wheel.sh"), dist, A.build], env=clean_env(PYTHON=py))
+    check(r.returncode == 0, f"build-wheel.sh failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    lap("build-wheel.sh")
+    wheels = glob.glob(os.path.join(dist, f"ncclwatch-{A.version}-py3-none-manylinux_*.whl"))
+    debug_tar = os.path.join(dist, f"ncclwatch-{A.version}-debug.tar.gz")
+    check(len(wheels) == 1 and sorted(os.listdir(dist)) == sorted(os.path.basename(f) for f in wheels + [debug_tar]),
+          f"the wheel and its debug info: {os.listdir(dist)}\n{r.stdout[-2000:]}")
+    whl = wheels[0]
+    print(f"  {os.path.basename(whl)}: {os.path.getsize(whl)} bytes; {os.path.basename(debug_tar)}: "
+          f"{os.path.getsize(debug_tar)} bytes")
+
+    # What the wheel holds: the package with the stripped command (executable) and library, and
+    # its metadata: impure, tagged py3-none-<platform>, the README as its description.
+    unpacked = os.path.join(out, "unpacked")
+    with zipfile.ZipFile(whl) as z:
+        infos = {i.filename: i for i in z.infolist()}
+        z.extractall(unpacked)
+    info_dir = f"ncclwatch-{A.version}.dist-info/"
+    package = {n for n in infos if not n.startswith(info_dir)}
+    expected = {"ncclwatch/" + n for n in ("__init__.py", "__main__.py", "_version.py", "py.typed",
+                                           "bin/ncclwatch", "lib/libncclwatch.so")}
+    check(package == expected, f"the wheel holds {sorted(expected)}: {sorted(package)}")
+    check({info_dir + n for n in ("METADATA", "WHEEL", "RECORD", "entry_points.txt")} <= set(infos),
+          f"its metadata: {sorted(infos)}")
+    check(infos["ncclwatch/bin/ncclwatch"].external_attr >> 16 & 0o111, "the command is executable in the wheel")
+    with open(os.path.join(unpacked, info_dir + "WHEEL")) as f:
+        wheel_info = f.read()
+    check("Root-Is-Purelib: false" in wheel_info, f"impure (platlib):\n{wheel_info}")
+    with open(os.path.join(unpacked, info_dir + "METADATA")) as f:
+        metadata = f.read()
+    with open(os.path.join(A.source, "README.md")) as f:
+        readme = f.read()
+    check(f"\nVersion: {A.version}\n" in metadata and "Description-Content-Type: text/markdown" in metadata
+          and readme.strip() in metadata, f"version {A.version} and the README as description:\n{metadata[:1500]}")
+    with open(os.path.join(unpacked, info_dir + "entry_points.txt")) as f:
+        check("ncclwatch = ncclwatch.__main__:main" in f.read(), "the ncclwatch script")
+
+    # Its binaries are stripped with their debug info beside the wheel, and need only glibc, 2.34
+    # at most; its tag says the version they need.
+    debug_root = os.path.join(out, "debug")
+    os.makedirs(debug_root)
+    r = run(["tar", "-C", debug_root, "-xzf", debug_tar])
+    check(r.returncode == 0, f"tar -xzf {debug_tar}: {r.stderr}")
+    needs = []
+    for f in sorted(expected):
+        if "/bin/" in f or "/lib/" in f:
+            elf = os.path.join(unpacked, f)
+            check_stripped_with_debug(elf, os.path.join(debug_root, "usr", "lib", "debug"))
+            needs.append(glibc_needed(elf))
+            check(needs[-1] <= (2, 34), f"{f} needs glibc 2.34 at most: it needs {needs[-1]}")
+    tag = "py3-none-manylinux_{}_{}_{}".format(*max(needs), os.uname().machine)
+    check(os.path.basename(whl) == f"ncclwatch-{A.version}-{tag}.whl" and f"Tag: {tag}\n" in wheel_info,
+          f"the tag is {tag}, what the binaries need: {os.path.basename(whl)}\n{wheel_info}")
+    print(f"  the binaries need glibc {max(needs)[0]}.{max(needs)[1]}: {tag}")
+    lap("checking the wheel")
+
+    # A fresh venv, the wheel installed without an index.
+    venv = os.path.join(out, "venv")
+    r = run([py, "-m", "venv", venv])
+    check(r.returncode == 0, f"python3 -m venv: {r.stderr[-2000:]}")
+    vpy = os.path.join(venv, "bin", "python")
+    pip = [vpy, "-m", "pip", "--disable-pip-version-check", "--no-input"]
+    pip_env = clean_env(PIP_CONFIG_FILE=os.devnull)
+    run(pip + ["list"], env=pip_env)  # pip's own first run, before what is in the venv is noted
+    before = files_under(venv)
+    lap("python3 -m venv")
+    r = run(pip + ["install", "--no-index", whl], env=pip_env)
+    check(r.returncode == 0, f"pip install --no-index: {r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+    lap("pip install --no-index")
+
+    r = run([vpy, "-c", "import ncclwatch; print(ncclwatch.library_path())"], env=clean_env())
+    lib = r.stdout.strip()
+    check(r.returncode == 0 and lib.startswith(venv + os.sep) and os.path.isfile(lib),
+          f"library_path() is the wheel's library in the venv: {lib!r} {r.stderr}")
+    on_path = clean_env(PATH=os.path.join(venv, "bin") + os.pathsep + os.environ.get("PATH", ""))
+    check(shutil.which("ncclwatch", path=on_path["PATH"]) == os.path.join(venv, "bin", "ncclwatch"),
+          "ncclwatch is on the venv's PATH")
+    for command, env in ((["ncclwatch"], on_path), ([vpy, "-m", "ncclwatch"], clean_env())):
+        r = run(command + ["--version"], env=env)
+        check(r.returncode == 0 and r.stdout.startswith(f"ncclwatch {A.version} "), f"{command} --version: {r.stdout}")
+        # The command's own help, byte for byte.
+        check(run(command + ["help"], env=env).stdout == run([os.path.join(A.build, "bin", "ncclwatch"), "help"]).stdout,
+              f"{command} help is the command's")
+        check(preloaded_by(command, env) == os.path.realpath(lib), f"{command} run preloads {lib}")
+
+    # A simulated job through each; native frames in the dumps are the wheel's library's.
+    jobs = {}
+    for name, ncclwatch, wrap in (("ncclwatch run", "ncclwatch", ()), ("python -m ncclwatch run", "ncclwatch", (vpy, "-m"))):
+        jobs[name] = temp_dir("ncclwatch-wheel-job-")
+        dumps, _ = hang_job(ncclwatch, jobs[name], wrap=wrap, env=on_path)
+        modules = frame_modules(dumps)
+        check(os.path.realpath(lib) in modules, f"{name}: a native frame in {lib}: {sorted(modules)}")
+        lap(f"job through {name}")
+
+    # The Python API on those dumps, and its errors: the command's one line, as exceptions.
+    empty = temp_dir("ncclwatch-wheel-empty-")
+    r = run([vpy, "-c", API_SCRIPT, os.path.join(jobs["python -m ncclwatch run"], "dumps"), empty], env=clean_env())
+    check(r.returncode == 0, f"the API script: {r.stderr[-3000:]}")
+    api = json.loads(r.stdout)
+    check(api["library"] == lib and api["version"] == A.version, f"library_path(), __version__: {api}")
+    check(api["verdicts"] and api["verdicts"][0] == ["rank_missing", [1]],
+          f"analyze(): rank_missing rank 1: {api['verdicts']}")
+    check(api["dump_rank"] in (0, 1), f"load_dump(): a rank's dump: {api['dump_rank']}")
+    for name, error in api["errors"].items():
+        check(error and error[1] == 2 and error[0].startswith("ncclwatch") and "\n" not in error[0],
+              f"{name}: NcclwatchError with the command's one line and exit status 2: {error}")
+    check("nope" in api["errors"]["analyze"][0] and "nope.json" in api["errors"]["load_dump"][0]
+          and "--attempt" in api["errors"]["option"][0], f"each says what was wrong: {api['errors']}")
+    print(f"  API: analyze -> {api['verdicts'][0]}; errors: {[e[0] for e in api['errors'].values()]}")
+
+    # request_dump() on a running healthy job started with plain LD_PRELOAD=library_path().
+    live = temp_dir("ncclwatch-wheel-live-")
+    job = subprocess.Popen([os.path.join(A.build, "bin", "simlaunch"), "-n", "2", "--timeout", "30", "--quiet", "--",
+                            os.path.join(A.build, "bin", "sim_workload"), "--iters", "100000000"],
+                           env=clean_env(LD_PRELOAD=lib, NCCLWATCH_DIR=live, NCCLWATCH_TIMEOUT="600",
+                                         NCCLWATCH_PEER_POLL_MS="200"),
+                           cwd=live, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_ranks(job, 2, lambda pid: catches(pid, signal.SIGTERM), "catching SIGTERM")
+        r = run([vpy, "-c", "import json, sys, ncclwatch; print(json.dumps(ncclwatch.request_dump(sys.argv[1], wait=10)))",
+                 live], env=clean_env())
+        alive = job.poll() is None
+    finally:
+        job.terminate()
+        job.wait(timeout=30)
+    check(r.returncode == 0 and alive, f"request_dump() while the job goes on: {r.stderr[-2000:]}")
+    check(json.loads(r.stdout)["verdicts"][0]["cause"] == "no_hang", f"a healthy job reads no_hang: {r.stdout[:1500]}")
+    lap("request_dump() on a live job")
+
+    # Uninstalled, nothing of it is left in the venv.
+    r = run(pip + ["uninstall", "-y", "ncclwatch"], env=pip_env)
+    check(r.returncode == 0, f"pip uninstall: {r.stderr[-2000:]}")
+    lap("pip uninstall")
+    after = files_under(venv)
+    left = sorted(after - before) + sorted(
+        os.path.relpath(os.path.join(d, n), venv) for d, dirs, _ in os.walk(venv) for n in dirs if "ncclwatch" in n)
+    check(not left, f"pip uninstall leaves nothing behind: {left}")
+    print("  timings: " + ", ".join(f"{what} {s:.1f} s" for what, s in timings.items()))
+    shutil.rmtree(out)
+
+
+CASES = {"installed_run": installed_run, "deb_package": deb_package, "without_libunwind": without_libunwind,
+         "wheel": wheel}
 
 
 def main():
