@@ -186,11 +186,15 @@ class LiveWatch {
 
  private:
   static constexpr auto kEpisodeSettle = std::chrono::seconds(5);
+  mutable analysis::SummaryCache cache_;
 
+  // Each load reads only the dumps that came in since the last (the summaries read are kept).
   analysis::DumpSet Load() const {
     analysis::DumpSet set;
+    analysis::LoadOptions options;
+    options.cache = &cache_;
     std::string error;
-    set.Load(dir_, {}, &error);
+    set.Load(dir_, options, &error);
     return set;
   }
 

@@ -34,23 +34,42 @@ int InferRank(const trace::Summary& s) {
 
 }  // namespace
 
+struct SummaryCache::Entry {
+  uint64_t inode = 0;
+  Dump dump;  // as read: before rank inference and selection
+  trace::ReadResult result;
+};
+
+SummaryCache::SummaryCache() = default;
+SummaryCache::~SummaryCache() = default;
+
 bool DumpSet::Load(const std::string& dir, const LoadOptions& options, std::string* error) {
   dir_ = dir;
   std::vector<std::string> names;
-  if (!trace::ListDumpFiles(dir, &names, error)) return false;
+  std::vector<uint64_t> inodes;
+  if (!trace::ListDumpFiles(dir, &names, error, &inodes)) return false;
   files_seen_ = names.size();
 
   // Dumps and read results side by side; the usable dumps are then compacted in place, so that
   // one vector of dumps is alive at a time (at 131,072 ranks each is about 150 MB).
   std::vector<Dump> read(names.size());
   std::vector<trace::ReadResult> results(names.size());
+  std::vector<char> fresh(names.size(), 1);  // read now, not taken from the cache
+  SummaryCache* cache = options.cache;
   std::atomic<size_t> next{0};
   std::atomic<size_t> done{0};
   auto worker = [&] {
     for (size_t i; (i = next.fetch_add(1)) < names.size();) {
-      read[i].file_name = names[i];
-      read[i].path = dir + "/" + names[i];
-      results[i] = trace::ReadDumpFile(read[i].path, trace::ReadDepth::kSummary, &read[i]);
+      auto hit = cache ? cache->entries_.find(names[i]) : decltype(cache->entries_.end()){};
+      if (cache && hit != cache->entries_.end() && hit->second->inode == inodes[i]) {
+        read[i] = hit->second->dump;
+        results[i] = hit->second->result;
+        fresh[i] = 0;
+      } else {
+        read[i].file_name = names[i];
+        read[i].path = dir + "/" + names[i];
+        results[i] = trace::ReadDumpFile(read[i].path, trace::ReadDepth::kSummary, &read[i]);
+      }
       done.fetch_add(1);
     }
   };
@@ -77,11 +96,25 @@ bool DumpSet::Load(const std::string& dir, const LoadOptions& options, std::stri
     for (auto& t : pool) t.join();
   }
 
+  if (cache) {  // the files of this listing: those read now added, those gone forgotten
+    decltype(cache->entries_) entries;
+    entries.reserve(names.size());
+    for (size_t i = 0; i < names.size(); ++i) {
+      auto& e = entries[names[i]];
+      if (fresh[i]) e.reset(new SummaryCache::Entry{inodes[i], read[i], results[i]});
+      else e = std::move(cache->entries_[names[i]]);
+    }
+    cache->entries_ = std::move(entries);
+  }
+
   size_t kept = 0;
   for (size_t i = 0; i < read.size(); ++i) {
     Dump& d = read[i];
     const trace::ReadResult& r = results[i];
-    bytes_read_ += r.bytes_read;
+    if (fresh[i]) {
+      bytes_read_ += r.bytes_read;
+      ++files_read_;
+    }
     if (!r.usable) {
       AddProblem(d.file_name, ProblemKind::kUnreadable, r.problem);
       int claimed = RankFromFileName(d.file_name);
@@ -100,6 +133,7 @@ bool DumpSet::Load(const std::string& dir, const LoadOptions& options, std::stri
   read.erase(read.begin() + static_cast<std::ptrdiff_t>(kept), read.end());
   results = {};
   names = {};
+  inodes = {};
   Select(std::move(read), options.attempt);
   return true;
 }
