@@ -42,16 +42,22 @@ bool IsDumpFileName(const std::string& name) {
          name.compare(name.size() - s, s, kDumpFileSuffix) == 0 && name != kDumpRequestFile;
 }
 
-bool ListDumpFiles(const std::string& dir, std::vector<std::string>* names, std::string* error) {
+bool ListDumpFiles(const std::string& dir, std::vector<std::string>* names, std::string* error,
+                   std::vector<uint64_t>* inodes) {
   DIR* d = opendir(dir.c_str());
   if (!d) {
     *error = dir + ": " + std::strerror(errno);
     return false;
   }
+  std::vector<std::pair<std::string, uint64_t>> found;
   while (dirent* e = readdir(d))
-    if (IsDumpFileName(e->d_name)) names->push_back(e->d_name);
+    if (IsDumpFileName(e->d_name)) found.emplace_back(e->d_name, static_cast<uint64_t>(e->d_ino));
   closedir(d);
-  std::sort(names->begin(), names->end());
+  std::sort(found.begin(), found.end());
+  for (auto& f : found) {
+    names->push_back(std::move(f.first));
+    if (inodes) inodes->push_back(f.second);
+  }
   return true;
 }
 

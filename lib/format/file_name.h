@@ -25,7 +25,10 @@ std::string DumpFileName(int rank, const std::string& host, int64_t pid, int64_t
 // Whether a directory entry is a dump by its name.
 bool IsDumpFileName(const std::string& name);
 // The dump files of `dir` by name, sorted. False (with *error) when `dir` cannot be listed.
-bool ListDumpFiles(const std::string& dir, std::vector<std::string>* names, std::string* error);
+// `inodes`, when given, gets each file's inode number from the listing (no stat): a name whose
+// inode is unchanged is the same file, since dumps are renamed into place complete.
+bool ListDumpFiles(const std::string& dir, std::vector<std::string>* names, std::string* error,
+                   std::vector<uint64_t>* inodes = nullptr);
 // The global rank a dump file name claims, or -1.
 int RankFromFileName(const std::string& name);
 

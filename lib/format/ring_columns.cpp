@@ -103,7 +103,7 @@ void RingRowWriter::Row(JsonWriter& w, const Op& op) {
   w.EndArray();
 }
 
-RingRowReader::RingRowReader() : slots_(static_cast<size_t>(kRingShapeSlots)) {
+RingRowReader::RingRowReader() {
   for (size_t c = 0; c < kRingColumnCount; ++c) at_[c] = static_cast<int>(c);  // the writer's order
 }
 
@@ -116,7 +116,11 @@ void RingRowReader::Columns(const json& names) {
 }
 
 void RingRowReader::DefineShape(const json& shape) {
-  Slot& s = slots_[static_cast<size_t>(shapes_defined_++ % kRingShapeSlots)];
+  // Slots are defined in order: the vector grows to kRingShapeSlots only in a ring that
+  // defines that many shapes (a reader is made per dump, most of them use a few slots).
+  size_t index = static_cast<size_t>(shapes_defined_++ % kRingShapeSlots);
+  if (index == slots_.size()) slots_.emplace_back();
+  Slot& s = slots_[index];
   s = Slot{};
   if (shape.is_object()) s.shape = shape;
 }
@@ -131,10 +135,10 @@ json RingRowReader::Row(const json& row) {
     return 0;
   };
   int64_t slot_index = get(C::Shape);
-  bool known = slot_index >= 0 && slot_index < kRingShapeSlots && slot_index < shapes_defined_;
+  bool known = slot_index >= 0 && static_cast<size_t>(slot_index) < slots_.size();
   static Slot unknown_slot;
   Slot& s = known ? slots_[static_cast<size_t>(slot_index)] : unknown_slot;
-  json o = s.shape;  // op, comm, count, bytes, dtype, redop, root, peer, stream, tid, callsite
+  json o = s.shape;  // null (becomes an object below) or op, comm, count, bytes, dtype, redop, root, peer, stream, tid, callsite
   int64_t seq = Plus(s.seq, get(C::Seq));
   int64_t p2p_seq = Plus(s.p2p_seq, get(C::P2pSeq));
   int64_t enqueue = Plus(enqueue_ns_, get(C::EnqueueNs));

@@ -54,11 +54,11 @@ class RingRowReader {
 
  private:
   struct Slot {
-    nlohmann::json shape = nlohmann::json::object();
+    nlohmann::json shape;  // null until defined: no allocation per unused slot
     uint64_t seq = 0, p2p_seq = 0, group = 0;
   };
   int at_[kRingColumnCount];
-  std::vector<Slot> slots_;
+  std::vector<Slot> slots_;  // grows as shapes are defined, up to kRingShapeSlots
   int64_t shapes_defined_ = 0;
   uint64_t enqueue_ns_ = 0;
 };

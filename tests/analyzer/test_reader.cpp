@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <map>
 
 #include <catch2/catch.hpp>
@@ -171,6 +172,45 @@ TEST_CASE("the loader reports each bad file in one line and analyzes the rest", 
   CHECK(Contains(problems[DumpFileName(twin)], "claims rank 2 at the same time as"));
   auto report = analysis::Attribute(set);
   CHECK(report.verdicts.front().cause == analysis::Cause::NoHang);
+}
+
+TEST_CASE("with a summary cache a load reads only the dumps new or replaced since the last", "[dumpset]") {
+  TempDir dir;
+  const std::string c = "00000000000000cc";
+  Document r0 = Dump(0, 2, {Comm(c, 2, 0, 5, 5, 4)}, {Op(c, 5, "AllReduce", "gpu_reached")});
+  dir.Write(DumpFileName(r0), Text(r0));
+  analysis::SummaryCache cache;
+  analysis::LoadOptions options;
+  options.cache = &cache;
+  std::string error;
+  analysis::DumpSet first;
+  REQUIRE(first.Load(dir.path(), options, &error));
+  CHECK(first.files_read() == 1);
+
+  Document r1 = Dump(1, 2, {Comm(c, 2, 1, 4, 4, 4)});
+  dir.Write(DumpFileName(r1), Text(r1));
+  analysis::DumpSet second, plain;
+  REQUIRE(second.Load(dir.path(), options, &error));
+  REQUIRE(plain.Load(dir.path(), {}, &error));
+  CHECK(second.files_read() == 1);
+  CHECK(second.files_seen() == 2);
+  REQUIRE(second.dumps().size() == 2);
+  auto cached = analysis::Attribute(second), read = analysis::Attribute(plain);
+  REQUIRE(cached.verdicts.size() == read.verdicts.size());
+  CHECK(cached.verdicts.front().cause == analysis::Cause::RankMissing);
+  CHECK(cached.verdicts.front().culprit_ranks == read.verdicts.front().culprit_ranks);
+
+  // A dump renamed over an old one (a new inode) is read again; a file gone is forgotten.
+  r1.summary.comms[0].last_enqueued = 5;
+  std::string tmp = dir.Write(".tmp-r1", Text(r1));
+  REQUIRE(::rename(tmp.c_str(), (dir.path() + "/" + DumpFileName(r1)).c_str()) == 0);
+  REQUIRE(::unlink((dir.path() + "/" + DumpFileName(r0)).c_str()) == 0);
+  analysis::DumpSet third;
+  REQUIRE(third.Load(dir.path(), options, &error));
+  CHECK(third.files_read() == 1);
+  REQUIRE(third.dumps().size() == 1);
+  CHECK(third.dumps()[0].summary.comms[0].last_enqueued == 5);
+  CHECK(cache.files() == 1);
 }
 
 TEST_CASE("several dumps of one rank: the latest is the evidence", "[dumpset]") {

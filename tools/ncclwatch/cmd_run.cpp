@@ -169,7 +169,8 @@ class LiveWatch {
     if (!episode_started_ || files_ == reported_files_) first_new_ = std::chrono::steady_clock::now();
     episode_started_ = true;
     files_ = fresh;
-    if (AllRanksIn()) Report(false);
+    analysis::DumpSet set = Load();
+    if (AllRanksIn(set)) Report(false, &set);
   }
 
   // At the end: the analysis, unless one printed while the job ran already tells it (no dump
@@ -186,26 +187,30 @@ class LiveWatch {
 
  private:
   static constexpr auto kEpisodeSettle = std::chrono::seconds(5);
+  mutable analysis::SummaryCache cache_;
 
+  // Each load reads only the dumps that came in since the last (the summaries read are kept).
   analysis::DumpSet Load() const {
     analysis::DumpSet set;
+    analysis::LoadOptions options;
+    options.cache = &cache_;
     std::string error;
-    set.Load(dir_, {}, &error);
+    set.Load(dir_, options, &error);
     return set;
   }
 
-  bool AllRanksIn() const {
-    analysis::DumpSet set = Load();
+  bool AllRanksIn(const analysis::DumpSet& set) const {
     int answered = 0;
     for (const auto& d : set.dumps()) answered += !before_.count(d.file_name);
     return set.world_size() > 0 && answered >= set.world_size();
   }
 
-  // Analyzes the dumps in; prints the report when it is news. Returns whether it printed.
-  bool Report(bool at_end) {
+  // Analyzes the dumps in (`loaded`: already loaded by this poll); prints the report when it is
+  // news. Returns whether it printed.
+  bool Report(bool at_end, analysis::DumpSet* loaded = nullptr) {
     reported_files_ = files_;
     if (!print_) return false;
-    analysis::DumpSet set = Load();
+    analysis::DumpSet set = loaded ? std::move(*loaded) : Load();
     if (set.dumps().empty()) return false;
     analysis::Report report = analysis::Attribute(set);
     analysis::SymbolizeReport(&report);

@@ -67,33 +67,49 @@ ClockAlignment AlignClocks(const std::vector<RankTimes>& ranks) {
   if (a.reference_host.empty() && !ranks.empty()) a.reference_host = ranks.front().host;
   if (by_host.empty()) return a;
   a.hosts[a.reference_host] = HostClock{0, 0, 0, "reference", ""};
-  // Grow the aligned set one host at a time, each from the aligned host it shares most with.
-  for (;;) {
-    std::string best_host, best_via;
-    std::vector<int64_t> best_diffs;
-    for (const auto& [host, mine] : by_host) {
-      if (a.hosts.count(host)) continue;
-      for (const auto& [aligned, clock] : a.hosts) {
-        const Completions& theirs = by_host[aligned];
-        std::vector<int64_t> diffs;
-        for (const auto& [comm, seqs] : mine) {
-          auto t = theirs.find(comm);
-          if (t == theirs.end()) continue;
-          for (const auto& [seq, ns] : seqs) {
-            auto s = t->second.find(seq);
-            if (s != t->second.end()) diffs.push_back(s->second + clock.offset_ns - ns);
-          }
-        }
-        if (diffs.size() > best_diffs.size()) {
-          best_host = host;
-          best_via = aligned;
-          best_diffs = std::move(diffs);
-        }
+  // Grow the aligned set one host at a time, each from the aligned host it shares most with
+  // (Prim's maximum spanning tree: the number of shared operations does not depend on the
+  // offsets, so each pair is counted once, when the second of the two is aligned; ties go to the
+  // first host, then the first aligned host, by name).
+  auto shared = [&](const Completions& mine, const Completions& theirs, int64_t offset_ns,
+                    std::vector<int64_t>* diffs) {
+    size_t n = 0;
+    for (const auto& [comm, seqs] : mine) {
+      auto t = theirs.find(comm);
+      if (t == theirs.end()) continue;
+      for (const auto& [seq, ns] : seqs) {
+        auto s = t->second.find(seq);
+        if (s == t->second.end()) continue;
+        ++n;
+        if (diffs) diffs->push_back(s->second + offset_ns - ns);
       }
     }
-    if (best_host.empty() || best_diffs.size() < kMinClockSamples) break;
-    a.hosts[best_host] = HostClock{Percentile(best_diffs, 0.5), Percentile(best_diffs, 0.9) - Percentile(best_diffs, 0.1),
-                                   best_diffs.size(), "collectives", best_via};
+    return n;
+  };
+  struct Candidate {
+    size_t count = 0;
+    std::string via;  // the aligned host it shares `count` operations with
+  };
+  std::map<std::string, Candidate> unaligned;
+  for (const auto& entry : by_host)
+    if (!a.hosts.count(entry.first)) unaligned[entry.first];
+  std::string newest = a.reference_host;
+  while (!unaligned.empty()) {
+    const Completions& theirs = by_host[newest];
+    for (auto& [host, c] : unaligned) {
+      size_t n = shared(by_host[host], theirs, 0, nullptr);
+      if (n > c.count || (n == c.count && n > 0 && newest < c.via)) c = Candidate{n, newest};
+    }
+    auto best = unaligned.begin();
+    for (auto it = unaligned.begin(); it != unaligned.end(); ++it)
+      if (it->second.count > best->second.count) best = it;
+    if (best->second.count < kMinClockSamples) break;
+    std::vector<int64_t> diffs;
+    shared(by_host[best->first], by_host[best->second.via], a.hosts[best->second.via].offset_ns, &diffs);
+    a.hosts[best->first] = HostClock{Percentile(diffs, 0.5), Percentile(diffs, 0.9) - Percentile(diffs, 0.1),
+                                     diffs.size(), "collectives", best->second.via};
+    newest = best->first;
+    unaligned.erase(best);
   }
   // The rest: the wall clocks (NTP-synchronized at best; milliseconds off at worst).
   const int64_t ref_wall = Percentile(wall[a.reference_host], 0.5);

@@ -34,24 +34,42 @@ int InferRank(const trace::Summary& s) {
 
 }  // namespace
 
+struct SummaryCache::Entry {
+  uint64_t inode = 0;
+  Dump dump;  // as read: before rank inference and selection
+  trace::ReadResult result;
+};
+
+SummaryCache::SummaryCache() = default;
+SummaryCache::~SummaryCache() = default;
+
 bool DumpSet::Load(const std::string& dir, const LoadOptions& options, std::string* error) {
   dir_ = dir;
   std::vector<std::string> names;
-  if (!trace::ListDumpFiles(dir, &names, error)) return false;
+  std::vector<uint64_t> inodes;
+  if (!trace::ListDumpFiles(dir, &names, error, &inodes)) return false;
   files_seen_ = names.size();
 
-  struct Slot {
-    Dump dump;
-    trace::ReadResult result;
-  };
-  std::vector<Slot> slots(names.size());
+  // Dumps and read results side by side; the usable dumps are then compacted in place, so that
+  // one vector of dumps is alive at a time (at 131,072 ranks each is about 150 MB).
+  std::vector<Dump> read(names.size());
+  std::vector<trace::ReadResult> results(names.size());
+  std::vector<char> fresh(names.size(), 1);  // read now, not taken from the cache
+  SummaryCache* cache = options.cache;
   std::atomic<size_t> next{0};
   std::atomic<size_t> done{0};
   auto worker = [&] {
     for (size_t i; (i = next.fetch_add(1)) < names.size();) {
-      slots[i].dump.file_name = names[i];
-      slots[i].dump.path = dir + "/" + names[i];
-      slots[i].result = trace::ReadDumpFile(slots[i].dump.path, trace::ReadDepth::kSummary, &slots[i].dump);
+      auto hit = cache ? cache->entries_.find(names[i]) : decltype(cache->entries_.end()){};
+      if (cache && hit != cache->entries_.end() && hit->second->inode == inodes[i]) {
+        read[i] = hit->second->dump;
+        results[i] = hit->second->result;
+        fresh[i] = 0;
+      } else {
+        read[i].file_name = names[i];
+        read[i].path = dir + "/" + names[i];
+        results[i] = trace::ReadDumpFile(read[i].path, trace::ReadDepth::kSummary, &read[i]);
+      }
       done.fetch_add(1);
     }
   };
@@ -78,25 +96,45 @@ bool DumpSet::Load(const std::string& dir, const LoadOptions& options, std::stri
     for (auto& t : pool) t.join();
   }
 
-  std::vector<Dump> usable;
-  usable.reserve(slots.size());
-  for (auto& s : slots) {
-    bytes_read_ += s.result.bytes_read;
-    if (!s.result.usable) {
-      AddProblem(s.dump.file_name, ProblemKind::kUnreadable, s.result.problem);
-      int claimed = RankFromFileName(s.dump.file_name);
-      if (claimed >= 0) unreadable_ranks_.emplace(claimed, s.dump.file_name);
-      continue;
+  if (cache) {  // the files of this listing: those read now added, those gone forgotten
+    decltype(cache->entries_) entries;
+    entries.reserve(names.size());
+    for (size_t i = 0; i < names.size(); ++i) {
+      auto& e = entries[names[i]];
+      if (fresh[i]) e.reset(new SummaryCache::Entry{inodes[i], read[i], results[i]});
+      else e = std::move(cache->entries_[names[i]]);
     }
-    if (!s.result.problem.empty()) AddProblem(s.dump.file_name, ProblemKind::kReader, s.result.problem);
-    if (s.dump.summary.rank < 0) s.dump.summary.rank = InferRank(s.dump.summary);
-    if (s.dump.summary.rank < 0) {
-      AddProblem(s.dump.file_name, ProblemKind::kRankUnknown);
-      continue;
-    }
-    usable.push_back(std::move(s.dump));
+    cache->entries_ = std::move(entries);
   }
-  Select(std::move(usable), options.attempt);
+
+  size_t kept = 0;
+  for (size_t i = 0; i < read.size(); ++i) {
+    Dump& d = read[i];
+    const trace::ReadResult& r = results[i];
+    if (fresh[i]) {
+      bytes_read_ += r.bytes_read;
+      ++files_read_;
+    }
+    if (!r.usable) {
+      AddProblem(d.file_name, ProblemKind::kUnreadable, r.problem);
+      int claimed = RankFromFileName(d.file_name);
+      if (claimed >= 0) unreadable_ranks_.emplace(claimed, d.file_name);
+      continue;
+    }
+    if (!r.problem.empty()) AddProblem(d.file_name, ProblemKind::kReader, r.problem);
+    if (d.summary.rank < 0) d.summary.rank = InferRank(d.summary);
+    if (d.summary.rank < 0) {
+      AddProblem(d.file_name, ProblemKind::kRankUnknown);
+      continue;
+    }
+    if (kept != i) read[kept] = std::move(d);
+    ++kept;
+  }
+  read.erase(read.begin() + static_cast<std::ptrdiff_t>(kept), read.end());
+  results = {};
+  names = {};
+  inodes = {};
+  Select(std::move(read), options.attempt);
   return true;
 }
 
@@ -245,72 +283,83 @@ std::vector<Dump> DumpSet::SplitAttempts(std::vector<Dump> usable, int wanted) {
   if (wanted > 0 && wanted <= static_cast<int>(attempts_.size())) chosen_attempt_ = wanted;
   else if (wanted != 0)
     AddProblem("--attempt", ProblemKind::kNoSuchAttempt, "", "", wanted, static_cast<int64_t>(attempts_.size()));
-  std::vector<Dump> chosen;
-  for (auto& d : usable)
-    if (d.attempt == chosen_attempt_) chosen.push_back(std::move(d));
-  return chosen;
+  usable.erase(std::remove_if(usable.begin(), usable.end(), [&](const Dump& d) { return d.attempt != chosen_attempt_; }),
+               usable.end());
+  return usable;
 }
 
 void DumpSet::Select(std::vector<Dump> usable, int attempt) {
   usable = SplitAttempts(std::move(usable), attempt);
+  // Sorted by index, each process key made once: the dumps themselves (over a KB each) move
+  // once, into dumps_ or history_.
+  std::vector<std::string> keys(usable.size());
+  for (size_t i = 0; i < usable.size(); ++i) keys[i] = usable[i].ProcessKey();
+  std::vector<size_t> order(usable.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   // Each process's dumps in order: the evidence is its latest, except that dumps following a
   // teardown's start (a crash after the framework's abort) give way to that start.
-  std::sort(usable.begin(), usable.end(), [](const Dump& a, const Dump& b) {
-    return std::make_tuple(a.ProcessKey(), a.summary.dump_seq, a.file_name) <
-           std::make_tuple(b.ProcessKey(), b.summary.dump_seq, b.file_name);
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return std::tie(keys[a], usable[a].summary.dump_seq, usable[a].file_name) <
+           std::tie(keys[b], usable[b].summary.dump_seq, usable[b].file_name);
   });
-  std::vector<Dump> latest_per_process;
-  for (size_t begin = 0; begin < usable.size();) {
+  auto at = [&](size_t k) -> Dump& { return usable[order[k]]; };
+  std::vector<size_t> latest_per_process;  // indices in usable
+  for (size_t begin = 0; begin < order.size();) {
     size_t end = begin + 1;
-    while (end < usable.size() && usable[end].ProcessKey() == usable[begin].ProcessKey()) ++end;
+    while (end < order.size() && keys[order[end]] == keys[order[begin]]) ++end;
     std::vector<bool> duplicate(end - begin, false);
     for (size_t i = begin + 1; i < end; ++i)
-      if (usable[i].summary.dump_seq == usable[i - 1].summary.dump_seq) {
+      if (at(i).summary.dump_seq == at(i - 1).summary.dump_seq) {
         duplicate[i - begin] = true;
-        AddProblem(usable[i].file_name, ProblemKind::kSameDumpSeq, "", usable[i - 1].file_name);
+        AddProblem(at(i).file_name, ProblemKind::kSameDumpSeq, "", at(i - 1).file_name);
       }
     size_t evidence = end - 1;
     while (evidence > begin && duplicate[evidence - begin]) --evidence;
     // Back over a teardown's later dumps, and over answers to other ranks' requests written
     // while it went on (a busy machine can take one between an abort and the SIGABRT after it).
-    if (FollowsTeardown(usable[evidence]))
+    if (FollowsTeardown(at(evidence)))
       while (evidence > begin &&
-             (FollowsTeardown(usable[evidence]) || IsReason(usable[evidence], trace::DumpReason::PeerRequest)))
+             (FollowsTeardown(at(evidence)) || IsReason(at(evidence), trace::DumpReason::PeerRequest)))
         --evidence;
     // A stall whose operation completed in a later dump recovered: it started no teardown.
     auto recovered = [&](size_t i) {
-      const auto& st = usable[i].summary.stalled;
-      if (!IsReason(usable[i], trace::DumpReason::Stall) || !st) return false;
+      const auto& st = at(i).summary.stalled;
+      if (!IsReason(at(i), trace::DumpReason::Stall) || !st) return false;
       for (size_t j = i + 1; j < end; ++j)
-        if (CompletedIn(usable[j], st->comm, st->seq)) return true;
+        if (CompletedIn(at(j), st->comm, st->seq)) return true;
       return false;
     };
-    if (!StartsTeardown(usable[evidence]) || recovered(evidence)) {
+    if (!StartsTeardown(at(evidence)) || recovered(evidence)) {
       evidence = end - 1;
       // Killed after it answered the teardown's SIGTERM (the launcher's SIGKILL after its grace
       // period): where it was when the teardown began is in that answer.
-      for (size_t i = end - 1; i > begin && IsReason(usable[evidence], trace::DumpReason::Postmortem); --i) {
-        if (IsReason(usable[i - 1], trace::DumpReason::Signal)) evidence = i - 1;
-        else if (!IsReason(usable[i - 1], trace::DumpReason::PeerRequest)) break;
+      for (size_t i = end - 1; i > begin && IsReason(at(evidence), trace::DumpReason::Postmortem); --i) {
+        if (IsReason(at(i - 1), trace::DumpReason::Signal)) evidence = i - 1;
+        else if (!IsReason(at(i - 1), trace::DumpReason::PeerRequest)) break;
       }
     }
     std::vector<std::string> then;
-    for (size_t i = evidence + 1; i < end; ++i) then.push_back(usable[i].summary.reason);
-    usable[evidence].last_reason = usable[end - 1].summary.reason;
-    usable[evidence].last_time_unix_ns = usable[end - 1].summary.time_unix_ns;
+    for (size_t i = evidence + 1; i < end; ++i) then.push_back(at(i).summary.reason);
+    at(evidence).last_reason = at(end - 1).summary.reason;
+    at(evidence).last_time_unix_ns = at(end - 1).summary.time_unix_ns;
     for (size_t i = begin; i < end; ++i)
-      if (i != evidence && !duplicate[i - begin]) history_.push_back(std::move(usable[i]));
-    usable[evidence].then = std::move(then);
-    latest_per_process.push_back(std::move(usable[evidence]));
+      if (i != evidence && !duplicate[i - begin]) history_.push_back(std::move(at(i)));
+    at(evidence).then = std::move(then);
+    latest_per_process.push_back(order[evidence]);
     begin = end;
   }
+  keys = {};
   // Latest process for each rank (a restarted rank has a new pid): greatest wall-clock time.
   // Only dumps claiming the same rank are compared by wall clock, never events of two hosts.
-  std::sort(latest_per_process.begin(), latest_per_process.end(), [](const Dump& a, const Dump& b) {
+  std::sort(latest_per_process.begin(), latest_per_process.end(), [&](size_t ia, size_t ib) {
+    const Dump& a = usable[ia];
+    const Dump& b = usable[ib];
     return std::tie(a.summary.rank, b.summary.time_unix_ns, a.file_name) <
            std::tie(b.summary.rank, a.summary.time_unix_ns, b.file_name);
   });
-  for (auto& d : latest_per_process) {
+  dumps_.reserve(latest_per_process.size());
+  for (size_t i : latest_per_process) {
+    Dump& d = usable[i];
     if (!dumps_.empty() && dumps_.back().summary.rank == d.summary.rank) {
       const Dump& chosen = dumps_.back();
       if (chosen.summary.time_unix_ns == d.summary.time_unix_ns) {
@@ -323,6 +372,7 @@ void DumpSet::Select(std::vector<Dump> usable, int attempt) {
     }
     dumps_.push_back(std::move(d));
   }
+  usable = {};
   MarkGoneBeforeTeardown();
   for (size_t i = 0; i < dumps_.size(); ++i) by_rank_[dumps_[i].summary.rank] = i;
   IndexProcesses();

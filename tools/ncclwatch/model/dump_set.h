@@ -38,12 +38,30 @@ struct Problem {
   int64_t number = 0, count = 0;
 };
 
+// Summaries already read, kept between loads of one directory (`ncclwatch run` loads the dump
+// directory again as a job's dumps come in): a file whose name and inode are unchanged is not
+// read again. Holds a copy of every summary of the directory.
+class SummaryCache {
+ public:
+  SummaryCache();
+  ~SummaryCache();
+  size_t files() const { return entries_.size(); }
+
+ private:
+  friend class DumpSet;
+  struct Entry;
+  std::unordered_map<std::string, std::unique_ptr<Entry>> entries_;  // by file name
+};
+
 struct LoadOptions {
   unsigned threads = 0;  // 0: std::thread::hardware_concurrency()
   // Which attempt of the job to analyze (DumpSet::attempts, from 1 in start order); 0: the latest.
   int attempt = 0;
   // Called from the loading threads' coordinator as files complete (done, total).
   std::function<void(size_t, size_t)> progress;
+  // Where summaries read by earlier loads of the same directory are kept (and this load's are
+  // added); null: every file is read.
+  SummaryCache* cache = nullptr;
 };
 
 // One attempt of a job in a reused directory (a torchrun restart, a Slurm requeue, a rerun
@@ -86,6 +104,8 @@ class DumpSet {
   int world_size() const { return world_size_; }
   size_t files_seen() const { return files_seen_; }
   uint64_t bytes_read() const { return bytes_read_; }
+  // Files whose summary this load read (the others came from LoadOptions::cache).
+  size_t files_read() const { return files_read_; }
   uint64_t detail_bytes_read() const { return detail_bytes_read_; }
   size_t details_read() const { return details_read_; }
 
@@ -142,6 +162,7 @@ class DumpSet {
   std::vector<Attempt> attempts_;
   int chosen_attempt_ = 0;
   size_t files_seen_ = 0;
+  size_t files_read_ = 0;
   uint64_t bytes_read_ = 0;
   uint64_t detail_bytes_read_ = 0;
   size_t details_read_ = 0;
