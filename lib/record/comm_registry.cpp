@@ -24,24 +24,25 @@ void CommRegistry::UseStorage(CommRecord* records, size_t capacity) {
 
 namespace {
 
+// The fields a CommRecord keeps of a CommInfo, copied either way.
+#define NCCLWATCH_COMM_RECORD_FIELDS(X) \
+  X(size) X(rank) X(device) X(color) X(key) X(blocking) X(id) X(parent_id) X(created_ns)
+
+void CopyLive(const CommLive& from, CommLive* to) {
+  to->state.store(from.state.load());
+  to->ended_ns.store(from.ended_ns.load());
+  to->last_enqueued.store(from.last_enqueued.load());
+  to->last_gpu_reached.store(from.last_gpu_reached.load());
+  to->last_completed.store(from.last_completed.load());
+}
+
 void FillRecord(const CommInfo& c, CommRecord* r) {
+#define NCCLWATCH_COPY(field) r->field = c.field;
+  NCCLWATCH_COMM_RECORD_FIELDS(NCCLWATCH_COPY)
+#undef NCCLWATCH_COPY
   r->kind = static_cast<uint8_t>(c.kind);
-  r->size = c.size;
-  r->rank = c.rank;
-  r->device = c.device;
-  r->color = c.color;
-  r->key = c.key;
-  r->blocking = c.blocking;
-  r->id = c.id;
-  r->parent_id = c.parent_id;
-  r->created_ns = c.created_ns;
   strncpy(r->name, c.name.c_str(), sizeof r->name - 1);
-  CommLive& from = c.live();
-  r->live.state.store(from.state.load());
-  r->live.ended_ns.store(from.ended_ns.load());
-  r->live.last_enqueued.store(from.last_enqueued.load());
-  r->live.last_gpu_reached.store(from.last_gpu_reached.load());
-  r->live.last_completed.store(from.last_completed.load());
+  CopyLive(c.live(), &r->live);
   r->published.store(1, std::memory_order_release);
 }
 
@@ -49,23 +50,12 @@ void FillRecord(const CommInfo& c, CommRecord* r) {
 
 std::unique_ptr<CommInfo> CommInfoOf(const CommRecord& r) {
   auto c = std::make_unique<CommInfo>();
+#define NCCLWATCH_COPY(field) c->field = r.field;
+  NCCLWATCH_COMM_RECORD_FIELDS(NCCLWATCH_COPY)
+#undef NCCLWATCH_COPY
   c->kind = static_cast<CommKind>(r.kind);
-  c->size = r.size;
-  c->rank = r.rank;
-  c->device = r.device;
-  c->color = r.color;
-  c->key = r.key;
-  c->blocking = r.blocking;
-  c->id = r.id;
-  c->parent_id = r.parent_id;
-  c->created_ns = r.created_ns;
   c->name.assign(r.name, strnlen(r.name, sizeof r.name));
-  CommLive& to = c->live();
-  to.state.store(r.live.state.load());
-  to.ended_ns.store(r.live.ended_ns.load());
-  to.last_enqueued.store(r.live.last_enqueued.load());
-  to.last_gpu_reached.store(r.live.last_gpu_reached.load());
-  to.last_completed.store(r.live.last_completed.load());
+  CopyLive(r.live, &c->live());
   return c;
 }
 
