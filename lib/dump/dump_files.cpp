@@ -1,6 +1,8 @@
 #include "dump/dump_files.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -116,10 +118,40 @@ void SetTmpInProgress(const std::string& tmp) {
 }
 }  // namespace
 
-void AbandonDumpInProgress() {
+bool AbandonDumpInProgress() {
   // Flag first: a writer that creates its file after this sees the flag and removes it itself.
   g_abandoned.store(true);
-  if (g_tmp_in_progress_set.load()) unlink(g_tmp_in_progress);
+  if (!g_tmp_in_progress_set.exchange(false)) return false;
+  unlink(g_tmp_in_progress);
+  return true;
+}
+
+int RemoveStaleTemporaries(const std::string& dir, const std::string& host, int min_age_s) {
+  DIR* d = opendir(dir.c_str());
+  if (!d) return 0;
+  const std::string own_host = trace::SafeHostName(host);
+  int removed = 0;
+  const time_t now = time(nullptr);
+  while (dirent* e = readdir(d)) {
+    // .tmp-rank<R>-<host>-<pid>-<seq>-<reason>.json-<writer pid>
+    const std::string name = e->d_name;
+    if (name.rfind(".tmp-", 0) != 0) continue;
+    const std::string base = name.substr(5, name.rfind('-') - 5);
+    if (!trace::IsDumpFileName(base)) continue;
+    const size_t h = base.find('-') + 1, p = base.find('-', h);
+    const long writer = strtol(name.c_str() + name.rfind('-') + 1, nullptr, 10);
+    // Only this host's processes can be known dead here; a live pid (or a reused one) keeps it.
+    if (p == std::string::npos || base.compare(h, p - h, own_host) != 0 || writer <= 0) continue;
+    if (kill(static_cast<pid_t>(writer), 0) == 0 || errno != ESRCH) continue;
+    struct stat st;
+    const std::string path = dir + "/" + name;
+    if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != getuid() ||
+        now - st.st_mtime < min_age_s)
+      continue;
+    if (unlink(path.c_str()) == 0) ++removed;
+  }
+  closedir(d);
+  return removed;
 }
 
 int WriteFileNoReplace(const std::string& path, const ContentWriter& produce) {

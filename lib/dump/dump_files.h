@@ -107,8 +107,15 @@ int WriteFileNoReplace(const std::string& path, const std::string& content);
 int WriteFileNoReplace(const std::string& path, const ContentWriter& content);
 
 // Async-signal-safe, for a signal handler whose process ends before the dump being written is
-// done: removes its temporary file, and no dump file is created from then on.
-void AbandonDumpInProgress();
+// done: removes its temporary file, and no dump file is created from then on. True when a dump
+// was being written (the first call only).
+bool AbandonDumpInProgress();
+
+// Removes the temporary files of dumps that processes of `host` left in `dir` when they died
+// while writing them (SIGKILL mid-dump): their writer's pid is gone and they are at least
+// `min_age_s` old. Files of other hosts are left alone (nothing here can tell whether their
+// writer lives). Returns how many were removed.
+int RemoveStaleTemporaries(const std::string& dir, const std::string& host, int min_age_s = 10);
 
 // Test seam: WriteFileNoReplace to a path containing `path_part` fails with `err` (0: never),
 // as on a full disk.

@@ -63,8 +63,41 @@ bool HasHandler(int sig) {
   return !g_reset[sig].load() && old.sa_handler != SIG_DFL && !Ignored(old);
 }
 
+// Async-signal-safe "ncclwatch[pid P]: <parts...>" line.
+void WriteLine(std::initializer_list<const char*> parts) {
+  char line[512];
+  size_t n = 0;
+  auto put = [&](const char* s) {
+    while (*s && n < sizeof line - 1) line[n++] = *s++;
+  };
+  auto put_uint = [&](uint64_t v) {
+    char digits[24];
+    int k = 0;
+    do digits[k++] = static_cast<char>('0' + v % 10); while ((v /= 10) && k < 24);
+    while (k > 0 && n < sizeof line - 1) line[n++] = digits[--k];
+  };
+  put("ncclwatch[pid ");
+  put_uint(static_cast<uint64_t>(getpid()));
+  put("]: ");
+  for (const char* p : parts) {
+    if (p == nullptr) put_uint(g_wait_ms);  // nullptr stands for the wait bound
+    else put(p);
+  }
+  line[n++] = '\n';
+  ssize_t ignored = write(STDERR_FILENO, line, n);
+  (void)ignored;
+}
+
 void DefaultAction(int sig) {
-  if (g_hooks.ending && getpid() == g_owner_pid) g_hooks.ending(g_hooks.ending_arg);
+  if (getpid() == g_owner_pid) {
+    // A dump still being written (an on-demand one when SIGTERM came) ends here with the
+    // process: its partial file goes, and the log says so.
+    if (AbandonDumpInProgress()) {
+      const char* name = sigabbrev_np(sig);
+      WriteLine({"SIG", name ? name : "?", " ends the process while a dump was being written: abandoned, no partial file left"});
+    }
+    if (g_hooks.ending) g_hooks.ending(g_hooks.ending_arg);
+  }
   // Default action with the same signal: the exit status is what it would have been.
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
@@ -113,30 +146,6 @@ bool WaitForDump(uint64_t ticket) {
   return true;
 }
 
-// Async-signal-safe "ncclwatch[pid P]: <parts...>" line.
-void WriteLine(std::initializer_list<const char*> parts) {
-  char line[512];
-  size_t n = 0;
-  auto put = [&](const char* s) {
-    while (*s && n < sizeof line - 1) line[n++] = *s++;
-  };
-  auto put_uint = [&](uint64_t v) {
-    char digits[24];
-    int k = 0;
-    do digits[k++] = static_cast<char>('0' + v % 10); while ((v /= 10) && k < 24);
-    while (k > 0 && n < sizeof line - 1) line[n++] = digits[--k];
-  };
-  put("ncclwatch[pid ");
-  put_uint(static_cast<uint64_t>(getpid()));
-  put("]: ");
-  for (const char* p : parts) {
-    if (p == nullptr) put_uint(g_wait_ms);  // nullptr stands for the wait bound
-    else put(p);
-  }
-  line[n++] = '\n';
-  ssize_t ignored = write(STDERR_FILENO, line, n);
-  (void)ignored;
-}
 
 // The dump did not finish within the bound. A process about to end keeps no partial file.
 void GiveUpOnDump(int sig) {
@@ -171,6 +180,7 @@ void Handler(int sig, siginfo_t* info, void* uctx) {
   bool owner = getpid() == g_owner_pid && g_hooks.wake;  // forked children chain at once
   if (sig == g_dump_signal) {  // on demand: a request, never a wait, never chained
     if (owner) RequestDump(sig);
+    else ChainToPrevious(sig, info, uctx);  // a forked child: as without ncclwatch (its default ends it)
     errno = saved_errno;
     return;
   }
@@ -178,12 +188,16 @@ void Handler(int sig, siginfo_t* info, void* uctx) {
   int leader = 0;
   bool leading = owner && !on_watchdog && g_leader.compare_exchange_strong(leader, sig);
   if (owner && !on_watchdog && !leading) {
-    // Another ending signal is being handled (Ctrl-C, then the launcher's SIGTERM): it leads.
-    // Its dump finishes first; if its action ends the process, that is the exit status, and
-    // this signal waits for the end instead of ending the process early with its own.
+    // Another ending signal is being handled (Ctrl-C, then the launcher's SIGTERM; SIGTERM, then
+    // a SIGSEGV sent or raised while its dump is written): it leads. Without ncclwatch it would
+    // have ended the process before this one came, so once its dump is written its action ends
+    // the process here, with its own status, whatever this signal is.
     WaitForDump(g_requested.load());
-    if (EndsProcess(leader) && !IsFatal(sig))
-      for (uint64_t waited = 0; waited < g_wait_ms + 2000; waited += 10) SleepMs(10);
+    if (EndsProcess(leader)) {
+      DefaultAction(leader);  // delivered as this handler returns (before a fault could run again)
+      errno = saved_errno;
+      return;
+    }
     ChainToPrevious(sig, info, uctx);  // the leader did not end it: as without ncclwatch
     errno = saved_errno;
     return;

@@ -208,10 +208,8 @@ bool Runtime::Start() {
   SignalHooks hooks;
   hooks.wake = &WakeWatchdog;
   hooks.arg = watchdog_.get();
-  if (box_) {
-    hooks.ending = [](void* box) { static_cast<blackbox::BlackBox*>(box)->RemoveIfFinalDumped(); };
-    hooks.ending_arg = box_.get();
-  }
+  hooks.ending = &Runtime::OnSignalEnding;
+  hooks.ending_arg = this;
   InstallSignalHandlers(config_.signals, config_.dump_signal, config_.signal_wait_ms, hooks);
   // on_exit, not atexit: the handler gets the exit status (a return from main included).
   on_exit(&Runtime::OnExitThunk, nullptr);
@@ -224,6 +222,14 @@ bool Runtime::Start() {
 void Runtime::AtForkChild() {
   // A forked child (a data-loader worker) has no watchdog thread: it becomes a pass-through.
   g_state.store(kDisabled, std::memory_order_release);
+}
+
+void Runtime::OnSignalEnding(void* arg) {
+  // A process that a signal ends must not look alive to the metrics collector, and its black
+  // box has nothing to add once the dump of that end is written. Unlinks only: async-signal-safe.
+  auto* rt = static_cast<Runtime*>(arg);
+  if (rt->metrics_) rt->metrics_->Remove();
+  if (rt->box_) rt->box_->RemoveIfFinalDumped();
 }
 
 void Runtime::OnExitThunk(int status, void*) {
@@ -394,8 +400,13 @@ void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const st
                               {Symbolized(cs.ips), std::move(cs.python)}, cs.note});
     } else if (config_.stacks) {
       std::string note;
+      // The stacks a report shows: the main thread's and those of the threads that call NCCL
+      // (the one that issued the culprit's last call among them). Others keep their Python
+      // stacks, which need no signal; their sleeps and polls are not cut short.
+      std::vector<int> sampled = threads_.Threads();
+      sampled.push_back(identity_.pid);
       for (auto& t : stacks::CaptureAllThreads(timing::Ms(timing::kThreadStackWait), config_.python,
-                                               static_cast<int>(config_.gil_timeout_ms), &note))
+                                               static_cast<int>(config_.gil_timeout_ms), &note, &sampled))
         in.threads.push_back({t.tid, t.name, {SymbolizedThread(t, t.tid != CurrentTid()), std::move(t.python)},
                               t.note, t.own});
     }
@@ -405,6 +416,11 @@ void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const st
   std::string path = dumps_->Write(
       DumpFileStem(in), [&](const trace::TextSink& sink) { return StreamDump(in, sink); },
       /*counted=*/!extra.exit_record);
+  if (!path.empty() && !temporaries_swept_) {  // what earlier processes of this host left mid-dump
+    temporaries_swept_ = true;
+    if (int n = RemoveStaleTemporaries(path.substr(0, path.rfind('/')), identity_.host))
+      LogInfo("removed %d partial dump file(s) that dead processes of this host left", n);
+  }
   if (box_ && !path.empty()) {
     box_->CountDump();
     const std::string dir = path.substr(0, path.rfind('/'));

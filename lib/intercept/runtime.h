@@ -104,6 +104,7 @@ class Runtime {
   // The host's caretaker converts the black boxes of processes gone without a word.
   void CareForHost();
   static void OnExitThunk(int status, void*);
+  static void OnSignalEnding(void* runtime);
   static void AtForkChild();
   void AskPeersToDump(trace::DumpReason reason);
 
@@ -124,6 +125,7 @@ class Runtime {
   size_t box_sites_next_ = 0;  // call sites resolved into the black box so far (watchdog thread)
   int box_site_retries_ = 0;
   bool box_full_logged_ = false;
+  bool temporaries_swept_ = false;  // under dump_mu_
   int caretaker_fd_ = -1;      // flock held: this process is the host's caretaker (watchdog thread)
   bool caretaker_tried_ = false;
   enum : int { kNoQuickExit = 0, kQuickExitAsked = 1, kQuickExitDone = 2 };

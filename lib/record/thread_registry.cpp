@@ -38,6 +38,13 @@ std::vector<ThreadRegistry::InCall> ThreadRegistry::InsideNccl() const {
 
 namespace ncclwatch {
 
+std::vector<int> ThreadRegistry::Threads() const {
+  std::vector<int> out;
+  for (size_t i = 0; i < kCapacity; ++i)
+    if (int32_t tid = slots_[i].tid.load(std::memory_order_acquire)) out.push_back(tid);
+  return out;
+}
+
 void ThreadRegistry::NameCalls() {
   for (size_t i = 0; i < kCapacity; ++i) {
     ThreadSlot& s = slots_[i];

@@ -45,6 +45,8 @@ class ThreadRegistry {
     bool creating;
   };
   std::vector<InCall> InsideNccl() const;
+  // Every thread that has called NCCL (and holds a slot).
+  std::vector<int> Threads() const;
   // Writes the name of each slot's current call beside it (watchdog thread, every poll).
   void NameCalls();
   // A slot's call as another process reads it: its name, or "" when not inside NCCL; "an NCCL

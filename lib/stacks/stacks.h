@@ -172,8 +172,14 @@ int ThreadStackSignal();
 // main thread's entry and in *note. Calls are serialized: a call that cannot start within
 // per_thread_timeout_ms returns no threads (*note says why). Never blocks longer than the
 // timeouts (worst case: one per_thread_timeout_ms per batch, plus gil_timeout_ms).
+// `sampled`, when given, lists the threads whose native stacks are wanted (the others are not
+// signalled: a signal cuts their sleep, poll or epoll_wait short with EINTR); they are listed
+// with their Python stacks only and a note.
 std::vector<ThreadStack> CaptureAllThreads(int per_thread_timeout_ms, bool python, int gil_timeout_ms,
-                                           std::string* note = nullptr);
+                                           std::string* note = nullptr, const std::vector<int>* sampled = nullptr);
+// The note of a thread CaptureAllThreads did not sample.
+constexpr const char* kNotSampledNote =
+    "native stack not sampled: only the main thread and the threads that call NCCL are signalled";
 
 }  // namespace stacks
 }  // namespace ncclwatch

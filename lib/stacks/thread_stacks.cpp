@@ -344,7 +344,8 @@ bool InstallThreadStackSignal(int signo) {
 int ThreadStackSignal() { return g_signo.load(std::memory_order_relaxed); }
 
 __attribute__((noinline)) std::vector<ThreadStack> CaptureAllThreads(int per_thread_timeout_ms, bool python,
-                                                                     int gil_timeout_ms, std::string* note) {
+                                                                     int gil_timeout_ms, std::string* note,
+                                                                     const std::vector<int>* sampled) {
   const uintptr_t caller = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
   if (note != nullptr) note->clear();
   // Taken with a bounded wait, so that a capture stuck elsewhere cannot block this one beyond
@@ -372,6 +373,8 @@ __attribute__((noinline)) std::vector<ThreadStack> CaptureAllThreads(int per_thr
       CaptureSelf(&thread, caller);
     } else if (!signal_problem.empty()) {
       thread.note = signal_problem;
+    } else if (sampled && std::find(sampled->begin(), sampled->end(), thread.tid) == sampled->end()) {
+      thread.note = kNotSampledNote;
     } else {
       switch (CheckThread(thread.tid, signo, &thread.note)) {
         case Eligibility::kSignal: to_signal.push_back(&thread); break;

@@ -457,7 +457,8 @@ def signals_chained_as_without_ncclwatch():
     # same program without the library (the kernel's rules: SA_RESETHAND runs a handler once, a
     # fault is never ignored, an ignored signal stays ignored in the process and its children).
     want_end = {"resethand_segv": "killed by SIGSEGV", "ignored_segv": "killed by SIGSEGV",
-                "resethand_term": "killed by SIGTERM", "ignored_term": None}  # None: exit 0, no line
+                "resethand_term": "killed by SIGTERM", "ignored_term": None,  # None: exit 0, no line
+                "term_then_segv": "killed by SIGTERM", "forked_child_usr2": None}
     for scenario, end in want_end.items():
         without, ending_without = signal_app(scenario, preload=False)
         got, ending = signal_app(scenario, preload=True)
@@ -476,11 +477,28 @@ def signals_chained_as_without_ncclwatch():
         elif scenario == "resethand_segv":
             check(reasons[:1] == ["fatal_signal"], f"{scenario}: the crash is dumped: {reasons}")
             check(got.out.count("segv handler ran") == 1, got.out)
+        elif scenario == "term_then_segv":  # the first leads: its dump, its status
+            check(reasons[:1] == ["signal"], f"{scenario}: the SIGTERM is dumped: {reasons}")
+        elif scenario == "forked_child_usr2":  # the child (not ncclwatch's) dies of it at once
+            check("child killed by signal 12" in got.out, f"{scenario}: {got.out!r}")
         elif scenario == "ignored_term":  # no handler, no dump: only the exit record
             check(reasons == ["exit"], f"{scenario}: an ignored signal writes nothing: {reasons}")
             ignored = [l.split()[-1] for l in got.out.splitlines() if "SigIgn" in l]
             check(len(ignored) == 2 and all(int(m, 16) & 0x4002 == 0x4002 for m in ignored),
                   f"{scenario}: SIGINT and SIGTERM still ignored in the process and its child: {got.out!r}")
+
+
+@case
+def dump_leaves_other_threads_sleeping():
+    # An on-demand dump signals only the threads whose native stacks a report shows (the main
+    # thread, the threads that call NCCL): a thread that never calls NCCL sleeps in full.
+    j, ending = signal_app("sleeper", preload=True)
+    check("sleeper slept in full" in j.out, f"the sleeper's sleep was not cut short: {j.out!r}")
+    d = j.first(0, "on_demand")
+    notes = [t["note"] for t in d["threads"] if not t["own"] and t["tid"] != d["summary"]["pid"]]
+    check(any("not sampled" in n for n in notes), f"the sleeper is listed, not sampled: {notes}")
+    main = [t for t in d["threads"] if t["tid"] == d["summary"]["pid"]]
+    check(main and main[0]["frames"], f"the main thread's stack is sampled: {main}")
 
 
 @case
@@ -1201,6 +1219,21 @@ def metrics_textfile():
         done = [v for n, l, v in samples if n == "ncclwatch_collectives_completed_total"]
         check(done and max(done) >= 300, f"{path}: completions counted: {done}")
     check(glob.glob(os.path.join(metrics, "*")) == [], f"files removed at exit: {os.listdir(metrics)}")
+
+@case
+def metrics_removed_when_a_signal_ends_the_job():
+    # The launcher's SIGTERM ends the ranks (after their dumps): their metrics files go with them,
+    # or the collector would show dead processes as alive.
+    metrics = temp_dir("ncclwatch-e2e-metrics-")
+
+    def wait_files(p):
+        wait_for(lambda: len(glob.glob(os.path.join(metrics, "*.prom"))) == 2, "two metrics files")
+    j = job(2, ["--iters", "20", "--busy-rank", "0", "--busy-at", "5", "--busy-ms", "-1"],
+            env={"NCCLWATCH_METRICS": metrics, "NCCLWATCH_TIMEOUT": "600"}, timeout=8, after_start=wait_files)
+    for r in range(2):
+        check(f"rank {r} killed by SIGTERM" in j.err and "signal" in j.reasons(r), f"rank {r} dumped, then SIGTERM ended it")
+    check(os.listdir(metrics) == [], f"no metrics file left: {os.listdir(metrics)}")
+
 
 @case
 def one_line_per_rank_per_event():

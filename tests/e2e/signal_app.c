@@ -9,8 +9,15 @@
  *   signal_app ignored_term     SIGTERM and SIGINT ignored and raised: the process goes on, and
  *                               they are still ignored in it and in a program it execs
  *   signal_app segv_first_byte  no handler of its own; a fault on the first instruction of a
- *                               static function (corrupt_batch): the crash dump names it */
+ *                               static function (corrupt_batch): the crash dump names it
+ *   signal_app term_then_segv   SIGTERM, then SIGSEGV 1 ms later (both sent): SIGTERM ends it
+ *   signal_app forked_child_usr2  a forked child raises SIGUSR2: it dies of it (the parent says)
+ *   signal_app sleeper          a thread that never calls NCCL sleeps 3 s while the process
+ *                               dumps on demand (SIGUSR2): says whether its sleep was cut short */
+#include <pthread.h>
 #include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -32,6 +39,27 @@ static int* volatile g_batch = NULL;
 /* Its first instruction stores through `batch`: with NULL, the fault is on the function's first
  * byte, where a return-address lookup (address - 1) would name the function before it. */
 static __attribute__((noinline)) void corrupt_batch(int* batch) { *batch = 1; }
+
+static void* term_then_segv(void* arg) {
+  (void)arg;
+  kill(getpid(), SIGTERM);
+  usleep(1000);
+  kill(getpid(), SIGSEGV);
+  return NULL;
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static void* sleeper(void* arg) {
+  double start = now_s();
+  sleep(3);
+  *(double*)arg = now_s() - start;
+  return NULL;
+}
 
 static void on_term(int sig) {
   (void)sig;
@@ -66,8 +94,9 @@ int main(int argc, char** argv) {
   } else if (strcmp(scenario, "ignored_term") == 0) {
     signal(SIGTERM, SIG_IGN);
     signal(SIGINT, SIG_IGN);
-  } else if (strcmp(scenario, "segv_first_byte") == 0) {
-    /* nothing of its own: ncclwatch's crash dump, then the default action */
+  } else if (strcmp(scenario, "segv_first_byte") == 0 || strcmp(scenario, "term_then_segv") == 0 ||
+             strcmp(scenario, "forked_child_usr2") == 0 || strcmp(scenario, "sleeper") == 0) {
+    /* nothing of its own: ncclwatch's dumps, then the default action */
   } else {
     fprintf(stderr, "usage: signal_app resethand_segv|ignored_segv|resethand_term|ignored_term|segv_first_byte\n");
     return SIMUTIL_EXIT_USAGE;
@@ -78,6 +107,41 @@ int main(int argc, char** argv) {
   NCCLCHECK(ncclCommInitRank(&comm, 1, id, 0)); /* ncclwatch starts here */
   say("started\n");
 
+  if (strcmp(scenario, "term_then_segv") == 0) {
+    pthread_t t;
+    pthread_create(&t, NULL, term_then_segv, NULL);
+    sleep(20);
+    say("survived SIGTERM and SIGSEGV\n");
+    return 1;
+  }
+  if (strcmp(scenario, "forked_child_usr2") == 0) {
+    int status = 0;
+    pid_t child = fork();
+    if (child == 0) {
+      raise(SIGUSR2);
+      sleep(5);
+      _exit(3);
+    }
+    while (waitpid(child, &status, 0) < 0) {
+    }
+    if (WIFSIGNALED(status)) printf("child killed by signal %d\n", WTERMSIG(status));
+    else printf("child exited %d\n", WEXITSTATUS(status));
+    fflush(stdout);
+    NCCLCHECK(ncclCommDestroy(comm));
+    return 0;
+  }
+  if (strcmp(scenario, "sleeper") == 0) {
+    double slept = 0;
+    pthread_t t;
+    pthread_create(&t, NULL, sleeper, &slept);
+    usleep(200 * 1000);  /* the sleeper is in its sleep */
+    raise(SIGUSR2);      /* an on-demand dump, while it sleeps */
+    pthread_join(t, NULL);
+    printf(slept >= 2.9 ? "sleeper slept in full\n" : "sleeper woke after %.1f s\n", slept);
+    fflush(stdout);
+    NCCLCHECK(ncclCommDestroy(comm));
+    return 0;
+  }
   if (strcmp(scenario, "segv_first_byte") == 0) {
     corrupt_batch(g_batch);
     say("survived the fault\n");

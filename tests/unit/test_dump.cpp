@@ -3,12 +3,14 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -19,6 +21,7 @@
 #include "dump/dump_files.h"
 #include "dump/dump_writer.h"
 #include "format/dump_reader.h"
+#include "format/file_name.h"
 #include "format/ring_columns.h"
 #include "temp_dir.h"
 
@@ -440,4 +443,33 @@ TEST_CASE("a regular file as the dump directory is reported as not a directory")
   CHECK(p.rfind(fallback + "/", 0) == 0);
   CHECK(err.find("Not a directory") != std::string::npos);
   CHECK(err.find("Permission denied") == std::string::npos);
+}
+
+TEST_CASE("partial dump files of dead processes of this host are removed, nothing else") {
+  TempDir dir;
+  pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  REQUIRE(waitpid(dead, nullptr, 0) == dead);
+  auto tmp = [&](const std::string& host, pid_t pid, int age_s, int seq = 0) {
+    const std::string base = trace::DumpFileName(1, host, pid, seq, "stall");
+    const std::string path = dir.Write(".tmp-" + base + "-" + std::to_string(pid), std::string(100, 'x'));
+    struct timespec times[2];
+    times[0].tv_sec = times[1].tv_sec = time(nullptr) - age_s;
+    times[0].tv_nsec = times[1].tv_nsec = 0;
+    REQUIRE(utimensat(AT_FDCWD, path.c_str(), times, 0) == 0);
+    return path.substr(path.rfind('/') + 1);
+  };
+  const std::string stale = tmp("node-a", dead, 60);
+  const std::string live = tmp("node-a", getpid(), 60);      // its writer lives
+  const std::string other = tmp("node-b", dead, 60);         // another host's pid says nothing here
+  const std::string fresh = tmp("node-a", dead, 0, 1);       // too new to be sure
+  const std::string dump = dir.Write(trace::DumpFileName(1, "node-a", dead, 0, "stall"), "{}");
+  CHECK(RemoveStaleTemporaries(dir.path(), "node-a") == 1);
+  std::set<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) left.insert(e.path().filename().string());
+  CHECK(left.count(stale) == 0);
+  CHECK(left.count(live) == 1);
+  CHECK(left.count(other) == 1);
+  CHECK(left.count(fresh) == 1);
+  CHECK(left.size() == 4);
 }

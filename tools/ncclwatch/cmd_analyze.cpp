@@ -77,6 +77,7 @@ int Run(int argc, char** argv) {
   auto start = std::chrono::steady_clock::now();
   // Ranks killed without a word whose job left nobody on this host to read their black boxes.
   ConvertLeftBlackBoxes();
+  RemoveLeftTemporaries(dir);
   LoadOptions load;
   load.attempt = attempt;
   bool progress = ::isatty(STDERR_FILENO);

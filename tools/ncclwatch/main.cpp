@@ -5,7 +5,10 @@
 #include <cstring>
 #include <string>
 
+#include <unistd.h>
+
 #include "blackbox/postmortem.h"
+#include "dump/dump_files.h"
 #include "ncclwatch/trace_format.h"
 #include "ncclwatch/version.h"
 #include "subcommand.h"
@@ -61,6 +64,16 @@ bool WantsHelp(int argc, char** argv) {
 int UsageError(const char* sub, const char* message) {
   std::fprintf(stderr, "ncclwatch %s: %s\n(see `ncclwatch %s --help`)\n", sub, message, sub);
   return kExitBadInput;
+}
+
+void RemoveLeftTemporaries(const std::string& dir) {
+  const char* host = std::getenv("NCCLWATCH_HOST");
+  char name[256] = {0};
+  if (!(host && *host) && gethostname(name, sizeof name - 1) == 0) host = name;
+  if (!host || !*host) return;
+  if (int n = RemoveStaleTemporaries(dir, host))
+    std::fprintf(stderr, "ncclwatch: removed %d partial dump file(s) in %s that dead processes of this host left\n", n,
+                 dir.c_str());
 }
 
 void ConvertLeftBlackBoxes() {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdio>
+#include <string>
 
 namespace ncclwatch {
 namespace cli {
@@ -31,6 +32,9 @@ int ParseAttemptOption(const char* sub, int argc, char** argv, int* i, int* atte
 // removes what dead processes left there. One line on stderr per conversion. The directories
 // are NCCLWATCH_BLACKBOX_DIR and NCCLWATCH_RELAY_DIR, as the library reads them.
 void ConvertLeftBlackBoxes();
+// Removes the temporary files that dead processes of this host left in `dir` mid-dump (one line
+// when there were any).
+void RemoveLeftTemporaries(const std::string& dir);
 
 }  // namespace cli
 }  // namespace ncclwatch
