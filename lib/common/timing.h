@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 
 namespace ncclwatch {
@@ -18,6 +19,11 @@ using Duration = std::chrono::milliseconds;
 constexpr Duration kRequestFresh = 30s;
 // Frameworks abort every communicator in a row before killing the process: aborts this close
 // together share one dump.
+// Ended communicators (destroyed, finalized, aborted) past the newest kEndedCommsKept are
+// forgotten this long after they ended, checked this often: elastic jobs create thousands.
+constexpr Duration kEndedCommForget = 60s;
+constexpr Duration kEndedCommCheck = 10s;
+constexpr size_t kEndedCommsKept = 64;
 constexpr Duration kAbortBurst = 30s;
 // A dump waits this long for another one in progress (a signal dump behind a stall dump); past
 // it, the later dump is dropped rather than wait forever.

@@ -591,6 +591,7 @@ void Runtime::OnTick() {
   }
   uint64_t now = MonoNs();
   TendBlackBox(now);
+  ForgetEndedComms(now);
   if (metrics_) WriteMetrics(now);
   CheckInits(now);
   if (now - last_peer_poll_ns_ < config_.peer_poll_ms * 1000000ull) return;
@@ -649,6 +650,17 @@ void Runtime::TendBlackBox(uint64_t now) {
       box_sites_next_ = count;
     }
   }
+}
+
+void Runtime::ForgetEndedComms(uint64_t now) {
+  if (now < next_forget_check_ns_) return;
+  next_forget_check_ns_ = now + timing::Ns(timing::kEndedCommCheck);
+  if (comms_.EndedCount() <= timing::kEndedCommsKept) return;
+  std::vector<const CommInfo*> in_use;
+  if (!watchdog_->CommsInUse(timing::Ms(timing::kInflightLockWait), &in_use)) return;
+  const uint64_t forget = timing::Ns(timing::kEndedCommForget);
+  if (size_t n = comms_.ForgetEnded(timing::kEndedCommsKept, now > forget ? now - forget : 0, in_use))
+    LogDebug("forgot %zu ended communicators (the newest %zu are kept)", n, timing::kEndedCommsKept);
 }
 
 void Runtime::CareForHost() {

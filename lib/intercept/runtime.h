@@ -103,6 +103,9 @@ class Runtime {
   void WriteBoxIdentity();
   // The host's caretaker converts the black boxes of processes gone without a word.
   void CareForHost();
+  // Ended communicators past a bound are forgotten (watchdog thread).
+  void ForgetEndedComms(uint64_t now);
+  uint64_t next_forget_check_ns_ = 0;
   static void OnExitThunk(int status, void*);
   static void OnSignalEnding(void* runtime);
   static void AtForkChild();

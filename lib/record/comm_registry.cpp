@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <unordered_set>
 
 namespace ncclwatch {
 
@@ -62,10 +63,17 @@ std::unique_ptr<CommInfo> CommInfoOf(const CommRecord& r) {
 CommInfo* CommRegistry::Register(std::unique_ptr<CommInfo> info) {
   std::lock_guard<std::mutex> lock(mu_);
   if (info->size > 0 && info->size <= kMaxPeerTracking) info->peers.reset(new PeerCounters[info->size]);
-  if (records_ && records_used_ < records_capacity_) {
-    CommRecord* r = &records_[records_used_++];
+  int record = -1;
+  if (!free_records_.empty()) {
+    record = free_records_.back();
+    free_records_.pop_back();
+  } else if (records_ && records_used_ < records_capacity_) {
+    record = static_cast<int>(records_used_++);
+  }
+  if (record >= 0) {
+    CommRecord* r = &records_[record];
     FillRecord(*info, r);
-    info->MoveLiveTo(&r->live);
+    info->MoveLiveTo(&r->live, record);
   }
   CommInfo* raw = info.get();
   all_.push_back(std::move(info));
@@ -107,6 +115,49 @@ std::vector<CommInfo*> CommRegistry::All() const {
   out.reserve(all_.size());
   for (auto& c : all_) out.push_back(c.get());
   return out;
+}
+
+size_t CommRegistry::EndedCount() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (auto& c : all_) n += c->Ended() ? 1 : 0;
+  return n;
+}
+
+size_t CommRegistry::ForgetEnded(size_t keep, uint64_t ended_before_ns, const std::vector<const CommInfo*>& in_use) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<CommInfo*> ended;
+  for (auto& c : all_)
+    if (c->Ended()) ended.push_back(c.get());
+  if (ended.size() <= keep) return 0;
+  std::sort(ended.begin(), ended.end(), [](const CommInfo* a, const CommInfo* b) {
+    return a->live().ended_ns.load() < b->live().ended_ns.load();
+  });
+  ended.resize(ended.size() - keep);  // the oldest; the newest `keep` stay
+  std::unordered_set<const CommInfo*> gone;
+  for (CommInfo* c : ended) {
+    const uint64_t at = c->live().ended_ns.load();
+    if (at == 0 || at >= ended_before_ns || std::find(in_use.begin(), in_use.end(), c) != in_use.end()) continue;
+    // Lookup no longer finds it (the handle stays in its probe chain: NCCL may hand it out
+    // again, and Register then points it at the new communicator).
+    for (size_t i = 0, s = Hash(c->handle); i < kCapacity; ++i) {
+      Slot& slot = slots_[(s + i) % kCapacity];
+      const void* h = slot.handle.load(std::memory_order_relaxed);
+      if (h == nullptr) break;
+      if (h == c->handle && slot.info.load(std::memory_order_relaxed) == c) slot.info.store(nullptr, std::memory_order_release);
+    }
+    if (c->record_index >= 0) {
+      records_[c->record_index].published.store(0, std::memory_order_release);
+      free_records_.push_back(c->record_index);
+    }
+    gone.insert(c);
+  }
+  all_.erase(std::remove_if(all_.begin(), all_.end(),
+                            [&](const std::unique_ptr<CommInfo>& c) {
+                              return gone.count(c.get()) != 0;
+                            }),
+             all_.end());
+  return gone.size();
 }
 
 size_t CommRegistry::count() const {

@@ -65,7 +65,12 @@ struct CommInfo {
   std::atomic<uint32_t> children{0};  // splits + shrinks issued on this comm (for child ids)
   CommLive& live() const { return *live_; }
   // Moves the mutable state into a black box's record (at registration, before any use).
-  void MoveLiveTo(CommLive* record) { live_ = record; }
+  void MoveLiveTo(CommLive* record, int index) {
+    live_ = record;
+    record_index = index;
+  }
+  int record_index = -1;  // its black box record, -1 none
+  bool Ended() const { return live().state.load() != CommState::Active; }
 
   PeerCounters* Peer(int peer) const {
     return peers && peer >= 0 && peer < size ? &peers[peer] : nullptr;
@@ -97,8 +102,15 @@ class CommRegistry {
   CommInfo* Register(std::unique_ptr<CommInfo> info);
   // Hot path: lock-free.
   CommInfo* Lookup(const void* handle) const;
-  // Every communicator ever registered, in creation order (dump time).
+  // Every communicator still known, in creation order (dump time).
   std::vector<CommInfo*> All() const;
+  // Forgets ended (destroyed, finalized, aborted) communicators past the newest `keep` of them
+  // that ended before `ended_before_ns` and are not in `in_use` (the watchdog still follows an
+  // operation of theirs): elastic jobs create and destroy thousands, and dumps and memory must
+  // not grow with them. What a verdict needs of an ended communicator is its last state, which
+  // the newest ones keep. Their black box records are reused. Returns how many were forgotten.
+  size_t ForgetEnded(size_t keep, uint64_t ended_before_ns, const std::vector<const CommInfo*>& in_use);
+  size_t EndedCount() const;
   size_t count() const;
 
  private:
@@ -113,6 +125,7 @@ class CommRegistry {
   std::vector<std::unique_ptr<CommInfo>> all_;  // owned forever: dumps show destroyed comms too
   CommRecord* records_ = nullptr;
   size_t records_capacity_ = 0, records_used_ = 0;
+  std::vector<int> free_records_;  // records of forgotten communicators
 };
 
 // The CommInfo a record describes (a black box read after its process is gone).

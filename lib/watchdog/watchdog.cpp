@@ -345,6 +345,15 @@ std::vector<InflightView> Watchdog::Inflight(int lock_timeout_ms, uint64_t now_n
   return out;
 }
 
+bool Watchdog::CommsInUse(int lock_timeout_ms, std::vector<const CommInfo*>* out) {
+  if (!LockWithin(mu_, lock_timeout_ms)) return false;
+  std::lock_guard<std::mutex> lock(mu_, std::adopt_lock);
+  Drain();
+  for (auto& kv : streams_)
+    for (auto& t : kv.second.items) out->push_back(t.comm);
+  return true;
+}
+
 std::vector<Recovery> Watchdog::Recoveries() {
   if (!LockWithin(mu_, timing::Ms(timing::kRecoveriesLockWait))) return {};
   std::lock_guard<std::mutex> lock(mu_, std::adopt_lock);

@@ -136,6 +136,9 @@ class Watchdog {
   // `now_ns` 0: the current time (tests pass their own clock).
   std::vector<InflightView> Inflight(int lock_timeout_ms, uint64_t now_ns = 0);
   std::vector<Recovery> Recoveries();
+  // The communicators of the operations it follows (queued ones included); false when its
+  // state could not be had within `lock_timeout_ms`.
+  bool CommsInUse(int lock_timeout_ms, std::vector<const CommInfo*>* out);
   bool OnWatchdogThread() const { return std::this_thread::get_id() == thread_id_.load(); }
   bool running() const { return running_.load(std::memory_order_acquire); }
 

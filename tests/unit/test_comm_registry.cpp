@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -72,4 +74,43 @@ TEST_CASE("registry: concurrent lookups while communicators are added") {
   reader.join();
   CHECK(wrong.load() == 0);
   for (size_t i = 0; i < handles.size(); ++i) CHECK(reg.Lookup(&handles[i])->id == i);
+}
+
+TEST_CASE("ended communicators past a bound are forgotten: dumps and memory do not grow with them") {
+  CommRegistry reg;
+  std::vector<CommRecord> records(16);
+  reg.UseStorage(records.data(), records.size());
+  std::vector<CommInfo*> made;
+  auto make = [&](uintptr_t handle) {
+    auto c = std::make_unique<CommInfo>();
+    c->handle = reinterpret_cast<const void*>(handle);
+    c->id = handle;
+    c->size = 8;
+    return reg.Register(std::move(c));
+  };
+  for (uintptr_t h = 1; h <= 5000; ++h) {
+    CommInfo* c = make(h * 64);
+    c->live().state.store(CommState::Destroyed);
+    c->live().ended_ns.store(h);  // ended in creation order
+    made.push_back(c);
+  }
+  CommInfo* live = make(999999 * 64);
+  CommInfo* followed = made[10];  // the watchdog still follows an operation of this one
+  CHECK(reg.EndedCount() == 5000);
+  // Ended after the cut: kept, whatever the bound.
+  CHECK(reg.ForgetEnded(64, 3, {}) == 2);
+  CHECK(reg.ForgetEnded(64, 1000000, {followed}) == 5000 - 2 - 64 - 1);
+  std::vector<CommInfo*> all = reg.All();
+  CHECK(all.size() == 64 + 1 + 1);
+  CHECK(std::find(all.begin(), all.end(), live) != all.end());
+  CHECK(std::find(all.begin(), all.end(), followed) != all.end());
+  CHECK(all.back() == live);
+  CHECK(reg.Lookup(reinterpret_cast<const void*>(5000 * 64)) == made.back());  // the newest are kept
+  CHECK(reg.Lookup(reinterpret_cast<const void*>(500 * 64)) == nullptr);       // a forgotten one is not found
+  // Its handle handed out again by NCCL: found again, as the new communicator.
+  CommInfo* again = make(500 * 64);
+  CHECK(reg.Lookup(reinterpret_cast<const void*>(500 * 64)) == again);
+  // The black box's records of forgotten communicators serve new ones.
+  CHECK(again->record_index >= 0);
+  CHECK(records[static_cast<size_t>(again->record_index)].id == 500 * 64);
 }
