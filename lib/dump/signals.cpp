@@ -185,6 +185,13 @@ void Handler(int sig, siginfo_t* info, void* uctx) {
     return;
   }
   bool on_watchdog = static_cast<int>(syscall(SYS_gettid)) == g_watchdog_tid.load();
+  // The watchdog leaves the fatal signals unblocked for its own faults, so a SIGSEGV or SIGABRT
+  // sent to the process (kill) can land on it, where nobody could write the dump: an application
+  // thread takes it instead (the main thread, as the kernel could have chosen).
+  if (owner && on_watchdog && !SynchronousFault(sig, info) && syscall(SYS_tgkill, g_owner_pid, g_owner_pid, sig) == 0) {
+    errno = saved_errno;
+    return;
+  }
   int leader = 0;
   bool leading = owner && !on_watchdog && g_leader.compare_exchange_strong(leader, sig);
   if (owner && !on_watchdog && !leading) {

@@ -10,7 +10,7 @@
  *                               they are still ignored in it and in a program it execs
  *   signal_app segv_first_byte  no handler of its own; a fault on the first instruction of a
  *                               static function (corrupt_batch): the crash dump names it
- *   signal_app term_then_segv   SIGTERM, then SIGSEGV 1 ms later (both sent): SIGTERM ends it
+ *   signal_app term_then_segv   SIGTERM, then SIGSEGV sent while its handler runs: SIGTERM ends it
  *   signal_app forked_child_usr2  a forked child raises SIGUSR2: it dies of it (the parent says)
  *   signal_app sleeper          a thread that never calls NCCL sleeps 3 s while the process
  *                               dumps on demand (SIGUSR2): says whether its sleep was cut short */
@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "simutil.h"
@@ -40,9 +41,22 @@ static int* volatile g_batch = NULL;
  * byte, where a return-address lookup (address - 1) would name the function before it. */
 static __attribute__((noinline)) void corrupt_batch(int* batch) { *batch = 1; }
 
-static void* term_then_segv(void* arg) {
-  (void)arg;
-  kill(getpid(), SIGTERM);
+/* Once the main thread is inside a SIGTERM handler (SIGTERM blocked in it: ncclwatch's, writing
+ * its dump), SIGSEGV is sent to the process. Without ncclwatch SIGTERM ended it long before. */
+static void* segv_during_term(void* arg) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/self/task/%d/status", *(int*)arg);
+  for (;;) {
+    FILE* f = fopen(path, "r");
+    unsigned long long blocked = 0;
+    while (f && fgets(line, sizeof line, f))
+      if (strncmp(line, "SigBlk:", 7) == 0) blocked = strtoull(line + 7, NULL, 16);
+    if (f) fclose(f);
+    /* SIGTERM blocked but not SIGSEGV: inside a SIGTERM handler (raise() blocks every signal
+     * for a moment around its own send, which must not count). */
+    if ((blocked & (1ull << (SIGTERM - 1))) && !(blocked & (1ull << (SIGSEGV - 1)))) break;
+    usleep(200);
+  }
   usleep(1000);
   kill(getpid(), SIGSEGV);
   return NULL;
@@ -109,7 +123,9 @@ int main(int argc, char** argv) {
 
   if (strcmp(scenario, "term_then_segv") == 0) {
     pthread_t t;
-    pthread_create(&t, NULL, term_then_segv, NULL);
+    int main_tid = getpid();
+    pthread_create(&t, NULL, segv_during_term, &main_tid);
+    raise(SIGTERM);
     sleep(20);
     say("survived SIGTERM and SIGSEGV\n");
     return 1;
