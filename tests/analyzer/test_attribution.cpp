@@ -328,6 +328,17 @@ TEST_CASE("the culprit's stack is the thread that issued its collectives, then m
   CHECK(threads[2]["idle"] == true);
 }
 
+namespace {
+// A rank blocked inside ncclCommInitRank for 30 s on communicator `id` (a setup hang's dump).
+Document InitHangDump(int rank, const std::string& id) {
+  trace::CommSummary c = Comm(id, 4, rank, 0, 0, 0);
+  c.state = trace::CommStateName(trace::CommState::Initializing);
+  Document d = Dump(rank, 4, {c}, {}, "stall");
+  d.summary.in_nccl.push_back({d.summary.pid, "ncclCommInitRank", 30});
+  return d;
+}
+}  // namespace
+
 TEST_CASE("ranks that created same-size communicators with different ids get one verdict saying so", "[attribution]") {
   // Ranks 2 and 3 read a stale unique-id file: two communicators of 4 ranks are being created,
   // each with half its members inside and waiting for the other half, which is inside the other.
@@ -337,14 +348,7 @@ TEST_CASE("ranks that created same-size communicators with different ids get one
     SECTION("first " + std::to_string(split) + " ranks on the fresh id") {
       TempDir dir;
       std::vector<Document> dumps;
-      for (int r = 0; r < 4; ++r) {
-        const std::string& id = r < split ? kWorld : kStale;
-        trace::CommSummary c = Comm(id, 4, r, 0, 0, 0);
-        c.state = trace::CommStateName(trace::CommState::Initializing);
-        Document d = Dump(r, 4, {c}, {}, "stall");
-        d.summary.in_nccl.push_back({d.summary.pid, "ncclCommInitRank", 30});
-        dumps.push_back(d);
-      }
+      for (int r = 0; r < 4; ++r) dumps.push_back(InitHangDump(r, r < split ? kWorld : kStale));
       auto report = Analyze(dir, dumps);
       INFO(analysis::ReportToJson(report).dump(1));
       REQUIRE(report.verdicts.size() == 1);
@@ -371,13 +375,7 @@ TEST_CASE("an init hang where the missing ranks are elsewhere stays an ordinary 
   // Rank 3 never started: the two creations of size 4 do not explain each other.
   TempDir dir;
   std::vector<Document> dumps;
-  for (int r = 0; r < 3; ++r) {
-    trace::CommSummary c = Comm(kWorld, 4, r, 0, 0, 0);
-    c.state = trace::CommStateName(trace::CommState::Initializing);
-    Document d = Dump(r, 4, {c}, {}, "stall");
-    d.summary.in_nccl.push_back({d.summary.pid, "ncclCommInitRank", 30});
-    dumps.push_back(d);
-  }
+  for (int r = 0; r < 3; ++r) dumps.push_back(InitHangDump(r, kWorld));
   auto report = Analyze(dir, dumps);
   REQUIRE(report.verdicts.size() == 1);
   CHECK(report.verdicts[0].cause == Cause::InitHang);
