@@ -31,7 +31,7 @@ int g_dump_signal = 0;
 uint64_t g_wait_ms = 0;
 SignalHooks g_hooks;
 std::atomic<int> g_watchdog_tid{0};
-std::atomic<int> g_pending{0};
+std::atomic<int> g_pending{0};  // the signal waiting for its dump; negated once the watchdog took it
 std::atomic<uint64_t> g_requested{0};
 std::atomic<uint64_t> g_done{0};
 std::atomic<uintptr_t> g_trampoline{0};
@@ -194,6 +194,24 @@ void Handler(int sig, siginfo_t* info, void* uctx) {
   }
   int leader = 0;
   bool leading = owner && !on_watchdog && g_leader.compare_exchange_strong(leader, sig);
+  // Two ending signals delivered at once run their handlers on two threads in either order; the
+  // kernel delivers the lower-numbered one first (SIGINT before SIGTERM) when both are pending,
+  // and ends the process with the first one sent when nothing handles them. So while the
+  // leader's dump has not started, a lower-numbered ending signal takes the lead over: the dump
+  // and the exit status are its own.
+  if (owner && !on_watchdog && !leading && leader > 0 && sig < leader && !IsFatal(sig) && !IsFatal(leader)) {
+    int expected = leader;
+    if (g_pending.compare_exchange_strong(expected, sig)) {
+      g_leader.store(sig);
+      g_dumped_once[sig].store(true);
+      if (!WaitForDump(g_requested.load())) GiveUpOnDump(sig);
+      const bool ends = EndsProcess(sig, info);
+      ChainToPrevious(sig, info, uctx);
+      if (!ends) g_leader.store(0);
+      errno = saved_errno;
+      return;
+    }
+  }
   if (owner && !on_watchdog && !leading) {
     // Another ending signal is being handled (Ctrl-C, then the launcher's SIGTERM; SIGTERM, then
     // a SIGSEGV sent or raised while its dump is written): it leads. Without ncclwatch it would
@@ -213,6 +231,13 @@ void Handler(int sig, siginfo_t* info, void* uctx) {
   if (owner && !on_watchdog && !g_dumped_once[sig].exchange(true)) {
     uint64_t ticket = RequestDump(sig);
     if (ticket && !WaitForDump(ticket)) GiveUpOnDump(sig);
+  }
+  const int now_leading = g_leader.load();
+  if (leading && now_leading != sig && now_leading > 0) {  // a lower-numbered signal took the lead over
+    if (EndsProcess(now_leading)) DefaultAction(now_leading);
+    else ChainToPrevious(sig, info, uctx);
+    errno = saved_errno;
+    return;
   }
   bool ends = EndsProcess(sig, info);
   ChainToPrevious(sig, info, uctx);  // the default action: delivered as this handler returns
@@ -278,7 +303,10 @@ bool InOurLibrary(uintptr_t ip) {
 
 int TakePendingSignal(trace::DumpReason* reason) {
   int sig = g_pending.load();
-  if (sig == 0) return 0;
+  // Taken for good: from here on the dump is this signal's (TakeOverLead can no longer swap it).
+  while (sig > 0 && !g_pending.compare_exchange_weak(sig, -sig)) {
+  }
+  if (sig <= 0) return 0;
   *reason = sig == g_dump_signal ? trace::DumpReason::OnDemand
                                  : (IsFatal(sig) ? trace::DumpReason::FatalSignal : trace::DumpReason::Signal);
   return sig;
