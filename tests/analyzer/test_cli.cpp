@@ -135,6 +135,29 @@ TEST_CASE("control characters in names and files are printed escaped, one line e
   CHECK(Has(r.err, "rank00009-bad\\x0aname-1-0-stall.json: invalid JSON"));
 }
 
+TEST_CASE("show prints every string from a dump escaped", "[cli]") {
+  TempDir dir;
+  const std::string c = "00000000000000cc";
+  const std::string evil = "\x1b]0;pwned\x07\x1b[2J";
+  Document d = Dump(1, 2, {Comm(c, 2, 1, 5, 5, 4)}, {Op(c, 5, "AllReduce", "gpu_reached", 700)}, "stall");
+  d.summary.host = "host" + evil;
+  d.summary.detail = "detail" + evil;
+  d.summary.comms[0].name = "comm" + evil;
+  d.summary.trigger = ncclwatch::trace::Trigger{"req" + evil, 0, "origin" + evil, "stall"};
+  ncclwatch::trace::Thread t;
+  t.tid = 42;
+  t.name = "thread" + evil;
+  t.note = "note" + evil;
+  d.detail.threads.push_back(t);
+  dir.Write(DumpFileName(d), Text(d));
+  auto r = RunCommand("show " + dir.path() + "/" + DumpFileName(d) + " --no-color");
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find('\x1b') == std::string::npos);
+  CHECK(r.out.find('\x07') == std::string::npos);
+  for (const char* what : {"host", "detail", "comm", "req", "origin", "thread", "note"})
+    CHECK(Has(r.out, std::string(what) + "\\x1b]0;pwned\\x07\\x1b[2J"));
+}
+
 TEST_CASE("analyze --json: a versioned report, frames as objects, culprit states for machines", "[cli]") {
   auto r = RunCommand("analyze " + Golden("rank_missing") + " --json");
   REQUIRE(r.status == 1);
