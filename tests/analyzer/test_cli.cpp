@@ -158,6 +158,31 @@ TEST_CASE("show prints every string from a dump escaped", "[cli]") {
     CHECK(Has(r.out, std::string(what) + "\\x1b]0;pwned\\x07\\x1b[2J"));
 }
 
+TEST_CASE("under a memory cap a dump too big for it gives one line naming it, never an abort", "[cli]") {
+  // 16 MB of small numbers (8 M values, about 200 MB as JSON values) in a dump's detail.
+  TempDir dir;
+  const std::string c = "00000000000000cc";  // a stalled rank: analyze reads its detail
+  Document d = Dump(0, 1, {Comm(c, 1, 0, 5, 5, 4)}, {Op(c, 5, "AllReduce", "gpu_reached", 700)}, "stall");
+  std::string text = Text(d);
+  std::string numbers = ",\"callsites\":[";
+  for (int a = 0; a < 40; ++a) {
+    numbers += a ? ",[1" : "[1";
+    for (int i = 1; i < 200000; ++i) numbers += ",1";
+    numbers += "]";
+  }
+  text.insert(text.rfind('}'), numbers + "]");
+  const std::string name = DumpFileName(d);
+  dir.Write(name, text);
+  for (const std::string& args : {"show " + dir.path() + "/" + name + " --json", "show " + dir.path() + "/" + name,
+                                 "analyze " + dir.path() + " --no-color"}) {
+    INFO(args);
+    auto r = RunCommand(args, 150 * 1024);
+    CHECK((r.status == 0 || r.status == 1 || r.status == 2));  // not killed by SIGABRT
+    CHECK(Has(r.err, name));
+    CHECK_FALSE(Has(r.err, "bad_alloc"));
+  }
+}
+
 TEST_CASE("analyze --json: a versioned report, frames as objects, culprit states for machines", "[cli]") {
   auto r = RunCommand("analyze " + Golden("rank_missing") + " --json");
   REQUIRE(r.status == 1);
