@@ -5,7 +5,10 @@
 #include <cstring>
 #include <strings.h>
 
+#include <algorithm>
 #include <sstream>
+
+#include "format/display.h"
 
 namespace ncclwatch {
 namespace {
@@ -45,12 +48,14 @@ bool ParseCount(const std::string& t, uint64_t* out, std::string* err) {
   return true;
 }
 
-// A number from 0 to `max`; else `what` as the error.
+// A decimal number from 0 to `max`; else `what` as the error. Decimal as counts are: strtod
+// alone would also take 0x10, inf and nan.
 bool ParseBoundedNumber(const std::string& t, double max, const char* what, double* out, std::string* err) {
   char* end = nullptr;
   errno = 0;
   double v = strtod(t.c_str(), &end);
-  if (t.empty() || errno != 0 || end == t.c_str() || *end != '\0' || !(v >= 0) || v > max) {
+  if (t.empty() || t.find_first_not_of("0123456789.eE+-") != std::string::npos || errno != 0 || end == t.c_str() ||
+      *end != '\0' || !(v >= 0) || v > max) {
     *err = what;
     return false;
   }
@@ -148,6 +153,11 @@ bool ParseSignal(const std::string& text, int* signo, std::string* error) {
 }
 
 std::string SignalNotTakenOver(int signo) {
+  // The kernel's first real-time signals below SIGRTMIN: the C library's threads use them
+  // (cancellation, set*id); a handler cannot be installed there.
+  if (signo >= 32 && signo < SIGRTMIN)
+    return std::to_string(signo) + " is reserved by the C library's threads and cannot be taken over (use SIGUSR1, "
+           "SIGUSR2 or RTMIN+n)";
   // Their meaning belongs to the launcher, the terminal, the kernel or the C library: taking
   // one over would stop a job from ending (SIGTERM) or hide a crash (SIGSEGV).
   static const int kKeepTheirMeaning[] = {SIGTERM, SIGINT,  SIGHUP,  SIGQUIT, SIGKILL, SIGSTOP,
@@ -221,13 +231,63 @@ bool ParseDeadlineSpec(const std::string& text, DeadlineSpec* out, std::string* 
   return true;
 }
 
-ConfigResult ParseConfig(EnvLookup getenv_fn) {
+namespace {
+
+// NCCLWATCH_ variables that belong to ncclwatch's other parts (the command, its simulator, its
+// tests and packaging), not to the library's settings: never called unknown.
+bool OwnedElsewhere(const std::string& name) {
+  for (const char* prefix : {"NCCLWATCH_SIM_", "NCCLWATCH_TEST_", "NCCLWATCH_WHEEL_"})
+    if (name.compare(0, strlen(prefix), prefix) == 0) return true;
+  return name == "NCCLWATCH_LIB";
+}
+
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// One line per NCCLWATCH_ variable that is no setting: a misspelt one is otherwise ignored
+// without a word and its default silently used.
+void ReportUnknownVariables(const char* const* envp, std::vector<std::string>* errors) {
+  std::vector<std::string> known = {"NCCLWATCH_TIMEOUT"};
+  for (const auto& kv : DescribeConfig(Config{})) known.push_back(kv.first);
+  for (const char* const* e = envp; e && *e; ++e) {
+    const char* eq = strchr(*e, '=');
+    std::string name(*e, eq ? static_cast<size_t>(eq - *e) : strlen(*e));
+    if (name.compare(0, 10, "NCCLWATCH_") != 0 || OwnedElsewhere(name) ||
+        std::find(known.begin(), known.end(), name) != known.end())
+      continue;
+    const std::string* best = nullptr;
+    size_t best_distance = 4;  // further than 3 edits is no misspelling
+    for (const auto& k : known) {
+      size_t d = EditDistance(name, k);
+      if (d < best_distance) best = &k, best_distance = d;
+    }
+    errors->push_back("unknown variable " + trace::PrintableCut(name) +
+                      (best ? ", did you mean " + *best + "?" : " (the settings: README, Configuration)"));
+  }
+}
+
+}  // namespace
+
+ConfigResult ParseConfig(EnvLookup getenv_fn, const char* const* envp) {
   ConfigResult r;
   Config& c = r.config;
+  // The value escaped and cut: a newline or escape in it, or its length, must not break the line.
   auto report = [&](const char* var, const std::string& value, const std::string& problem,
                     const std::string& dflt) {
-    r.errors.push_back(std::string(var) + "='" + value + "': " + problem + "; using the default (" +
-                       dflt + ")");
+    r.errors.push_back(std::string(var) + "='" + trace::PrintableCut(value) + "': " + problem +
+                       "; using the default (" + trace::PrintableCut(dflt) + ")");
   };
   auto describe_default = [&](const char* var) {
     for (auto& kv : DescribeConfig(Config{}))
@@ -290,6 +350,10 @@ ConfigResult ParseConfig(EnvLookup getenv_fn) {
            "is the signal ncclwatch samples stacks with (NCCLWATCH_STACK_SIGNAL)", SignalName(fallback));
     c.dump_signal = fallback;
   }
+  if (c.stacks && c.stack_signal == 0)
+    r.errors.push_back("NCCLWATCH_STACK_SIGNAL='none': no signal to sample threads with, so dumps have no "
+                       "thread's native stack (NCCLWATCH_STACKS=0 says so without this line)");
+  ReportUnknownVariables(envp, &r.errors);
   return r;
 }
 

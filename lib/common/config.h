@@ -84,7 +84,8 @@ struct ConfigResult {
   std::vector<std::string> errors;  // one line each, "NCCLWATCH_X='v': problem; using default D"
 };
 
-ConfigResult ParseConfig(EnvLookup getenv_fn);
+// With envp (the environment), NCCLWATCH_ variables that are no setting are named too.
+ConfigResult ParseConfig(EnvLookup getenv_fn, const char* const* envp = nullptr);
 
 // Pieces exposed for tests and for the tools.
 bool ParseDeadlineSpec(const std::string& text, DeadlineSpec* out, std::string* error);

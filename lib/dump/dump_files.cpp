@@ -14,8 +14,10 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "common/log.h"
+#include "format/display.h"
 #include "format/file_name.h"
 
 namespace ncclwatch {
@@ -24,26 +26,27 @@ bool MakeDirs(const std::string& path, std::string* why) {
   std::string cur;
   std::stringstream ss(path);
   std::string part;
+  std::vector<std::string> created;  // removed again when the whole path cannot be made
+  auto fail = [&](int err) {
+    *why = strerror(err);
+    for (auto it = created.rbegin(); it != created.rend(); ++it) rmdir(it->c_str());
+    return false;
+  };
   if (!path.empty() && path[0] == '/') cur = "/";
   while (std::getline(ss, part, '/')) {
     if (part.empty()) continue;
     cur += part + "/";
     // 0755 whatever the umask: a dump directory is never writable by others (the umask can
     // only take more away).
-    if (mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) {
-      *why = std::string(strerror(errno));
-      return false;
-    }
+    if (mkdir(cur.c_str(), 0755) == 0)
+      created.push_back(cur);
+    else if (errno != EEXIST)
+      return fail(errno);
   }
   struct stat st;
-  if (stat(path.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {  // mkdir said EEXIST about a file
-    *why = strerror(ENOTDIR);
-    return false;
-  }
-  if (access(path.c_str(), W_OK | X_OK) != 0) {
-    *why = std::string(strerror(errno));
-    return false;
-  }
+  if (stat(path.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))  // mkdir said EEXIST about a file
+    return fail(ENOTDIR);
+  if (access(path.c_str(), W_OK | X_OK) != 0) return fail(errno);
   return true;
 }
 
@@ -231,13 +234,15 @@ bool DumpDirectory::EnsureDirectory(std::string first_error, bool quiet) {
     if (c.empty()) continue;
     std::string why;
     if ((c != shared || SafeSharedDir(c, &why)) && MakeDirs(c, &why) && (c != shared || SafeSharedDir(c, &why))) {
-      if (!first_error.empty() && !quiet) LogWarn("%s; writing dumps to %s instead", first_error.c_str(), c.c_str());
+      if (!first_error.empty() && !quiet)
+        LogWarn("%s; writing dumps to %s instead", first_error.c_str(), trace::PrintableCut(c).c_str());
       dir_ = c;
       dir_index_ = i;
       dir_ready_ = true;
       return true;
     }
-    if (first_error.empty()) first_error = "cannot write dump directory '" + c + "': " + why;
+    // The path cut, never the reason: a very long path would push it out of the line.
+    if (first_error.empty()) first_error = "cannot write dump directory '" + trace::PrintableCut(c) + "': " + why;
   }
   if (!quiet) LogWarn("%s, and no fallback directory is writable; no dump written", first_error.c_str());
   next_candidate_ = 0;  // the next dump tries them all again: space may have been freed

@@ -34,5 +34,30 @@ inline std::string FormatBytes(uint64_t bytes) {
   return buf;
 }
 
+// Control characters (escape sequences in a host name, a symbol, a file name, a setting's value)
+// as \xNN: a message or report line stays one line and never drives the terminal.
+inline std::string Printable(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\x%02x", u);
+      out += b;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// Printable, cut to about `max` bytes: a long value must not push what a line says about it
+// out of the line.
+inline std::string PrintableCut(const std::string& s, size_t max = 160) {
+  if (s.size() <= max) return Printable(s);
+  return Printable(s.substr(0, max / 2)) + "...(" + std::to_string(s.size()) + " bytes)..." +
+         Printable(s.substr(s.size() - max / 2));
+}
+
 }  // namespace trace
 }  // namespace ncclwatch

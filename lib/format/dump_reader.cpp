@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstring>
 #include <iterator>
+#include <new>
 #include <limits>
 #include <vector>
 
@@ -37,6 +38,12 @@ constexpr uint64_t kMaxFullPassBytes = uint64_t{1} << 30;
 constexpr size_t kMaxStringBytes = size_t{1} << 20;
 constexpr size_t kMaxArrayElements = size_t{1} << 18;
 constexpr size_t kRingEntriesKept = 16384;
+// Bytes are not memory: 500 MB of small numbers are 4 GB of JSON values. What the values kept
+// cost is estimated as they are placed (and given back as the ring's window drops entries); a
+// dump ncclwatch writes (a 16,384-entry window, a thousand threads' stacks) costs tens of MB.
+constexpr const char* kOutOfMemory = "out of memory reading it";
+constexpr uint64_t kArraySlotBytes = 24;   // a value in a vector, with its growth slack
+constexpr uint64_t kMemberSlotBytes = 96;  // a map node: links, key string, value
 
 // ---------------------------------------------------------------------------------------------
 // Input: a file read in growing chunks, exposed as an input iterator for nlohmann's SAX parser.
@@ -116,7 +123,8 @@ class ChunkIterator {
 
 class TopLevelCollector {
  public:
-  TopLevelCollector(ReadDepth depth, DumpDocument* doc) : depth_mode_(depth), doc_(doc) {}
+  TopLevelCollector(ReadDepth depth, DumpDocument* doc, uint64_t memory_bound)
+      : depth_mode_(depth), doc_(doc), memory_bound_(memory_bound) {}
 
   bool null() { return Value(json(nullptr)); }
   bool boolean(bool v) { return Value(json(v)); }
@@ -193,7 +201,7 @@ class TopLevelCollector {
       return false;
     }
     if (skipping_) return level_ > 1 || FinishTopValue();
-    if (!Room()) return false;
+    if (!Room() || !Charge(v)) return false;
     Place(std::move(v));
     return level_ > 1 || FinishTopValue();
   }
@@ -204,9 +212,7 @@ class TopLevelCollector {
     if (stack_.empty() || !stack_.back()->is_array()) return true;
     json& a = *stack_.back();
     if (&a == ring_entries_ || &a == ring_rows_) {
-      if (a.size() >= 2 * kRingEntriesKept) {
-        a.erase(a.begin(), a.begin() + static_cast<long>(a.size() - kRingEntriesKept));
-      }
+      if (a.size() >= 2 * kRingEntriesKept) DropOldest(a);
       return true;
     }
     if (a.size() >= kMaxArrayElements) return Refuse("an array of more than " + std::to_string(kMaxArrayElements) + " elements");
@@ -221,7 +227,7 @@ class TopLevelCollector {
     }
     ++level_;
     if (skipping_) return true;
-    if (!Room()) return false;
+    if (!Room() || !Charge(container)) return false;
     bool ring_member = container.is_array() && stack_.size() == 1 && top_key_ == key::kRing;
     bool entries = ring_member && member_key_ == key::kEntries;
     bool rows = ring_member && member_key_ == key::kRows;
@@ -246,8 +252,7 @@ class TopLevelCollector {
     if (!skipping_) {
       json* closed = stack_.back();
       if (closed == ring_entries_ || closed == ring_rows_) {
-        if (closed->size() > kRingEntriesKept)
-          closed->erase(closed->begin(), closed->begin() + static_cast<long>(closed->size() - kRingEntriesKept));
+        if (closed->size() > kRingEntriesKept) DropOldest(*closed);
         ring_entries_ = ring_rows_ = nullptr;
       }
       bool ring_row = ring_rows_ && stack_.size() >= 2 && stack_[stack_.size() - 2] == ring_rows_;
@@ -255,13 +260,44 @@ class TopLevelCollector {
       // A version 2 row becomes the operation object it stands for (so rows can leave the
       // window like entries); a shape is taken by the row reader and leaves the array.
       if (ring_row && closed->is_array()) {
+        Release(DeepCost(*closed));
         *closed = ring_reader_.Row(*closed);
+        memory_ += DeepCost(*closed);
       } else if (ring_row) {
         ring_reader_.DefineShape(*closed);
+        Release(kArraySlotBytes + DeepCost(*closed));
         ring_rows_->erase(ring_rows_->end() - 1);
       }
     }
     return level_ > 1 || FinishTopValue();
+  }
+
+  // What a value costs by itself (a string its bytes, a container its header), and in its slot.
+  static uint64_t OwnCost(const json& v) {
+    if (v.is_string()) return 32 + v.get_ref<const std::string&>().size();
+    return v.is_object() ? 48 : v.is_array() ? 24 : 0;
+  }
+  static uint64_t DeepCost(const json& v) {
+    uint64_t c = OwnCost(v);
+    if (v.is_array())
+      for (const auto& e : v) c += kArraySlotBytes + DeepCost(e);
+    else if (v.is_object())
+      for (auto it = v.begin(); it != v.end(); ++it) c += kMemberSlotBytes + it.key().size() + DeepCost(it.value());
+    return c;
+  }
+  // Counts the value about to be placed against the file's memory bound.
+  bool Charge(const json& v) {
+    uint64_t slot = stack_.empty() ? 0 : stack_.back()->is_array() ? kArraySlotBytes : kMemberSlotBytes + member_key_.size();
+    memory_ += slot + OwnCost(v);
+    if (memory_ <= memory_bound_) return true;
+    return Refuse("JSON values of more than " + std::to_string(memory_bound_ >> 20) + " MiB in memory");
+  }
+  void Release(uint64_t bytes) { memory_ -= std::min(memory_, bytes); }
+  // The ring's window keeps the newest entries.
+  void DropOldest(json& window) {
+    auto drop = static_cast<long>(window.size() - kRingEntriesKept);
+    for (auto it = window.begin(); it != window.begin() + drop; ++it) Release(kArraySlotBytes + DeepCost(*it));
+    window.erase(window.begin(), window.begin() + drop);
   }
 
   json* Place(json&& v) {
@@ -294,6 +330,8 @@ class TopLevelCollector {
 
   ReadDepth depth_mode_;
   DumpDocument* doc_;
+  uint64_t memory_bound_;
+  uint64_t memory_ = 0;  // estimated bytes of the values kept
   size_t level_ = 0;  // 0 outside the document, 1 inside the top object
   std::string top_key_;
   std::string member_key_;
@@ -306,11 +344,20 @@ class TopLevelCollector {
   RingRowReader ring_reader_;
 };
 
+// Out of memory (a memory cap below the bound): the file is given up, never the process.
+void OutOfMemory(DumpDocument* doc) {
+  doc->syntax_error = doc->too_large = true;
+  doc->truncated = false;
+  doc->error_text = kOutOfMemory;
+}
+
 template <typename Iterator>
-void RunParser(Iterator first, Iterator last, ReadDepth depth, DumpDocument* doc) {
-  TopLevelCollector collector(depth, doc);
+void ParseAndNormalize(Iterator first, Iterator last, ReadDepth depth, DumpDocument* doc, uint64_t memory_bound) {
+  TopLevelCollector collector(depth, doc, memory_bound);
   try {
     json::sax_parse(first, last, &collector, json::input_format_t::json, /*strict=*/true);
+  } catch (const std::bad_alloc&) {
+    throw;
   } catch (const std::exception& e) {  // defensive: the SAX path reports errors, not throws
     doc->syntax_error = true;
     doc->error_text = e.what();
@@ -349,6 +396,15 @@ void RunParser(Iterator first, Iterator last, ReadDepth depth, DumpDocument* doc
         }
       }
     }
+  }
+}
+
+template <typename Iterator>
+void RunParser(Iterator first, Iterator last, ReadDepth depth, DumpDocument* doc, uint64_t memory_bound) {
+  try {
+    ParseAndNormalize(first, last, depth, doc, memory_bound);
+  } catch (const std::bad_alloc&) {
+    OutOfMemory(doc);
   }
 }
 
@@ -509,7 +565,7 @@ DumpDocument ParseDocumentFromFile(const std::string& path, ReadDepth depth) {
   // and more) would multiply the disk traffic of a cold cache.
   if (depth == ReadDepth::kSummary) (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
   ChunkedFile file(fd, depth == ReadDepth::kSummary ? kMaxSummaryPassBytes : kMaxFullPassBytes);
-  RunParser(ChunkIterator(&file), ChunkIterator(), depth, &doc);
+  RunParser(ChunkIterator(&file), ChunkIterator(), depth, &doc, kMaxValueMemory);
   doc.bytes_read = file.bytes_read();
 
   if (file.error() != 0) doc.io_error = std::string("read error: ") + std::strerror(file.error());
@@ -525,10 +581,10 @@ DumpDocument ParseDocumentFromFile(const std::string& path, ReadDepth depth) {
   return doc;
 }
 
-DumpDocument ParseDocumentFromBuffer(std::string_view bytes, ReadDepth depth) {
+DumpDocument ParseDocumentFromBuffer(std::string_view bytes, ReadDepth depth, uint64_t memory_bound) {
   DumpDocument doc;
   doc.input_size = bytes.size();
-  RunParser(bytes.begin(), bytes.end(), depth, &doc);
+  RunParser(bytes.begin(), bytes.end(), depth, &doc, memory_bound);
   doc.bytes_read = bytes.size();
   doc.truncated = doc.syntax_error && doc.error_byte >= bytes.size();
   return doc;
@@ -681,7 +737,9 @@ Detail DetailFromJson(const json& top) {
   return d;
 }
 
-ReadResult InterpretDocument(const DumpDocument& doc, ReadDepth depth, LoadedDump* dump) {
+namespace {
+
+ReadResult Interpret(const DumpDocument& doc, ReadDepth depth, LoadedDump* dump) {
   ReadResult r;
   r.bytes_read = doc.bytes_read;
   r.file_size = doc.input_size;
@@ -749,6 +807,22 @@ ReadResult InterpretDocument(const DumpDocument& doc, ReadDepth depth, LoadedDum
     }
   }
   return r;
+}
+
+}  // namespace
+
+ReadResult InterpretDocument(const DumpDocument& doc, ReadDepth depth, LoadedDump* dump) {
+  try {
+    return Interpret(doc, depth, dump);
+  } catch (const std::bad_alloc&) {  // the file is given up, never the process
+    t_out_of_range = nullptr;
+    dump->detail.reset();
+    ReadResult r;
+    r.problem = kOutOfMemory;
+    r.bytes_read = doc.bytes_read;
+    r.file_size = doc.input_size;
+    return r;
+  }
 }
 
 ReadResult ReadDumpFile(const std::string& path, ReadDepth depth, LoadedDump* dump) {

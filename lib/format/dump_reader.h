@@ -48,7 +48,11 @@ struct ReadResult {
 
 // Low level: parse into a document, keeping the completed top-level keys.
 DumpDocument ParseDocumentFromFile(const std::string& path, ReadDepth depth);
-DumpDocument ParseDocumentFromBuffer(std::string_view bytes, ReadDepth depth);
+// Memory per file, whatever its size in bytes: the values kept are estimated as they are read and
+// reading stops (too_large) past the bound. Running out of memory below it gives the file up
+// (a problem, never an exception).
+constexpr uint64_t kMaxValueMemory = uint64_t{256} << 20;
+DumpDocument ParseDocumentFromBuffer(std::string_view bytes, ReadDepth depth, uint64_t memory_bound = kMaxValueMemory);
 
 // Checks format/version and converts. With kFull, also fills dump->detail (possibly partial,
 // with dump->detail_problem set).

@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "common/timing.h"
 #include "dump/dump_writer.h"
+#include "format/display.h"
 #include "format/trace_writer.h"
 #include "dump/signals.h"
 #include "intercept/real_nccl.h"
@@ -110,7 +111,7 @@ Runtime* Runtime::Acquire() {
 }
 
 bool Runtime::Start() {
-  ConfigResult parsed = ParseConfig([](const char* name) -> const char* { return getenv(name); });
+  ConfigResult parsed = ParseConfig([](const char* name) -> const char* { return getenv(name); }, environ);
   config_ = parsed.config;
   SetLogLevel(config_.log);
   for (auto& e : parsed.errors) LogWarn("%s", e.c_str());
@@ -181,7 +182,7 @@ bool Runtime::Start() {
     else
       LogWarn("NCCLWATCH_METRICS=%s: cannot create or write it (%s); no metrics file: create it writable by this "
               "user (mkdir -p) or pick another directory",
-              config_.metrics.c_str(), metrics_why.c_str());
+              trace::PrintableCut(config_.metrics).c_str(), metrics_why.c_str());
   }
   // Our frames on top of a stack (a dumping thread's) say nothing about the application.
   stacks::SetOwnModule(reinterpret_cast<const void*>(&WakeWatchdog));

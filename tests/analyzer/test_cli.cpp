@@ -135,6 +135,54 @@ TEST_CASE("control characters in names and files are printed escaped, one line e
   CHECK(Has(r.err, "rank00009-bad\\x0aname-1-0-stall.json: invalid JSON"));
 }
 
+TEST_CASE("show prints every string from a dump escaped", "[cli]") {
+  TempDir dir;
+  const std::string c = "00000000000000cc";
+  const std::string evil = "\x1b]0;pwned\x07\x1b[2J";
+  Document d = Dump(1, 2, {Comm(c, 2, 1, 5, 5, 4)}, {Op(c, 5, "AllReduce", "gpu_reached", 700)}, "stall");
+  d.summary.host = "host" + evil;
+  d.summary.detail = "detail" + evil;
+  d.summary.comms[0].name = "comm" + evil;
+  d.summary.trigger = ncclwatch::trace::Trigger{"req" + evil, 0, "origin" + evil, "stall"};
+  ncclwatch::trace::Thread t;
+  t.tid = 42;
+  t.name = "thread" + evil;
+  t.note = "note" + evil;
+  d.detail.threads.push_back(t);
+  dir.Write(DumpFileName(d), Text(d));
+  auto r = RunCommand("show " + dir.path() + "/" + DumpFileName(d) + " --no-color");
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find('\x1b') == std::string::npos);
+  CHECK(r.out.find('\x07') == std::string::npos);
+  for (const char* what : {"host", "detail", "comm", "req", "origin", "thread", "note"})
+    CHECK(Has(r.out, std::string(what) + "\\x1b]0;pwned\\x07\\x1b[2J"));
+}
+
+TEST_CASE("under a memory cap a dump too big for it gives one line naming it, never an abort", "[cli]") {
+  // 16 MB of small numbers (8 M values, about 200 MB as JSON values) in a dump's detail.
+  TempDir dir;
+  const std::string c = "00000000000000cc";  // a stalled rank: analyze reads its detail
+  Document d = Dump(0, 1, {Comm(c, 1, 0, 5, 5, 4)}, {Op(c, 5, "AllReduce", "gpu_reached", 700)}, "stall");
+  std::string text = Text(d);
+  std::string numbers = ",\"callsites\":[";
+  for (int a = 0; a < 40; ++a) {
+    numbers += a ? ",[1" : "[1";
+    for (int i = 1; i < 200000; ++i) numbers += ",1";
+    numbers += "]";
+  }
+  text.insert(text.rfind('}'), numbers + "]");
+  const std::string name = DumpFileName(d);
+  dir.Write(name, text);
+  for (const std::string& args : {"show " + dir.path() + "/" + name + " --json", "show " + dir.path() + "/" + name,
+                                 "analyze " + dir.path() + " --no-color"}) {
+    INFO(args);
+    auto r = RunCommand(args, 150 * 1024);
+    CHECK((r.status == 0 || r.status == 1 || r.status == 2));  // not killed by SIGABRT
+    CHECK(Has(r.err, name));
+    CHECK_FALSE(Has(r.err, "bad_alloc"));
+  }
+}
+
 TEST_CASE("analyze --json: a versioned report, frames as objects, culprit states for machines", "[cli]") {
   auto r = RunCommand("analyze " + Golden("rank_missing") + " --json");
   REQUIRE(r.status == 1);

@@ -260,6 +260,36 @@ TEST_CASE("memory stays bounded whatever a file holds: huge strings and arrays g
   CHECK(partial.summary.comms.size() == 1);
 }
 
+// Arrays of small numbers: few bytes each on disk, 16 and more in memory.
+std::string SmallNumbers(size_t arrays, size_t each) {
+  Document d = Dump(0, 1, {Comm("c0", 1, 0, 1, 1, 1)});
+  std::string text = Text(d);
+  std::string numbers = "\"callsites\":[";
+  for (size_t a = 0; a < arrays; ++a) {
+    numbers += a ? ",[" : "[";
+    for (size_t i = 0; i < each; ++i) numbers += i ? ",1" : "1";
+    numbers += "]";
+  }
+  numbers += "],";
+  text.insert(text.find("\"summary\""), numbers);
+  return text;
+}
+
+TEST_CASE("memory per file is bounded, not only its bytes: many small numbers give one line", "[reader]") {
+  // 2.4 MB of numbers under a 4 MiB bound (the default is the same check at 256 MiB).
+  std::string text = SmallNumbers(12, 100000);
+  auto doc = trace::ParseDocumentFromBuffer(text, ReadDepth::kFull, uint64_t{4} << 20);
+  CHECK(doc.too_large);
+  CHECK(Contains(doc.error_text, "JSON values of more than 4 MiB in memory"));
+  analysis::Dump out;
+  auto r = trace::InterpretDocument(doc, ReadDepth::kFull, &out);
+  CHECK_FALSE(r.usable);  // the bound was reached before the summary
+  CHECK(Contains(r.problem, "too large"));
+  // The same values under the default bound, and the ring's window given back as it moves on.
+  CHECK_FALSE(trace::ParseDocumentFromBuffer(text, ReadDepth::kFull).too_large);
+  CHECK_FALSE(trace::ParseDocumentFromBuffer(Text(DumpWithRing(40000)), ReadDepth::kFull, uint64_t{96} << 20).too_large);
+}
+
 TEST_CASE("a huge ring keeps its newest entries only", "[reader]") {
   Document d = DumpWithRing(40000);
   analysis::Dump full;

@@ -100,10 +100,11 @@ analysis::Report Analyze(const TempDir& dir, const std::vector<Document>& dumps,
   return analysis::Attribute(set);
 }
 
-CommandResult RunCommand(const std::string& args) {
+CommandResult RunCommand(const std::string& args, long memory_kib) {
   TempDir io;
   std::string out = io.path() + "/out", err = io.path() + "/err";
   std::string cmd = std::string(NCCLWATCH_BIN) + " " + args + " >" + out + " 2>" + err + " </dev/null";
+  if (memory_kib > 0) cmd = "ulimit -v " + std::to_string(memory_kib) + " && exec " + cmd;
   int raw = std::system(cmd.c_str());
   CommandResult r;
   r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;

@@ -44,7 +44,8 @@ struct CommandResult {
   std::string out;
   std::string err;
 };
-CommandResult RunCommand(const std::string& args);  // `ncclwatch ARGS`
+// `ncclwatch ARGS`; with memory_kib, under that cap on its address space (ulimit -v).
+CommandResult RunCommand(const std::string& args, long memory_kib = 0);
 
 }  // namespace testing
 }  // namespace ncclwatch

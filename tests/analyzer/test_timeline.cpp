@@ -185,6 +185,19 @@ TEST_CASE("ncclwatch timeline writes the file, says where, and refuses bad usage
   CHECK(RunCommand("timeline " + dir.path() + " -o /proc/ncclwatch-cannot/trace.json").status == 2);
 }
 
+TEST_CASE("timeline prints host names from the dumps escaped", "[timeline]") {
+  TempDir dir;
+  auto dumps = Job({0, 1}, {0, 3000000000LL}, 20, 4);
+  for (auto& d : dumps)
+    if (d.summary.host == "host1") d.summary.host = "evil\x1b]0;title\x07\x1b[2J";
+  for (const auto& d : dumps) dir.Write(DumpFileName(d), Text(d));
+  auto r = RunCommand("timeline " + dir.path() + " -o -");  // the trace on stdout, what it says on stderr
+  CHECK(r.status == 0);
+  INFO(r.err);
+  CHECK(r.err.find('\x1b') == std::string::npos);
+  CHECK(r.err.find("clock of evil\\x1b]0;title\\x07\\x1b[2J") != std::string::npos);
+}
+
 TEST_CASE("slices on a track never overlap when the host runs ahead of the GPU, and operations with no known end are marks",
           "[timeline]") {
   // One rank enqueues 40 all-reduces 1 ms apart, alternating two communicators on one stream;

@@ -954,6 +954,24 @@ def invalid_env_one_line():
 
 
 @case
+def settings_said_in_one_line():
+    # A path beyond PATH_MAX (the reason must survive the cut and no directory stay behind), a
+    # misspelt variable, and signals the C library keeps.
+    long_dir = "/".join(["d" * 20] * 460)
+    j = job(2, ["--iters", "10", "--busy-rank", "0", "--busy-at", "3", "--busy-ms", "2500"],
+            env={"NCCLWATCH_DIR": long_dir, "NCCLWATCH_TIMEOUT": "1", "NCCLWATCH_TIMOUT": "30",
+                 "NCCLWATCH_STACK_SIGNAL": "32", "NCCLWATCH_DUMP_SIGNAL": "33"}, timeout=20)
+    check(j.rc == 0, f"job unaffected: {j.err[-1500:]}")
+    lines = j.ncclwatch_lines()
+    said = lambda *parts: sum(all(p in l for p in parts) for l in lines)
+    check(said("unknown variable NCCLWATCH_TIMOUT, did you mean NCCLWATCH_TIMEOUT?") == 2, f"one line per rank:\n{j.err}")
+    check(said("NCCLWATCH_STACK_SIGNAL='32'", "reserved by the C library") == 2, f"stack signal:\n{j.err}")
+    check(said("NCCLWATCH_DUMP_SIGNAL='33'", "reserved by the C library") == 2, f"dump signal:\n{j.err}")
+    check(said("cannot write dump directory", "bytes)", "File name too long") >= 1, f"the reason survives:\n{j.err}")
+    check(not os.path.exists(os.path.join(j.tmp, "d" * 20)), "a failed mkdir -p leaves no directory behind")
+
+
+@case
 def unwritable_dir_falls_back():
     j = job(2, ["--iters", "10", "--busy-rank", "0", "--busy-at", "3", "--busy-ms", "2500"],
             env={"NCCLWATCH_DIR": "/proc/ncclwatch-nope", "NCCLWATCH_TIMEOUT": "1"}, timeout=20)

@@ -175,3 +175,59 @@ TEST_CASE("the README documents every NCCLWATCH_ variable with its default") {
     CHECK(line.find("`" + dflt + "`") != std::string::npos);
   }
 }
+
+TEST_CASE("signals the C library reserves are refused in one line, none for stacks is said") {
+  auto r = Parse({{"NCCLWATCH_STACK_SIGNAL", "32"}, {"NCCLWATCH_DUMP_SIGNAL", "33"}});
+  REQUIRE(r.errors.size() == 2);
+  CHECK(r.config.stack_signal == SIGRTMIN + 5);
+  CHECK(r.config.dump_signal == SIGUSR2);
+  for (const auto& e : r.errors) CHECK(e.find("reserved by the C library") != std::string::npos);
+  r = Parse({{"NCCLWATCH_STACK_SIGNAL", "none"}});
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].find("NCCLWATCH_STACK_SIGNAL='none': no signal to sample threads with") == 0);
+  CHECK(r.errors[0].find("no thread's native stack") != std::string::npos);
+  CHECK(r.config.stack_signal == 0);
+  CHECK(Parse({{"NCCLWATCH_STACK_SIGNAL", "none"}, {"NCCLWATCH_STACKS", "0"}}).errors.empty());
+  CHECK(Parse({{"NCCLWATCH_DUMP_SIGNAL", "none"}}).errors.empty());  // documented: on-demand dumps off
+}
+
+TEST_CASE("NCCLWATCH_ variables that are no setting are named, with the setting meant") {
+  std::vector<std::string> env_text = {"NCCLWATCH_TIMOUT=30", "NCCLWATCH_RING=64", "NCCLWATCH_STAKCS=0",
+                                       "NCCLWATCH_WHATEVER_ELSE=1", "NCCLWATCH_LIB=/x/libncclwatch.so",
+                                       "NCCLWATCH_SIM_LOG=1", "PATH=/bin", "NCCLWATCH_EVIL\x1b[2J=1"};
+  std::vector<const char*> envp;
+  for (const auto& e : env_text) envp.push_back(e.c_str());
+  envp.push_back(nullptr);
+  g_env = {{"NCCLWATCH_RING", "64"}};
+  auto r = ParseConfig(&FakeEnv, envp.data());
+  REQUIRE(r.errors.size() == 4);
+  CHECK(r.errors[0] == "unknown variable NCCLWATCH_TIMOUT, did you mean NCCLWATCH_TIMEOUT?");
+  CHECK(r.errors[1] == "unknown variable NCCLWATCH_STAKCS, did you mean NCCLWATCH_STACKS?");
+  CHECK(r.errors[2] == "unknown variable NCCLWATCH_WHATEVER_ELSE (the settings: README, Configuration)");
+  CHECK(r.errors[3].find("NCCLWATCH_EVIL\\x1b[2J") != std::string::npos);
+  CHECK(ParseConfig(&FakeEnv).errors.empty());  // no environment given: nothing scanned
+}
+
+TEST_CASE("a value's newline, escape or length never breaks its one line") {
+  auto r = Parse({{"NCCLWATCH_RING", "12\nncclwatch: fake line\x1b[2J"}});
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].find('\n') == std::string::npos);
+  CHECK(r.errors[0].find('\x1b') == std::string::npos);
+  CHECK(r.errors[0].find("12\\x0ancclwatch: fake line\\x1b[2J") != std::string::npos);
+  r = Parse({{"NCCLWATCH_LOG", std::string(100000, 'v')}});
+  REQUIRE(r.errors.size() == 1);
+  CHECK(r.errors[0].size() < 400);
+  CHECK(r.errors[0].find("expected quiet, warn, info or debug") != std::string::npos);  // the reason survives
+}
+
+TEST_CASE("numbers are decimal for every kind of setting") {
+  for (const char* v : {"0x10", "inf", "nan", "0x1p4"}) {
+    INFO(v);
+    CHECK(Parse({{"NCCLWATCH_ADAPTIVE_FLOOR", v}}).errors.size() == 1);
+    CHECK(Parse({{"NCCLWATCH_TIMEOUT", v}}).errors.size() == 1);
+    CHECK(Parse({{"NCCLWATCH_ADAPTIVE", v}}).errors.size() == 1);
+    CHECK(Parse({{"NCCLWATCH_RING", v}}).errors.size() == 1);
+  }
+  CHECK(Parse({{"NCCLWATCH_TIMEOUT", "16"}}).config.timeout.default_s == 16.0);
+  CHECK(Parse({{"NCCLWATCH_ADAPTIVE_FLOOR", "2.5"}}).config.adaptive_floor_s == 2.5);
+}

@@ -473,3 +473,16 @@ TEST_CASE("partial dump files of dead processes of this host are removed, nothin
   CHECK(left.count(fresh) == 1);
   CHECK(left.size() == 4);
 }
+
+TEST_CASE("a mkdir -p that fails leaves no directory behind") {
+  TempDir dir_tmp;
+  std::string deep = dir_tmp.path();
+  for (int i = 0; i < 460; ++i) deep += "/dddddddddddddddddddd";  // beyond PATH_MAX
+  std::string why;
+  CHECK_FALSE(MakeDirs(deep, &why));
+  CHECK(why == std::strerror(ENAMETOOLONG));
+  struct stat st;
+  CHECK(stat((dir_tmp.path() + "/dddddddddddddddddddd").c_str(), &st) != 0);
+  CHECK(MakeDirs(dir_tmp.path() + "/a/b", &why));  // directories it made for a success stay
+  CHECK(stat((dir_tmp.path() + "/a/b").c_str(), &st) == 0);
+}

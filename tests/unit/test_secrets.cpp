@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <string>
@@ -13,7 +14,8 @@ TEST_CASE("secret-looking names are recognised in any case and spelling") {
   for (const char* n : {"--hf_token", "HF_TOKEN", "--api-key", "WANDB_API_KEY", "--password", "db.passwd",
                         "AWS_SECRET_ACCESS_KEY", "--credentials", "--auth", "GITHUB_PAT_TOKEN", "--Session-Cookie"})
     CHECK(NameLooksSecret(n));
-  for (const char* n : {"--lr", "--batch_size", "NCCL_DEBUG", "RANK", "--model", "--output_dir"})
+  for (const char* n : {"--lr", "--batch_size", "NCCL_DEBUG", "RANK", "--model", "--output_dir", "--tokenizer_path",
+                        "max_new_tokens"})
     CHECK_FALSE(NameLooksSecret(n));
 }
 
@@ -69,4 +71,54 @@ TEST_CASE("environment: only documented variables, secret values redacted") {
   CHECK(m.count("PMI_FD") == 0);
   CHECK(m.count("HF_TOKEN") == 0);
   for (const char* v : {"NCCLWATCH_TEST_SECRET_TOKEN", "NCCL_DEBUG", "PMI_FD", "HF_TOKEN", "PMI_RANK"}) unsetenv(v);
+}
+
+TEST_CASE("secrets inside arguments: URLs, user:password@host, query strings, JSON, --x:v") {
+  const std::string tok = "ghp_0123456789abcdefghij0123";
+  std::vector<std::pair<std::string, std::string>> cases = {
+      {"https://" + tok + "@github.com/o/r.git", "https://<redacted>@github.com/o/r.git"},
+      {"s3://user:pa/ss#w0rd@bucket/path", "s3://user:<redacted>@bucket/path"},
+      {"redis://Zk3q9XbT4mR8vN2pL7wY@cache:6379/0", "redis://<redacted>@cache:6379/0"},
+      {"--token:s3cr3tvalue", "--token:<redacted>"},
+      {"https://h/api?user=me&access_token=V123&x=1", "https://h/api?user=me&access_token=<redacted>&x=1"},
+      {"{\"hf_token\":\"V123\",\"lr\":0.1}", "{\"hf_token\":\"<redacted>\",\"lr\":0.1}"},
+      {"--cfg={'api_key': 'V123', 'n': 2}", "--cfg={'api_key': '<redacted>', 'n': 2}"},
+      {"u:pw@host:22", "u:<redacted>@host:22"},
+      {"--remote=git:Pa55@host:/srv/repo", "--remote=git:<redacted>@host:/srv/repo"},
+      {"Authorization: Bearer " + tok, "Authorization: Bearer <redacted>"},
+  };
+  std::vector<std::string> in = {"python"};
+  for (auto& c : cases) in.push_back(c.first);
+  auto out = RedactCommandLine(in);
+  REQUIRE(out.size() == in.size());
+  for (size_t i = 0; i < cases.size(); ++i) CHECK(out[i + 1] == cases[i].second);
+}
+
+TEST_CASE("ordinary arguments are not redacted") {
+  std::vector<std::string> in = {"python",
+                                 "/data/run-2024/ckpt_0001/model.safetensors",
+                                 "localhost:29500",
+                                 "--master=10.0.0.1:29500",
+                                 "user@example.com",
+                                 "git@github.com:org/repo.git",
+                                 "ssh://git@github.com/org/repo.git",
+                                 "https://github.com/org/repo/tree/main@v1.2",
+                                 "http://host:8080/path@x",
+                                 "postgres://alice@db.internal:5432/app",
+                                 "nvcr.io/nvidia/pytorch:24.01-py3@sha256:0123456789abcdef",
+                                 "https://example.com/search?q=tokens&page=2",
+                                 "{\"lr\": 0.1, \"tokenizer_path\": \"/m\"}",
+                                 "--tokenizer=/m/tok.json",
+                                 "--sk-learn",
+                                 "a=b"};
+  CHECK(RedactCommandLine(in) == in);
+}
+
+TEST_CASE("a long argument with many separators is redacted in linear time") {
+  std::string big;
+  for (int i = 0; i < 200000; ++i) big += "a=1,\"b\":";
+  auto start = std::chrono::steady_clock::now();
+  auto out = RedactCommandLine({"python", big, "https://h/x?" + big + "&token=V"});
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(2));
+  CHECK(out[2].substr(out[2].size() - 17) == "&token=<redacted>");
 }

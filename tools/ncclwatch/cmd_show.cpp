@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 
 #include "format/dump_reader.h"
@@ -30,6 +31,8 @@ void Help(std::FILE* out) {
                "  --no-color   no colour even on a terminal (NO_COLOR=1 does the same)\n"
                "exit status: 0 shown, 2 unreadable file or bad usage.\n");
 }
+
+void Print(const trace::DumpDocument& doc, const Dump& dump, bool json_out, bool no_color, ShowOptions& options);
 
 int Run(int argc, char** argv) {
   const char* file = nullptr;
@@ -77,6 +80,16 @@ int Run(int argc, char** argv) {
     return kExitBadInput;
   }
   if (!r.problem.empty()) std::fprintf(stderr, "ncclwatch: %s: %s\n", Printable(dump.file_name).c_str(), Printable(r.problem).c_str());
+  try {
+    Print(doc, dump, json_out, no_color, options);
+  } catch (const std::bad_alloc&) {  // under a memory cap: one line, never an abort
+    std::fprintf(stderr, "ncclwatch: %s: out of memory printing it\n", Printable(file).c_str());
+    return kExitBadInput;
+  }
+  return kExitOk;
+}
+
+void Print(const trace::DumpDocument& doc, const Dump& dump, bool json_out, bool no_color, ShowOptions& options) {
   if (json_out) {
     std::string text = DumpToJson(doc, dump.file_name, options).dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
     std::fwrite(text.data(), 1, text.size(), stdout);
@@ -87,7 +100,6 @@ int Run(int argc, char** argv) {
     std::string text = RenderDumpText(dump, options);
     std::fwrite(text.data(), 1, text.size(), stdout);
   }
-  return kExitOk;
 }
 
 }  // namespace

@@ -63,13 +63,13 @@ int Run(int argc, char** argv) {
   DumpSet set;
   std::string error;
   if (!set.Load(dir, load, &error)) {
-    std::fprintf(stderr, "ncclwatch: %s\n", error.c_str());
+    std::fprintf(stderr, "ncclwatch: %s\n", Printable(error).c_str());
     return kExitBadInput;
   }
   if (set.dumps().empty()) {
     for (const auto& p : set.problems())
       std::fprintf(stderr, "%s\n", ProblemLine(p).c_str());
-    std::fprintf(stderr, "ncclwatch: %s: no readable dump (%zu rank*.json files)\n", dir, set.files_seen());
+    std::fprintf(stderr, "ncclwatch: %s: no readable dump (%zu rank*.json files)\n", Printable(dir).c_str(), set.files_seen());
     return kExitBadInput;
   }
   std::FILE* out = stdout;
@@ -104,11 +104,12 @@ int Run(int argc, char** argv) {
   if (out != stdout)
     std::fprintf(say, "ncclwatch: wrote %s: %zu ranks, %zu events; open it in https://ui.perfetto.dev\n",
                  output.c_str(), stats.ranks, stats.events);
-  for (const auto& [host, c] : clocks.hosts) {
+  for (const auto& [host_raw, c] : clocks.hosts) {
     if (c.method == "reference") continue;
+    const std::string host = Printable(host_raw);  // host names come from the dumps
     if (c.method == "collectives")
       std::fprintf(say, "  clock of %s: %+.3f ms against %s, from %zu shared collectives (spread %.3f ms)\n",
-                   host.c_str(), c.offset_ns / 1e6, c.via.c_str(), c.samples, c.spread_ns / 1e6);
+                   host.c_str(), c.offset_ns / 1e6, Printable(c.via).c_str(), c.samples, c.spread_ns / 1e6);
     else
       std::fprintf(say, "  clock of %s: from the wall clock (too few shared collectives): %+.3f ms\n", host.c_str(),
                    c.offset_ns / 1e6);

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 
 #include <unistd.h>
@@ -95,7 +96,30 @@ int ParseAttemptOption(const char* sub, int argc, char** argv, int* i, int* atte
   return kExitOk;
 }
 
+// Under a memory cap (ulimit -v) an allocation fails before any bound of the reader is reached,
+// and unwinding needs memory too (freeing a large JSON value allocates): each failure gives back
+// one slice of a reserve and throws, so that the file being read is given up in one line.
+constexpr int kReserveSlices = 8;
+void* g_reserve[kReserveSlices] = {};
+
+void ReleaseReserveAndThrow() {
+  for (void*& slice : g_reserve)
+    if (slice) {
+      std::free(slice);
+      slice = nullptr;
+      throw std::bad_alloc();
+    }
+  std::set_new_handler(nullptr);
+  throw std::bad_alloc();
+}
+
+void KeepReserve() {
+  for (void*& slice : g_reserve) slice = std::malloc(size_t{8} << 20);
+  std::set_new_handler(ReleaseReserveAndThrow);
+}
+
 int Main(int argc, char** argv) {
+  KeepReserve();
   if (argc < 2) {
     Overview(stderr);
     return kExitBadInput;
@@ -125,7 +149,14 @@ int Main(int argc, char** argv) {
     s->help(stdout);
     return kExitOk;
   }
-  return s->run(argc - 1, argv + 1);
+  // Each file is given up when memory runs out reading it; this is the last resort for what
+  // is built from all of them: one line and an exit status, never an abort.
+  try {
+    return s->run(argc - 1, argv + 1);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "ncclwatch %s: out of memory\n", first);
+    return kExitBadInput;
+  }
 }
 
 }  // namespace cli

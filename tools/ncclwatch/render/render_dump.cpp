@@ -21,7 +21,11 @@ namespace {
 class Table {
  public:
   explicit Table(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
-  void Add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  // Cells come from the dump: escaped here, once for every table.
+  void Add(std::vector<std::string> row) {
+    for (auto& cell : row) cell = Printable(cell);
+    rows_.push_back(std::move(row));
+  }
   void Render(std::ostream& out, const Style& st, const char* indent) const {
     std::vector<size_t> width;
     for (const auto& r : rows_)
@@ -88,9 +92,9 @@ void RenderStack(std::ostream& out, const Style& st, const trace::Stack& s, cons
 // reason on_demand).
 static std::string RequesterText(const trace::Trigger& t) {
   if (t.origin_rank < 0 && t.reason == trace::DumpReasonName(trace::DumpReason::OnDemand))
-    return "`ncclwatch dump` on " + t.origin_host;
+    return "`ncclwatch dump` on " + Printable(t.origin_host);
   return (t.origin_rank >= 0 ? "rank " + std::to_string(t.origin_rank) : std::string("a rank not known yet")) + " (" +
-         t.origin_host + ")";
+         Printable(t.origin_host) + ")";
 }
 
 std::string RenderDumpText(const Dump& dump, const ShowOptions& options) {
@@ -98,14 +102,15 @@ std::string RenderDumpText(const Dump& dump, const ShowOptions& options) {
   const trace::Summary& s = dump.summary;
   std::ostringstream out;
 
-  out << st.Bold(dump.file_name) << "\n";
+  // Every string from the dump is escaped (Printable): a host or thread name must not drive the terminal.
+  out << st.Bold(Printable(dump.file_name)) << "\n";
   out << "rank " << (s.rank >= 0 ? Num(s.rank) : "?") << " of " << (s.world_size > 0 ? Num(s.world_size) : "?")
-      << " (local " << (s.local_rank >= 0 ? Num(s.local_rank) : "?") << ")  host " << s.host << "  pid " << s.pid
-      << "  dump #" << s.dump_seq << "  reason " << st.Red(s.reason) << "\n";
-  if (!s.detail.empty()) out << "detail: " << s.detail << "\n";
+      << " (local " << (s.local_rank >= 0 ? Num(s.local_rank) : "?") << ")  host " << Printable(s.host) << "  pid " << s.pid
+      << "  dump #" << s.dump_seq << "  reason " << st.Red(Printable(s.reason)) << "\n";
+  if (!s.detail.empty()) out << "detail: " << Printable(s.detail) << "\n";
   if (s.trigger)
-    out << "asked by " << RequesterText(*s.trigger) << ", reason " << s.trigger->reason << ", request "
-        << s.trigger->request << "\n";
+    out << "asked by " << RequesterText(*s.trigger) << ", reason " << Printable(s.trigger->reason) << ", request "
+        << Printable(s.trigger->request) << "\n";
   out << "dumped " << WallClock(s.time_unix_ns) << " (this host's clock); ncclwatch up "
       << Secs(NsBetween(s.start_mono_ns, s.time_mono_ns));
   if (s.nccl_version > 0) out << "; NCCL " << trace::NcclVersionText(s.nccl_version);
@@ -120,7 +125,7 @@ std::string RenderDumpText(const Dump& dump, const ShowOptions& options) {
     out << "in NCCL: no thread and nothing in flight (the process is busy elsewhere: see threads)\n";
   } else {
     for (const auto& t : s.in_nccl)
-      out << "in NCCL: tid " << t.tid << " in " << t.function << " for " << Secs(t.since_s) << "\n";
+      out << "in NCCL: tid " << t.tid << " in " << Printable(t.function) << " for " << Secs(t.since_s) << "\n";
   }
 
   out << "\n" << st.Bold("communicators") << "\n";
@@ -149,12 +154,12 @@ std::string RenderDumpText(const Dump& dump, const ShowOptions& options) {
     t.Render(out, st, "  ");
   }
   if (s.stalled)
-    out << "stalled: " << OpLabel(s.stalled->OpName(), s.stalled->seq) << " on " << s.stalled->comm << " after "
+    out << "stalled: " << Printable(OpLabel(s.stalled->OpName(), s.stalled->seq)) << " on " << Printable(s.stalled->comm) << " after "
         << Secs(s.stalled->age_s) << "\n";
 
   const trace::Detail* d = dump.detail.get();
   if (!d) {
-    out << "\n" << st.Dim("(details unreadable: " + dump.detail_problem + ")") << "\n";
+    out << "\n" << st.Dim("(details unreadable: " + Printable(dump.detail_problem) + ")") << "\n";
     return out.str();
   }
   const auto& entries = d->ring.entries;
@@ -176,9 +181,9 @@ std::string RenderDumpText(const Dump& dump, const ShowOptions& options) {
 
   out << "\n" << st.Bold("threads") << "\n";
   for (const auto& th : d->threads) {
-    out << "  " << st.Bold(th.name.empty() ? "thread" : th.name) << " (tid " << th.tid << ")";
+    out << "  " << st.Bold(th.name.empty() ? "thread" : Printable(th.name)) << " (tid " << th.tid << ")";
     if (th.own) out << "  " << st.Dim("ncclwatch's own");
-    if (!th.note.empty()) out << "  " << st.Dim(th.note);
+    if (!th.note.empty()) out << "  " << st.Dim(Printable(th.note));
     out << "\n";
     RenderStack(out, st, th.stack, options.source_lines, "      ");
   }
@@ -190,10 +195,10 @@ std::string RenderDumpText(const Dump& dump, const ShowOptions& options) {
   if (!d->recoveries.empty()) {
     out << "\n" << st.Bold("recoveries") << "\n";
     for (const auto& r : d->recoveries)
-      out << "  " << OpLabel(r.op, r.seq) << " on " << r.comm << ": stalled after " << Secs(r.stalled_after_s)
+      out << "  " << Printable(OpLabel(r.op, r.seq)) << " on " << Printable(r.comm) << ": stalled after " << Secs(r.stalled_after_s)
           << ", completed after " << Secs(r.recovered_after_s) << "\n";
   }
-  if (!dump.detail_problem.empty()) out << "\n" << st.Dim("(" + dump.detail_problem + ")") << "\n";
+  if (!dump.detail_problem.empty()) out << "\n" << st.Dim("(" + Printable(dump.detail_problem) + ")") << "\n";
   return out.str();
 }
 

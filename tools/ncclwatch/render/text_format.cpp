@@ -39,21 +39,6 @@ std::string FormatBytes(int64_t bytes) {
   return bytes < 0 ? "?" : trace::FormatBytes(static_cast<uint64_t>(bytes));
 }
 
-std::string Printable(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\x%02x", u);
-      out += b;
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
 std::string FormatPythonFrame(const trace::PythonFrame& f) {
   return Printable((f.function.empty() ? "?" : f.function) + " (" + f.file + ":" + std::to_string(f.line) + ")");
 }

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "format/display.h"
 #include "model/dump.h"
 #include "report/source_lines.h"
 
@@ -18,9 +19,7 @@ std::string FormatSeconds(double s);
 // "128 MiB", "4 KiB", "12 B"
 std::string FormatBytes(int64_t bytes);
 // "save_checkpoint (trainer.py:212)"; library frames are not marked here.
-// Control characters (escape sequences in a host name, a symbol, a file name) as \xNN: a report
-// line stays one line and never drives the terminal.
-std::string Printable(const std::string& s);
+using trace::Printable;  // every string from a dump that reaches a terminal goes through it
 std::string FormatPythonFrame(const trace::PythonFrame& f);
 // "ncclAllReduce+0x1c (libnccl.so.2)"; "libc.so.6+0x8a3c4" (its module offset) when the symbol is
 // unknown, the ip when the module is too; " at file:line" after it where this build's debug info
