@@ -411,10 +411,24 @@ CaretakerPass ConvertDeadBoxes(const std::string& box_dir, const std::string& re
   }
   if (relay_dir.empty() || relay_dir == "none") return pass;
   const std::string relay_prefix = "ncclwatch-relay-" + std::to_string(uid) + "-";
-  for (const std::string& name : Names(relay_dir)) {
+  const std::vector<std::string> relay_names = Names(relay_dir);
+  for (const std::string& name : relay_names) {
     if (!StartsWith(name, relay_prefix)) continue;
     const std::string base = Base(name, ".lock");
-    if (base.empty() || watched_relays.count(relay_dir + "/" + base)) continue;
+    if (base.empty()) {
+      // A relay without its lock file (a second watcher wrote it after the first left, then was
+      // killed): nobody can be electing a watcher for it.
+      if (name.find(".tmp") != std::string::npos || watched_relays.count(relay_dir + "/" + name) ||
+          std::binary_search(relay_names.begin(), relay_names.end(), name + ".lock"))
+        continue;
+      struct stat st;
+      const std::string path = relay_dir + "/" + name;
+      if (lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == uid && AgeS(st) >= kLeftoverMinAgeS &&
+          unlink(path.c_str()) == 0)
+        ++pass.removed_leftovers;
+      continue;
+    }
+    if (watched_relays.count(relay_dir + "/" + base)) continue;
     const std::string lock_path = relay_dir + "/" + name;
     struct stat st;
     const int fd = OpenOwn(lock_path, &st);

@@ -249,9 +249,11 @@ TEST_CASE("caretaker: leftovers of dead processes go, what a live process watche
   REQUIRE(b == 1);
   // A new one: may belong to a process starting now.
   relay.Write("ncclwatch-relay-" + uid + "-00000000000000cc.lock", "");
+  // A relay whose lock file is gone (written by a later watcher that was then killed).
+  age(relay.Write("ncclwatch-relay-" + uid + "-00000000000000dd", "{}"), 120);
 
   blackbox::CaretakerPass pass = blackbox::ConvertDeadBoxes(boxes.path(), relay.path());
-  CHECK(pass.removed_leftovers == 3);
+  CHECK(pass.removed_leftovers == 4);
   CHECK(Listing(relay.path()) == std::vector<std::string>{"ncclwatch-relay-" + uid + "-00000000000000bb.lock",
                                                           "ncclwatch-relay-" + uid + "-00000000000000cc.lock"});
   CHECK(Listing(boxes.path()).empty());
