@@ -1113,7 +1113,9 @@ def ending_reused_directory():
     env = {"NCCLWATCH_DIR": shared, "NCCLWATCH_TIMEOUT": "2"}
     job(4, ["--iters", "20", "--busy-rank", "3", "--busy-at", "5", "--busy-ms", "-1"], env=env, timeout=8)
     # The second attempt starts after the first ended (job() returns then), as a restart does.
-    job(4, ["--iters", "1000000"], env=dict(env, NCCLWATCH_TIMEOUT="600"), timeout=4)
+    # Its ranks pause a little between iterations: four ranks spinning flat out on a loaded
+    # 2-core machine can starve their watchdogs past the launcher's grace before SIGKILL.
+    job(4, ["--iters", "1000000", "--jitter-ms", "2"], env=dict(env, NCCLWATCH_TIMEOUT="600"), timeout=4)
     rc, latest = analyze_dir(shared)
     check(len(latest["attempts"]) == 2 and latest["attempt"] == 2, f"two attempts, the latest analyzed: {latest['attempts']}")
     check(rc == 0 and latest["verdicts"][0]["cause"] == "no_hang",
