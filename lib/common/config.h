@@ -35,7 +35,7 @@ struct DeadlineSpec {
   X(gpu_timing, GPU_TIMING, Bool, false, "1: timing events, exact GPU durations (breaks overlap)") \
   X(callsites, CALLSITES, Bool, true, "record the call-site stack of each operation")             \
   X(callsite_depth, CALLSITE_DEPTH, Count, 16, "native frames per call-site stack")               \
-  X(stacks, STACKS, Bool, true, "native stacks of every thread in each dump")                     \
+  X(stacks, STACKS, Bool, true, "native stacks of the main thread and the NCCL-calling threads in each dump") \
   X(python, PYTHON, Bool, true, "Python stacks in each dump when the process runs CPython")       \
   X(gil_timeout_ms, GIL_TIMEOUT_MS, Count, 2000, "bounded wait for the GIL at dump time, ms")     \
   X(signals, SIGNALS, Bool, true, "dump on SIGTERM/SIGINT and fatal signals, then chain")         \
