@@ -58,10 +58,12 @@ bool Within(uint64_t offset, uint64_t count, uint64_t each, uint64_t total) {
   return offset <= total && count * each <= total - offset;
 }
 
-bool ReadBox(int fd, BoxCopy* out, std::string* why) {
+// Reads and checks a box's layout: every part lies inside the file, in the layout this build
+// writes.
+bool ReadLayout(int fd, Layout* out, std::string* why) {
   struct stat st;
   if (fstat(fd, &st) != 0) return *why = strerror(errno), false;
-  Layout l;
+  Layout& l = *out;
   if (static_cast<size_t>(st.st_size) < sizeof(Header) || pread(fd, &l, sizeof l, 0) != static_cast<ssize_t>(sizeof l))
     return *why = "too short to be a black box", false;
   if (std::memcmp(l.magic, kMagic, sizeof l.magic) != 0) return *why = "not a black box", false;
@@ -79,6 +81,13 @@ bool ReadBox(int fd, BoxCopy* out, std::string* why) {
       l.ring_offset % alignof(OpSlot) != 0 || l.comms_offset % alignof(CommRecord) != 0 ||
       l.threads_offset % alignof(ThreadSlot) != 0)
     return *why = "its layout is damaged", false;
+  return true;
+}
+
+bool ReadBox(int fd, BoxCopy* out, std::string* why) {
+  Layout l;
+  if (!ReadLayout(fd, &l, why)) return false;
+  const uint64_t total = l.file_bytes;
   out->bytes.reset(static_cast<char*>(aligned_alloc(64, (total + 63) / 64 * 64)));
   if (!out->bytes) return *why = "out of memory", false;
   for (uint64_t done = 0; done < total;) {
@@ -88,6 +97,19 @@ bool ReadBox(int fd, BoxCopy* out, std::string* why) {
   }
   out->header = out->At<const Header>(0);
   return true;
+}
+
+// A live process's identity, read alone: its header and identity text, not its whole box (the
+// caretaker looks at every live box of the host each poll).
+bool ReadLiveIdentity(int fd, BoxIdentity* out) {
+  Layout l;
+  std::string why;
+  if (!ReadLayout(fd, &l, &why)) return false;
+  Header h;
+  if (pread(fd, static_cast<void*>(&h), sizeof h, 0) != static_cast<ssize_t>(sizeof h)) return false;
+  std::string text(std::min<uint64_t>(h.identity_bytes.load(), l.identity_capacity), '\0');
+  return pread(fd, text.data(), text.size(), static_cast<off_t>(l.identity_offset)) == static_cast<ssize_t>(text.size()) &&
+         ParseIdentity(text, out);
 }
 
 std::string TextAt(const BoxCopy& box, uint64_t offset, uint64_t capacity, uint64_t length) {
@@ -364,15 +386,8 @@ CaretakerPass ConvertDeadBoxes(const std::string& box_dir, const std::string& re
     const int fd = OpenOwn(path, &st);
     if (fd < 0) continue;
     if (!TakeDeadLock(fd)) {  // alive: only what it watches matters here
-      BoxCopy live;
-      std::string why;
       BoxIdentity id;
-      if (!hidden && ReadBox(fd, &live, &why) &&
-          ParseIdentity(TextAt(live, live.header->layout.identity_offset, live.header->layout.identity_capacity,
-                               live.header->identity_bytes.load()),
-                        &id) &&
-          !id.relay.empty())
-        watched_relays.insert(id.relay);
+      if (!hidden && ReadLiveIdentity(fd, &id) && !id.relay.empty()) watched_relays.insert(id.relay);
       close(fd);
       continue;
     }

@@ -396,7 +396,7 @@ void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const st
       // _exit: captured by the exiting thread, written here by the watchdog.
       const bool handed = extra.exiting_tid != 0;
       int32_t id = handed ? extra.exiting_site : stacks::CaptureCallsite(0, stacks::kMaxNativeFrames);
-      if (id >= 0 && stacks::GetCallsite(id, &cs, handed ? kBackgroundGilWaitMs : static_cast<int>(config_.gil_timeout_ms)))
+      if (id >= 0 && stacks::GetCallsite(id, &cs, gil_wait))
         in.threads.push_back({handed ? extra.exiting_tid : CurrentTid(), "exiting thread",
                               {Symbolized(cs.ips), std::move(cs.python)}, cs.note});
     } else if (config_.stacks) {
@@ -417,14 +417,14 @@ void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const st
   std::string path = dumps_->Write(
       DumpFileStem(in), [&](const trace::TextSink& sink) { return StreamDump(in, sink); },
       /*counted=*/!extra.exit_record);
-  if (!path.empty() && !temporaries_swept_) {  // what earlier processes of this host left mid-dump
+  const std::string dir = path.empty() ? std::string() : path.substr(0, path.rfind('/'));
+  if (!dir.empty() && !temporaries_swept_) {  // what earlier processes of this host left mid-dump
     temporaries_swept_ = true;
-    if (int n = RemoveStaleTemporaries(path.substr(0, path.rfind('/')), identity_.host))
+    if (int n = RemoveStaleTemporaries(dir, identity_.host))
       LogInfo("removed %d partial dump file(s) that dead processes of this host left", n);
   }
-  if (box_ && !path.empty()) {
+  if (box_ && !dir.empty()) {
     box_->CountDump();
-    const std::string dir = path.substr(0, path.rfind('/'));
     if (dir != box_identity_.dump_dir) {  // where its postmortem dump goes too
       box_identity_.dump_dir = dir;
       WriteBoxIdentity();
