@@ -199,17 +199,14 @@ void Handler(int sig, siginfo_t* info, void* uctx) {
   // and ends the process with the first one sent when nothing handles them. So while the
   // leader's dump has not started, a lower-numbered ending signal takes the lead over: the dump
   // and the exit status are its own.
+  uint64_t ticket = 0;  // the dump this signal waits for
   if (owner && !on_watchdog && !leading && leader > 0 && sig < leader && !IsFatal(sig) && !IsFatal(leader)) {
     int expected = leader;
-    if (g_pending.compare_exchange_strong(expected, sig)) {
+    if (g_pending.compare_exchange_strong(expected, sig)) {  // the leader's dump request is now ours
       g_leader.store(sig);
       g_dumped_once[sig].store(true);
-      if (!WaitForDump(g_requested.load())) GiveUpOnDump(sig);
-      const bool ends = EndsProcess(sig, info);
-      ChainToPrevious(sig, info, uctx);
-      if (!ends) g_leader.store(0);
-      errno = saved_errno;
-      return;
+      ticket = g_requested.load();
+      leading = true;
     }
   }
   if (owner && !on_watchdog && !leading) {
@@ -228,10 +225,8 @@ void Handler(int sig, siginfo_t* info, void* uctx) {
     return;
   }
   // On the watchdog thread (a crash there) nobody could write the dump: chain at once.
-  if (owner && !on_watchdog && !g_dumped_once[sig].exchange(true)) {
-    uint64_t ticket = RequestDump(sig);
-    if (ticket && !WaitForDump(ticket)) GiveUpOnDump(sig);
-  }
+  if (owner && !on_watchdog && !ticket && !g_dumped_once[sig].exchange(true)) ticket = RequestDump(sig);
+  if (ticket && !WaitForDump(ticket)) GiveUpOnDump(sig);
   const int now_leading = g_leader.load();
   if (leading && now_leading != sig && now_leading > 0) {  // a lower-numbered signal took the lead over
     if (EndsProcess(now_leading)) DefaultAction(now_leading);
