@@ -273,6 +273,11 @@ bool Install(int sig) {
     // after our handler. A fatal signal's handler may run on an alternate stack the application
     // set (a stack overflow still gets its dump); ours needs little of it.
     sa.sa_flags = SA_SIGINFO | SA_RESTART | (IsFatal(sig) ? SA_ONSTACK : 0);
+    // A second ending signal never interrupts the first one's handler on the same thread (the
+    // kernel would run the nested one first): it goes to another thread or waits, and the
+    // first keeps the lead, as the kernel's default action would have ended the process with it.
+    if (!IsFatal(sig))
+      for (int s : kTerminate) sigaddset(&sa.sa_mask, s);
   }
   if (sigaction(sig, &sa, &g_previous[sig]) != 0) return false;
   g_installed[sig].store(true);
