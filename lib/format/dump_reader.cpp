@@ -1,5 +1,6 @@
 #include "format/dump_reader.h"
 
+#include "format/file_name.h"
 #include "format/ring_columns.h"
 
 #include <fcntl.h>
@@ -201,7 +202,7 @@ class TopLevelCollector {
       return false;
     }
     if (skipping_) return level_ > 1 || FinishTopValue();
-    if (!Room() || !Charge(v)) return false;
+    if (Duplicate() || !Room() || !Charge(v)) return false;
     Place(std::move(v));
     return level_ > 1 || FinishTopValue();
   }
@@ -227,7 +228,7 @@ class TopLevelCollector {
     }
     ++level_;
     if (skipping_) return true;
-    if (!Room() || !Charge(container)) return false;
+    if (Duplicate() || !Room() || !Charge(container)) return false;
     bool ring_member = container.is_array() && stack_.size() == 1 && top_key_ == key::kRing;
     bool entries = ring_member && member_key_ == key::kEntries;
     bool rows = ring_member && member_key_ == key::kRows;
@@ -313,6 +314,19 @@ class TopLevelCollector {
     json& slot = (*parent)[member_key_];
     slot = std::move(v);
     return &slot;
+  }
+
+  // A key given twice in one object: which value is meant cannot be told (a later "rank"
+  // would silently replace the first), so the file is refused, with the key named.
+  bool Duplicate() {
+    const bool top = stack_.empty();
+    const std::string& k = top ? top_key_ : member_key_;
+    const json& parent = top ? doc_->top : *stack_.back();
+    if (!parent.is_object() || !parent.contains(k)) return false;
+    doc_->syntax_error = true;
+    doc_->duplicate_key = Printable(k);
+    doc_->error_text = "the key \"" + doc_->duplicate_key + "\" is given twice in one object";
+    return true;
   }
 
   // A top-level value just ended: stop if the summary pass has all it needs.
@@ -743,6 +757,10 @@ ReadResult Interpret(const DumpDocument& doc, ReadDepth depth, LoadedDump* dump)
   ReadResult r;
   r.bytes_read = doc.bytes_read;
   r.file_size = doc.input_size;
+  if (!doc.duplicate_key.empty()) {  // which of the two values is meant cannot be told
+    r.problem = doc.error_text + " (edited or not written by ncclwatch): not used";
+    return r;
+  }
   if (!doc.io_error.empty() && doc.bytes_read == 0) {
     r.problem = doc.io_error;
     return r;
@@ -827,7 +845,18 @@ ReadResult InterpretDocument(const DumpDocument& doc, ReadDepth depth, LoadedDum
 
 ReadResult ReadDumpFile(const std::string& path, ReadDepth depth, LoadedDump* dump) {
   DumpDocument doc = ParseDocumentFromFile(path, depth);
-  return InterpretDocument(doc, depth, dump);
+  ReadResult r = InterpretDocument(doc, depth, dump);
+  // A file named as the writer names dumps must be the dump its name says: one whose summary
+  // says another rank (edited, or copied over another) would be read as that rank's.
+  const std::string name = path.substr(path.rfind('/') == std::string::npos ? 0 : path.rfind('/') + 1);
+  const int named_rank = RankFromFileName(name);
+  if (r.usable && IsDumpFileName(name) && named_rank >= 0 && named_rank != dump->summary.rank) {
+    r.usable = false;
+    r.problem = "its name says rank " + std::to_string(named_rank) + " but its summary says rank " +
+                std::to_string(dump->summary.rank) + " (edited, or copied over another dump): not used";
+    dump->detail.reset();
+  }
+  return r;
 }
 
 ReadResult ReadDumpBuffer(std::string_view bytes, ReadDepth depth, LoadedDump* dump) {
