@@ -54,6 +54,7 @@ class ChunkedFile {
   ChunkedFile(int fd, uint64_t limit) : fd_(fd), limit_(limit) {}
   // True when a byte is available at the cursor (reading the next chunk if needed).
   bool Ensure() {
+    if (string_too_long_) return false;  // ends the input: the parser reports an unexpected end
     if (pos_ < len_) return true;
     if (eof_) return false;
     if (bytes_read_ >= limit_) {  // ends the input: the parser reports an unexpected end
@@ -77,7 +78,8 @@ class ChunkedFile {
     return true;
   }
   char Current() const { return buf_[pos_]; }
-  void Advance() { ++pos_; }
+  void Advance() { Track(buf_[pos_++]); }
+  bool string_too_long() const { return string_too_long_; }
   uint64_t bytes_read() const { return bytes_read_; }
   bool eof() const { return eof_; }
   bool over_limit() const { return over_limit_; }
@@ -93,6 +95,27 @@ class ChunkedFile {
   uint64_t bytes_read_ = 0;
   bool eof_ = false;
   int error_ = 0;
+  // The parser holds a string whole (and grows its buffer by doubling) before the handler can
+  // refuse it: a string far over the bound is cut here, as its bytes go by, so that one huge
+  // string costs a few MiB, not twice its size. Raw bytes: an escape is up to 6 of them.
+  static constexpr uint64_t kMaxStringInput = 6 * kMaxStringBytes + 16;
+  bool in_string_ = false;
+  bool escaped_ = false;
+  bool string_too_long_ = false;
+  uint64_t string_bytes_ = 0;
+  void Track(char c) {
+    if (!in_string_) {
+      in_string_ = c == '"';
+      string_bytes_ = 0;
+    } else if (escaped_) {
+      escaped_ = false;
+    } else if (c == '\\') {
+      escaped_ = true;
+    } else if (c == '"') {
+      in_string_ = false;
+    }
+    if (in_string_ && ++string_bytes_ > kMaxStringInput) string_too_long_ = true;
+  }
 };
 
 class ChunkIterator {
@@ -584,7 +607,12 @@ DumpDocument ParseDocumentFromFile(const std::string& path, ReadDepth depth) {
 
   if (file.error() != 0) doc.io_error = std::string("read error: ") + std::strerror(file.error());
   doc.truncated = doc.syntax_error && file.eof() && doc.error_byte >= file.bytes_read();
-  if (file.over_limit() && doc.syntax_error) {  // cut by our bound, not by the writer
+  if (file.string_too_long() && doc.syntax_error) {  // cut by the string bound, as it went by
+    doc.truncated = false;
+    doc.too_large = true;
+    doc.error_byte = 0;
+    doc.error_text = "a string of more than " + std::to_string(kMaxStringBytes) + " bytes";
+  } else if (file.over_limit() && doc.syntax_error) {  // cut by our bound, not by the writer
     doc.truncated = false;
     doc.too_large = true;
     doc.error_byte = 0;

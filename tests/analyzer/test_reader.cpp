@@ -392,3 +392,18 @@ TEST_CASE("a dump whose file name says another rank than its summary is not used
   analysis::Dump renamed;
   CHECK(trace::ReadDumpFile(dir.Write("copy.json", text), ReadDepth::kSummary, &renamed).usable);
 }
+
+TEST_CASE("a huge string is cut as it is read, not held whole first", "[reader]") {
+  // 64 MiB of command line: the parser would hold it all (and grow its buffer to twice that)
+  // before the bound could refuse it. Cut as its bytes go by: read stops a few MiB into it.
+  TempDir dir;
+  Document big = Dump(0, 1, {});
+  big.summary.detail = std::string(size_t{64} << 20, 'x');
+  analysis::Dump out;
+  for (ReadDepth depth : {ReadDepth::kSummary, ReadDepth::kFull}) {
+    auto r = trace::ReadDumpFile(dir.Write("rank00000-h-1-0-stall.json", Text(big)), depth, &out);
+    CHECK_FALSE(r.usable);
+    CHECK(Contains(r.problem, "too large: a string of more than 1048576 bytes"));
+    CHECK(r.bytes_read < (uint64_t{16} << 20));
+  }
+}
