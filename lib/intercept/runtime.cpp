@@ -133,6 +133,16 @@ bool Runtime::Start() {
     SetLogRank(identity_.env_rank);
   }
   world_size_.store(identity_.env_world_size);
+  // Shared node-local directories (/dev/shm): this user's own subdirectory, or none (one line).
+  for (std::string* dir : {&config_.blackbox_dir, &config_.relay_dir}) {
+    if (*dir == "none" || dir->empty()) continue;
+    std::string why;
+    const std::string mine = UserPrivateDir(*dir, &why);
+    if (mine.empty())
+      LogWarn("%s: %s; going on without it (%s)", dir == &config_.blackbox_dir ? "NCCLWATCH_BLACKBOX_DIR" : "NCCLWATCH_RELAY_DIR",
+              why.c_str(), dir == &config_.blackbox_dir ? "no black box" : "each rank reads the dump directory itself");
+    *dir = mine.empty() ? "none" : mine;
+  }
   if (config_.blackbox_dir != "none") {
     std::string why;
     box_ = blackbox::BlackBox::Create(config_.blackbox_dir, config_.ring, identity_.pid, identity_.process_uid,

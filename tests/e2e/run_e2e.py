@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -1509,6 +1510,57 @@ def last_words_sigkill_outside_nccl():
     v, where, text = postmortem_where(j, 2)
     check(v["seq"] == 21, f"the others wait in #21: #{v['seq']}")
     check("last seen outside NCCL" in where["where"] and "#20" in where["where"], f"where: {where['where']}")
+
+
+@case
+def shared_dir_other_users_cannot_jam():
+    # A node-local directory every user can write to (/dev/shm's mode, 1777): another user's
+    # files under the names ncclwatch would use there (the caretaker's lock as a link, a relay's
+    # temporary name) change nothing: ncclwatch keeps its files in its own 0700 subdirectory, and
+    # a rank SIGKILLed still gets its postmortem. That subdirectory taken by another user: one
+    # line, the job goes on without it, and ends as without ncclwatch.
+    other = 65534
+    uid = os.getuid()
+    if uid != 0:
+        return  # files of another user can only be made by root
+    shared = temp_dir("ncclwatch-e2e-shared-")
+    os.chmod(shared, 0o1777)
+    os.symlink("/etc/passwd", os.path.join(shared, f"ncclwatch-caretaker-{uid}.lock"))
+    os.lchown(os.path.join(shared, f"ncclwatch-caretaker-{uid}.lock"), other, other)
+    for name in (f"ncclwatch-relay-{uid}-0000000000000000.lock.tmp", f"ncclwatch-box-{uid}-1-x"):
+        with open(os.path.join(shared, name), "w") as f:
+            f.write("someone else's\n")
+        os.chown(os.path.join(shared, name), other, other)
+    env = {"NCCLWATCH_TIMEOUT": "2", "NCCLWATCH_BLACKBOX_DIR": shared, "NCCLWATCH_RELAY_DIR": shared}
+
+    def kill_busy(p):
+        dumps = os.path.join(os.path.realpath(f"/proc/{p.pid}/cwd"), "dumps")
+        pid = rank_pid(p, 1)
+        wait_for(lambda: glob.glob(os.path.join(dumps, "rank00000-*-stall.json")), "rank 0's stall dump")
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: glob.glob(os.path.join(dumps, "rank00001-*-postmortem.json")), "rank 1's postmortem dump")
+    j = job(2, ["--iters", "200", "--busy-rank", "1", "--busy-at", "20", "--busy-ms", "-1"], env=env, timeout=15,
+            after_start=kill_busy)
+    check("postmortem" in j.reasons(1), f"rank 1's postmortem despite the squatter: {j.reasons(1)}\n{j.err[-1500:]}")
+    mine = os.path.join(shared, f"ncclwatch-{uid}")
+    st = os.lstat(mine)
+    check(stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o700, f"{mine}: {oct(st.st_mode)}")
+    check(os.path.islink(os.path.join(shared, f"ncclwatch-caretaker-{uid}.lock")), "the other user's link untouched")
+
+    # The subdirectory itself taken by another user: refused, said once per rank, job unharmed.
+    taken = temp_dir("ncclwatch-e2e-shared-")
+    os.chmod(taken, 0o1777)
+    os.mkdir(os.path.join(taken, f"ncclwatch-{uid}"), 0o777)
+    os.chown(os.path.join(taken, f"ncclwatch-{uid}"), other, other)
+    runs = {}
+    for preload in (False, True):
+        runs[preload] = job(2, ["--iters", "20"], env={"NCCLWATCH_TIMEOUT": "600", "NCCLWATCH_BLACKBOX_DIR": taken,
+                                                      "NCCLWATCH_RELAY_DIR": taken}, timeout=30, preload=preload)
+    got, without = runs[True], runs[False]
+    check(got.rc == without.rc == 0 and got.out == without.out, f"as without ncclwatch: {got.rc} {without.rc}\n{got.err[-1500:]}")
+    lines = [l for l in got.ncclwatch_lines() if f"belongs to user {other}" in l]
+    check(len(lines) == 4, f"one line per rank and directory names the other user: {got.ncclwatch_lines()}")
+    check(os.listdir(os.path.join(taken, f"ncclwatch-{uid}")) == [], "nothing written into the other user's directory")
 
 
 @case
