@@ -318,10 +318,8 @@ std::string WorkingDirectory() {
 
 std::string UserPrivateDir(const std::string& dir, std::string* why) {
   struct stat st {};
-  if (lstat(dir.c_str(), &st) != 0) {
-    *why = dir + ": " + std::strerror(errno);
-    return std::string();
-  }
+  // Missing or unreadable: as it is, for its user to say why it cannot use it (one line each).
+  if (lstat(dir.c_str(), &st) != 0) return dir;
   const uid_t uid = getuid();
   // Only its owner (this user) can write to it: nobody else can place or replace a file there.
   if (S_ISDIR(st.st_mode) && st.st_uid == uid && (st.st_mode & (S_IWGRP | S_IWOTH)) == 0) return dir;

@@ -44,7 +44,8 @@ std::string WorkingDirectory();
 // /tmp) is not used directly, but its subdirectory ncclwatch-<uid>, created 0700 and checked
 // (a directory, not a link, this user's, closed to others), so that no other user can create,
 // replace or foresee a file in it. A directory that only its owner can write to is used as it
-// is. Empty (with *why) when it cannot be used: another user's, a link, open to others.
+// is, and so is one that does not exist (its user says why it cannot use it). Empty (with *why)
+// when the subdirectory cannot be used: another user's, a link, open to others.
 std::string UserPrivateDir(const std::string& dir, std::string* why);
 
 // What stands in for a value that must not reach a dump.
