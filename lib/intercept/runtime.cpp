@@ -186,7 +186,8 @@ bool Runtime::Start() {
     b.cwd = start_dir;
     if (config_.cmdline) b.cmdline = CommandLine();
     b.environment = RelevantEnvironment();
-    b.dump_dir = config_.dir;
+    // Absolute: the caretaker that writes its postmortem runs in another directory.
+    b.dump_dir = config_.dir.empty() || config_.dir[0] == '/' ? config_.dir : start_dir + "/" + config_.dir;
     b.dump_fallback = DefaultDumpDir(identity_);
     WriteBoxIdentity();
   }

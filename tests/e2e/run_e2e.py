@@ -1564,6 +1564,25 @@ def shared_dir_other_users_cannot_jam():
 
 
 @case
+def last_words_default_and_relative_dir():
+    # The postmortem of a rank SIGKILLed before its first dump lands where the job's dumps are:
+    # with NCCLWATCH_DIR unset (./ncclwatch-<job> in the job's directory) and with a relative
+    # NCCLWATCH_DIR, whichever directory the caretaker runs in.
+    for setting in ("", "rel-dumps"):
+        def kill_busy(p, setting=setting):
+            cwd = os.path.realpath(f"/proc/{p.pid}/cwd")
+            pattern = os.path.join(cwd, setting or "ncclwatch-*", "rank00001-*-postmortem.json")
+            pid = rank_pid(p, 1)
+            time.sleep(1.0)  # rank 1 is past its busy point, before any dump
+            os.kill(pid, signal.SIGKILL)
+            wait_for(lambda: glob.glob(pattern), f"rank 1's postmortem dump in {pattern}")
+        j = job(2, ["--iters", "200", "--busy-rank", "1", "--busy-at", "5", "--busy-ms", "-1"],
+                env={"NCCLWATCH_TIMEOUT": "600", "NCCLWATCH_DIR": setting}, timeout=15, after_start=kill_busy)
+        found = glob.glob(os.path.join(j.tmp, setting or "ncclwatch-*", "rank00001-*-postmortem.json"))
+        check(found, f"NCCLWATCH_DIR={setting!r}: rank 1's postmortem in the job's directory:\n{j.err[-1500:]}")
+
+
+@case
 def last_words_caretaker_killed():
     # The host's caretaker itself is SIGKILLed: the next process elected converts its black box.
     def kill_caretaker(p):
