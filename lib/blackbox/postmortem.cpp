@@ -221,14 +221,17 @@ Converted WritePostmortem(const BoxCopy& box, const BoxIdentity& id) {
   in.environment = id.environment;
 
   Converted result;
-  if (id.dump_dir.empty()) {
+  if (id.dump_dir.empty() && id.dump_fallback.empty()) {
     result.problem = "its dump directory is not known";
     return result;
   }
-  DumpDirectory dir(id.dump_dir, id.dump_fallback, 0);
+  // Where the process itself would have written: relative paths (and the default directory,
+  // NCCLWATCH_DIR unset) from its own working directory at start, not the caretaker's.
+  DumpDirectory dir(id.dump_dir, id.dump_fallback, 0, id.cwd);
   result.dump = dir.Write(
       DumpFileStem(in), [&](const trace::TextSink& sink) { return StreamDump(in, sink); }, /*counted=*/false);
-  if (result.dump.empty()) result.problem = "no dump could be written in " + id.dump_dir;
+  if (result.dump.empty())
+    result.problem = "no dump could be written in " + (id.dump_dir.empty() ? id.dump_fallback : id.dump_dir);
   return result;
 }
 

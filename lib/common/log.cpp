@@ -49,3 +49,16 @@ NCCLWATCH_DEFINE_LOG(LogDebug, LogLevel::Debug)
 #undef NCCLWATCH_DEFINE_LOG
 
 }  // namespace ncclwatch
+
+namespace ncclwatch {
+
+void SayUnmonitored(const char* what) noexcept {
+  static std::atomic<bool> said{false};
+  if (said.exchange(true)) return;
+  // LogWarn formats into a buffer on the stack: no allocation here.
+  LogWarn("out of memory (or an internal error) in %s: that work of ncclwatch is skipped and the job goes on; "
+          "what it covered is unmonitored (said once)",
+          what);
+}
+
+}  // namespace ncclwatch

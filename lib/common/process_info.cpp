@@ -1,8 +1,10 @@
 #include "common/process_info.h"
 
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <ctime>
 
@@ -312,6 +314,35 @@ std::vector<std::string> CommandLine() {
 std::string WorkingDirectory() {
   char buf[4096];
   return getcwd(buf, sizeof buf) ? std::string(buf) : std::string();
+}
+
+std::string UserPrivateDir(const std::string& dir, std::string* why) {
+  struct stat st {};
+  // Missing or unreadable: as it is, for its user to say why it cannot use it (one line each).
+  if (lstat(dir.c_str(), &st) != 0) return dir;
+  const uid_t uid = getuid();
+  // Only its owner (this user) can write to it: nobody else can place or replace a file there.
+  if (S_ISDIR(st.st_mode) && st.st_uid == uid && (st.st_mode & (S_IWGRP | S_IWOTH)) == 0) return dir;
+  const std::string mine = dir + "/ncclwatch-" + std::to_string(uid);
+  if (mkdir(mine.c_str(), 0700) != 0 && errno != EEXIST) {
+    *why = mine + ": cannot create it (" + std::strerror(errno) + ")";
+    return std::string();
+  }
+  if (lstat(mine.c_str(), &st) != 0) {
+    *why = mine + ": " + std::strerror(errno);
+    return std::string();
+  }
+  if (S_ISLNK(st.st_mode) || !S_ISDIR(st.st_mode)) {
+    *why = mine + " is not a directory (a link or a file someone else put there): not used";
+  } else if (st.st_uid != uid) {
+    *why = mine + " belongs to user " + std::to_string(st.st_uid) + ", not to this one: not used";
+  } else if ((st.st_mode & 077) != 0) {
+    *why = mine + " is open to other users (mode " + std::to_string((st.st_mode >> 6) & 7) +
+           std::to_string((st.st_mode >> 3) & 7) + std::to_string(st.st_mode & 7) + ", 700 expected): not used";
+  } else {
+    return mine;
+  }
+  return std::string();
 }
 
 }  // namespace ncclwatch

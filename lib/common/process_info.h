@@ -39,6 +39,15 @@ std::string ExecutablePath();
 std::vector<std::string> CommandLine();
 std::string WorkingDirectory();
 
+// The node-local directory ncclwatch keeps its shared-memory files in, for a configured `dir`
+// (NCCLWATCH_BLACKBOX_DIR, NCCLWATCH_RELAY_DIR): one that other users can write to (/dev/shm,
+// /tmp) is not used directly, but its subdirectory ncclwatch-<uid>, created 0700 and checked
+// (a directory, not a link, this user's, closed to others), so that no other user can create,
+// replace or foresee a file in it. A directory that only its owner can write to is used as it
+// is, and so is one that does not exist (its user says why it cannot use it). Empty (with *why)
+// when the subdirectory cannot be used: another user's, a link, open to others.
+std::string UserPrivateDir(const std::string& dir, std::string* why);
+
 // What stands in for a value that must not reach a dump.
 constexpr const char* kRedacted = "<redacted>";
 // True for an argument or variable name that says its value is a secret (token, key, secret,

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/syscall.h>
+#include <ucontext.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -113,9 +114,9 @@ bool EndsProcess(int sig, const siginfo_t* info = nullptr) {
   return g_reset[sig].load() || !Ignored(g_previous[sig]) || SynchronousFault(sig, info);
 }
 
-// Runs what the application set for `sig` as the kernel would have: its handler with its mask
-// (and the signal itself blocked unless SA_NODEFER), once only with SA_RESETHAND; SIG_IGN;
-// the default action.
+// Runs what the application set for `sig` as the kernel would have: its handler (our handler
+// was installed with its flags and mask, so the mask is already the one it would run with),
+// once only with SA_RESETHAND; SIG_IGN; the default action.
 void ChainToPrevious(int sig, siginfo_t* info, void* uctx) {
   const struct sigaction& old = g_previous[sig];
   if (!HasHandler(sig)) {
@@ -123,18 +124,8 @@ void ChainToPrevious(int sig, siginfo_t* info, void* uctx) {
     return;
   }
   if (old.sa_flags & SA_RESETHAND) g_reset[sig].store(true);  // the next one takes the default action
-  sigset_t mask = old.sa_mask, saved;
-  if (!(old.sa_flags & SA_NODEFER)) sigaddset(&mask, sig);
-  pthread_sigmask(SIG_BLOCK, &mask, &saved);
-  if (old.sa_flags & SA_NODEFER) {
-    sigset_t self;
-    sigemptyset(&self);
-    sigaddset(&self, sig);
-    pthread_sigmask(SIG_UNBLOCK, &self, nullptr);
-  }
   if (old.sa_flags & SA_SIGINFO) old.sa_sigaction(sig, info, uctx);
   else old.sa_handler(sig);
-  pthread_sigmask(SIG_SETMASK, &saved, nullptr);
 }
 
 // Waits for the dump of `ticket` at most NCCLWATCH_SIGNAL_WAIT_MS; false when it did not finish.
@@ -186,11 +177,31 @@ void Handler(int sig, siginfo_t* info, void* uctx) {
   }
   bool on_watchdog = static_cast<int>(syscall(SYS_gettid)) == g_watchdog_tid.load();
   // The watchdog leaves the fatal signals unblocked for its own faults, so a SIGSEGV or SIGABRT
-  // sent to the process (kill) can land on it, where nobody could write the dump: an application
-  // thread takes it instead (the main thread, as the kernel could have chosen).
-  if (owner && on_watchdog && !SynchronousFault(sig, info) && syscall(SYS_tgkill, g_owner_pid, g_owner_pid, sig) == 0) {
-    errno = saved_errno;
-    return;
+  // sent to the process (kill) can land on it, where nobody could write the dump. The kernel
+  // would have given it to a thread that does not block it: the watchdog blocks it from here on
+  // (also once this handler returns) and queues it to the process again, same siginfo, for the
+  // kernel to choose among the others (it stays pending while all of them block it, as it would
+  // have without ncclwatch).
+  if (owner && on_watchdog && !SynchronousFault(sig, info)) {
+    sigset_t self;
+    sigemptyset(&self);
+    sigaddset(&self, sig);
+    pthread_sigmask(SIG_BLOCK, &self, nullptr);
+    if (uctx) sigaddset(&static_cast<ucontext_t*>(uctx)->uc_sigmask, sig);
+    siginfo_t again = info ? *info : siginfo_t{};
+    if (!info) {
+      again.si_signo = sig;
+      again.si_code = SI_USER;
+      again.si_pid = getpid();
+      again.si_uid = getuid();
+    }
+    // Named by this thread's id, the call passes the kernel's check that only a process itself
+    // may queue a kill()'s siginfo, and still goes to the whole process (what kill(2) gives if not).
+    if (syscall(SYS_rt_sigqueueinfo, static_cast<pid_t>(syscall(SYS_gettid)), sig, &again) == 0 ||
+        kill(g_owner_pid, sig) == 0) {
+      errno = saved_errno;
+      return;
+    }
   }
   int leader = 0;
   bool leading = owner && !on_watchdog && g_leader.compare_exchange_strong(leader, sig);
@@ -234,9 +245,10 @@ void Handler(int sig, siginfo_t* info, void* uctx) {
     errno = saved_errno;
     return;
   }
-  bool ends = EndsProcess(sig, info);
+  // The application's handler keeps the process alive: the lead is given back before it runs,
+  // since it may leave with longjmp and never come back here.
+  if (leading && !EndsProcess(sig, info)) g_leader.store(0);
   ChainToPrevious(sig, info, uctx);  // the default action: delivered as this handler returns
-  if (leading && !ends) g_leader.store(0);  // the application's handler kept the process alive
   errno = saved_errno;
 }
 
@@ -247,12 +259,26 @@ bool Install(int sig) {
   if (sigaction(sig, nullptr, &before) == 0 && Ignored(before)) return false;
   struct sigaction sa {};
   sa.sa_sigaction = Handler;
-  sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
   sigemptyset(&sa.sa_mask);
-  // A second ending signal never interrupts the first one's handler on the same thread: it goes
-  // to another thread or waits, and the first keeps the lead.
-  if (!IsFatal(sig) && sig != g_dump_signal)
-    for (int s : kTerminate) sigaddset(&sa.sa_mask, s);
+  if (sig == g_dump_signal) {
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;  // ours alone: a read() it interrupts goes on
+  } else if (before.sa_handler != SIG_DFL) {
+    // The application's handler runs from ours: with its own mask, restart semantics,
+    // alternate stack and re-entry (SA_NODEFER), exactly as the kernel would have run it. Its
+    // handler may leave with longjmp: nothing of ours stays blocked or held.
+    sa.sa_flags = SA_SIGINFO | (before.sa_flags & (SA_RESTART | SA_ONSTACK | SA_NODEFER));
+    sa.sa_mask = before.sa_mask;
+  } else {
+    // The default action ends the process after the dump: nothing of the application runs
+    // after our handler. A fatal signal's handler may run on an alternate stack the application
+    // set (a stack overflow still gets its dump); ours needs little of it.
+    sa.sa_flags = SA_SIGINFO | SA_RESTART | (IsFatal(sig) ? SA_ONSTACK : 0);
+    // A second ending signal never interrupts the first one's handler on the same thread (the
+    // kernel would run the nested one first): it goes to another thread or waits, and the
+    // first keeps the lead, as the kernel's default action would have ended the process with it.
+    if (!IsFatal(sig))
+      for (int s : kTerminate) sigaddset(&sa.sa_mask, s);
+  }
   if (sigaction(sig, &sa, &g_previous[sig]) != 0) return false;
   g_installed[sig].store(true);
   struct sigaction now {};

@@ -1,5 +1,6 @@
 #include "format/dump_reader.h"
 
+#include "format/file_name.h"
 #include "format/ring_columns.h"
 
 #include <fcntl.h>
@@ -53,6 +54,7 @@ class ChunkedFile {
   ChunkedFile(int fd, uint64_t limit) : fd_(fd), limit_(limit) {}
   // True when a byte is available at the cursor (reading the next chunk if needed).
   bool Ensure() {
+    if (string_too_long_) return false;  // ends the input: the parser reports an unexpected end
     if (pos_ < len_) return true;
     if (eof_) return false;
     if (bytes_read_ >= limit_) {  // ends the input: the parser reports an unexpected end
@@ -76,7 +78,8 @@ class ChunkedFile {
     return true;
   }
   char Current() const { return buf_[pos_]; }
-  void Advance() { ++pos_; }
+  void Advance() { Track(buf_[pos_++]); }
+  bool string_too_long() const { return string_too_long_; }
   uint64_t bytes_read() const { return bytes_read_; }
   bool eof() const { return eof_; }
   bool over_limit() const { return over_limit_; }
@@ -92,6 +95,27 @@ class ChunkedFile {
   uint64_t bytes_read_ = 0;
   bool eof_ = false;
   int error_ = 0;
+  // The parser holds a string whole (and grows its buffer by doubling) before the handler can
+  // refuse it: a string far over the bound is cut here, as its bytes go by, so that one huge
+  // string costs a few MiB, not twice its size. Raw bytes: an escape is up to 6 of them.
+  static constexpr uint64_t kMaxStringInput = 6 * kMaxStringBytes + 16;
+  bool in_string_ = false;
+  bool escaped_ = false;
+  bool string_too_long_ = false;
+  uint64_t string_bytes_ = 0;
+  void Track(char c) {
+    if (!in_string_) {
+      in_string_ = c == '"';
+      string_bytes_ = 0;
+    } else if (escaped_) {
+      escaped_ = false;
+    } else if (c == '\\') {
+      escaped_ = true;
+    } else if (c == '"') {
+      in_string_ = false;
+    }
+    if (in_string_ && ++string_bytes_ > kMaxStringInput) string_too_long_ = true;
+  }
 };
 
 class ChunkIterator {
@@ -201,7 +225,7 @@ class TopLevelCollector {
       return false;
     }
     if (skipping_) return level_ > 1 || FinishTopValue();
-    if (!Room() || !Charge(v)) return false;
+    if (Duplicate() || !Room() || !Charge(v)) return false;
     Place(std::move(v));
     return level_ > 1 || FinishTopValue();
   }
@@ -227,7 +251,7 @@ class TopLevelCollector {
     }
     ++level_;
     if (skipping_) return true;
-    if (!Room() || !Charge(container)) return false;
+    if (Duplicate() || !Room() || !Charge(container)) return false;
     bool ring_member = container.is_array() && stack_.size() == 1 && top_key_ == key::kRing;
     bool entries = ring_member && member_key_ == key::kEntries;
     bool rows = ring_member && member_key_ == key::kRows;
@@ -313,6 +337,19 @@ class TopLevelCollector {
     json& slot = (*parent)[member_key_];
     slot = std::move(v);
     return &slot;
+  }
+
+  // A key given twice in one object: which value is meant cannot be told (a later "rank"
+  // would silently replace the first), so the file is refused, with the key named.
+  bool Duplicate() {
+    const bool top = stack_.empty();
+    const std::string& k = top ? top_key_ : member_key_;
+    const json& parent = top ? doc_->top : *stack_.back();
+    if (!parent.is_object() || !parent.contains(k)) return false;
+    doc_->syntax_error = true;
+    doc_->duplicate_key = Printable(k);
+    doc_->error_text = "the key \"" + doc_->duplicate_key + "\" is given twice in one object";
+    return true;
   }
 
   // A top-level value just ended: stop if the summary pass has all it needs.
@@ -570,7 +607,12 @@ DumpDocument ParseDocumentFromFile(const std::string& path, ReadDepth depth) {
 
   if (file.error() != 0) doc.io_error = std::string("read error: ") + std::strerror(file.error());
   doc.truncated = doc.syntax_error && file.eof() && doc.error_byte >= file.bytes_read();
-  if (file.over_limit() && doc.syntax_error) {  // cut by our bound, not by the writer
+  if (file.string_too_long() && doc.syntax_error) {  // cut by the string bound, as it went by
+    doc.truncated = false;
+    doc.too_large = true;
+    doc.error_byte = 0;
+    doc.error_text = "a string of more than " + std::to_string(kMaxStringBytes) + " bytes";
+  } else if (file.over_limit() && doc.syntax_error) {  // cut by our bound, not by the writer
     doc.truncated = false;
     doc.too_large = true;
     doc.error_byte = 0;
@@ -743,6 +785,10 @@ ReadResult Interpret(const DumpDocument& doc, ReadDepth depth, LoadedDump* dump)
   ReadResult r;
   r.bytes_read = doc.bytes_read;
   r.file_size = doc.input_size;
+  if (!doc.duplicate_key.empty()) {  // which of the two values is meant cannot be told
+    r.problem = doc.error_text + " (edited or not written by ncclwatch): not used";
+    return r;
+  }
   if (!doc.io_error.empty() && doc.bytes_read == 0) {
     r.problem = doc.io_error;
     return r;
@@ -827,7 +873,18 @@ ReadResult InterpretDocument(const DumpDocument& doc, ReadDepth depth, LoadedDum
 
 ReadResult ReadDumpFile(const std::string& path, ReadDepth depth, LoadedDump* dump) {
   DumpDocument doc = ParseDocumentFromFile(path, depth);
-  return InterpretDocument(doc, depth, dump);
+  ReadResult r = InterpretDocument(doc, depth, dump);
+  // A file named as the writer names dumps must be the dump its name says: one whose summary
+  // says another rank (edited, or copied over another) would be read as that rank's.
+  const std::string name = path.substr(path.rfind('/') == std::string::npos ? 0 : path.rfind('/') + 1);
+  const int named_rank = RankFromFileName(name);
+  if (r.usable && IsDumpFileName(name) && named_rank >= 0 && named_rank != dump->summary.rank) {
+    r.usable = false;
+    r.problem = "its name says rank " + std::to_string(named_rank) + " but its summary says rank " +
+                std::to_string(dump->summary.rank) + " (edited, or copied over another dump): not used";
+    dump->detail.reset();
+  }
+  return r;
 }
 
 ReadResult ReadDumpBuffer(std::string_view bytes, ReadDepth depth, LoadedDump* dump) {

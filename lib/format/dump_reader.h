@@ -31,6 +31,7 @@ struct DumpDocument {
   bool too_large = false;      // reading stopped at a memory bound (string, array, bytes)
   uint64_t error_byte = 0;
   std::string error_text;      // short description of the syntax error
+  std::string duplicate_key;   // a key given twice in one object (reading stopped there)
   uint64_t bytes_read = 0;     // bytes taken from the file (or buffer)
   uint64_t input_size = 0;     // size of the file (or buffer)
   std::string io_error;        // the file could not be opened or read

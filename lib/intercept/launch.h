@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "common/quietly.h"
 #include "intercept/runtime.h"
 #include "intercept/thread_state.h"
 #include "ncclwatch/nccl_abi.h"
@@ -53,7 +54,16 @@ ncclResult_t GuardedOperation(const OpCall& call, F&& real) {
   Runtime* rt = Runtime::Acquire();
   if (!rt) return real();
   ReentryGuard guard(ts);
-  return InterceptOperation(*rt, ts, call, RealCall(real));
+  // Whatever of ours fails (out of memory), the application's call is made exactly once.
+  bool called = false;
+  ncclResult_t result = ncclSuccess;
+  auto once = [&] {
+    called = true;
+    return result = real();
+  };
+  ncclResult_t r = ncclSuccess;
+  if (Quietly(call.function, [&] { r = InterceptOperation(*rt, ts, call, RealCall(once)); })) return r;
+  return called ? result : real();
 }
 
 }  // namespace ncclwatch

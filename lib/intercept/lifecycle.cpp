@@ -7,6 +7,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/quietly.h"
 #include "intercept/launch.h"
 #include "intercept/real_nccl.h"
 
@@ -26,13 +27,13 @@ ncclResult_t Managed(const char* function, bool start, Call&& call, After&& afte
   Runtime* rt = start ? Runtime::Acquire() : Runtime::IfActive();
   if (!rt) return call();
   ReentryGuard guard(ts);
-  AttachThread(*rt, ts);
+  if (!Quietly(function, [&] { AttachThread(*rt, ts); })) return call();
   ncclResult_t r;
   {
     InNcclScope scope(ts.slot, function, MonoNs());
     r = call();
   }
-  after(*rt, ts, r);
+  Quietly(function, [&] { after(*rt, ts, r); });
   return r;
 }
 
@@ -74,8 +75,10 @@ void Register(Runtime& rt, ncclComm_t handle, uint64_t id, int size, int rank, C
 class PendingScope {
  public:
   PendingScope(const char* function, uint64_t id, int size, int rank) : rt_(Runtime::IfActive()) {
-    if (!rt_) return;
-    token_ = rt_->BeginInit(function, id, size, rank);
+    if (!rt_ || !Quietly(function, [&] { token_ = rt_->BeginInit(function, id, size, rank); })) {
+      rt_ = nullptr;
+      return;
+    }
     InNcclScope::SetCreating(CurrentThread().slot, true);
   }
   ~PendingScope() {
@@ -107,7 +110,7 @@ ncclResult_t CreateChild(const char* function, ncclComm_t comm, ncclComm_t* newc
       function, true,
       [&] {
         if (Runtime* rt = Runtime::IfActive()) {
-          parent = Known(*rt, comm);
+          Quietly(function, [&] { parent = Known(*rt, comm); });
           if (parent) child = parent->children.fetch_add(1);
         }
         return call();
@@ -244,7 +247,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
     ThreadState& ts = CurrentThread();
     if (!ts.inside) {
       ReentryGuard guard(ts);
-      rt->OnAbort(rt->comms().Lookup(comm));
+      Quietly("ncclCommAbort", [&] { rt->OnAbort(rt->comms().Lookup(comm)); });
     }
   }
   return Managed("ncclCommAbort", false, [&] { return real(comm); }, [](Runtime&, ThreadState&, ncclResult_t) {});
@@ -263,10 +266,12 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
   ThreadState& ts = CurrentThread();
   if (!rt || ts.inside || r != ncclSuccess || !asyncError) return r;
   ReentryGuard guard(ts);
-  CommInfo* c = rt->comms().Lookup(comm);
-  SettleNonblocking(*rt, c, *asyncError);
-  if (*asyncError != ncclSuccess && *asyncError != ncclInProgress)
-    rt->OnNcclError("ncclCommGetAsyncError", *asyncError, c, true);
+  Quietly("ncclCommGetAsyncError", [&] {
+    CommInfo* c = rt->comms().Lookup(comm);
+    SettleNonblocking(*rt, c, *asyncError);
+    if (*asyncError != ncclSuccess && *asyncError != ncclInProgress)
+      rt->OnNcclError("ncclCommGetAsyncError", *asyncError, c, true);
+  });
   return r;
 }
 
@@ -286,8 +291,15 @@ ncclResult_t ncclGroupEnd() {
   if (ts.inside || !rt || ts.group_depth == 0) return real();
   ReentryGuard guard(ts);
   if (--ts.group_depth > 0) return real();
-  auto call = [&] { return real(); };
-  return LaunchGroup(*rt, ts, RealCall(call));
+  bool called = false;
+  ncclResult_t result = ncclSuccess;
+  auto call = [&] {
+    called = true;
+    return result = real();
+  };
+  ncclResult_t r = ncclSuccess;
+  if (Quietly("ncclGroupEnd", [&] { r = LaunchGroup(*rt, ts, RealCall(call)); })) return r;
+  return called ? result : real();
 }
 
 ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {

@@ -16,6 +16,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/quietly.h"
 #include "common/timing.h"
 #include "dump/dump_writer.h"
 #include "format/display.h"
@@ -100,8 +101,14 @@ Runtime* Runtime::Acquire() {
   std::lock_guard<std::mutex> lock(g_start_mu);
   s = g_state.load(std::memory_order_acquire);
   if (s != kUnstarted) return s == kActive ? g_runtime.load() : nullptr;
-  auto* rt = new Runtime;  // never deleted: threads and handlers may use it until exit
-  if (!rt->Start()) {
+  Runtime* rt = nullptr;  // never deleted: threads and handlers may use it until exit
+  bool started = false;
+  // Out of memory while starting: the job goes on without ncclwatch (one line says so).
+  Quietly("starting ncclwatch", [&] {
+    rt = new Runtime;
+    started = rt->Start();
+  });
+  if (!started) {
     g_state.store(kDisabled, std::memory_order_release);
     return nullptr;
   }
@@ -126,6 +133,16 @@ bool Runtime::Start() {
     SetLogRank(identity_.env_rank);
   }
   world_size_.store(identity_.env_world_size);
+  // Shared node-local directories (/dev/shm): this user's own subdirectory, or none (one line).
+  for (std::string* dir : {&config_.blackbox_dir, &config_.relay_dir}) {
+    if (*dir == "none" || dir->empty()) continue;
+    std::string why;
+    const std::string mine = UserPrivateDir(*dir, &why);
+    if (mine.empty())
+      LogWarn("%s: %s; going on without it (%s)", dir == &config_.blackbox_dir ? "NCCLWATCH_BLACKBOX_DIR" : "NCCLWATCH_RELAY_DIR",
+              why.c_str(), dir == &config_.blackbox_dir ? "no black box" : "each rank reads the dump directory itself");
+    *dir = mine.empty() ? "none" : mine;
+  }
   if (config_.blackbox_dir != "none") {
     std::string why;
     box_ = blackbox::BlackBox::Create(config_.blackbox_dir, config_.ring, identity_.pid, identity_.process_uid,
@@ -169,7 +186,8 @@ bool Runtime::Start() {
     b.cwd = start_dir;
     if (config_.cmdline) b.cmdline = CommandLine();
     b.environment = RelevantEnvironment();
-    b.dump_dir = config_.dir;
+    // Absolute: the caretaker that writes its postmortem runs in another directory.
+    b.dump_dir = config_.dir.empty() || config_.dir[0] == '/' ? config_.dir : start_dir + "/" + config_.dir;
     b.dump_fallback = DefaultDumpDir(identity_);
     WriteBoxIdentity();
   }
@@ -184,6 +202,7 @@ bool Runtime::Start() {
               "user (mkdir -p) or pick another directory",
               trace::PrintableCut(config_.metrics).c_str(), metrics_why.c_str());
   }
+  stacks::PrepareUnwinder();  // libunwind from now on, not before: a process without NCCL maps none
   // Our frames on top of a stack (a dumping thread's) say nothing about the application.
   stacks::SetOwnModule(reinterpret_cast<const void*>(&WakeWatchdog));
   stacks::SetPythonCallsites(config_.python);
@@ -234,11 +253,20 @@ void Runtime::OnSignalEnding(void* arg) {
 }
 
 void Runtime::OnExitThunk(int status, void*) {
-  if (Runtime* rt = IfActive()) rt->AtExit(status);
+  if (Runtime* rt = IfActive()) Quietly("the exit record", [&] { rt->AtExit(status); });
 }
 
 void Runtime::AtExit(int status) {
   if (identity_.pid != getpid()) return;
+  // exit() may be called from a signal handler that interrupted the application inside malloc
+  // (or any lock it holds): this thread takes none. The watchdog writes the record, as for
+  // _exit, and this thread waits for it, bounded; then the watchdog stops.
+  if (watchdog_->running() && !watchdog_->OnWatchdogThread()) {
+    OnQuickExit(status);
+    if (quick_exit_.load(std::memory_order_acquire) == kQuickExitDone)
+      watchdog_->Stop(timing::Ms(timing::kWatchdogStopWait));
+    return;
+  }
   Finish(status, -1, 0, /*on_watchdog=*/false);
 }
 
@@ -250,8 +278,9 @@ void Runtime::OnQuickExit(int status) {
   if (!claimed.exchange(true)) {
     quick_exit_status_.store(status, std::memory_order_relaxed);
     quick_exit_tid_.store(CurrentTid(), std::memory_order_relaxed);
-    quick_exit_site_.store(config_.stacks ? stacks::CaptureCallsite(0, stacks::kMaxNativeFrames) : -1,
-                           std::memory_order_relaxed);
+    int32_t site = -1;
+    if (config_.stacks) Quietly("the exit record", [&] { site = stacks::CaptureCallsite(0, stacks::kMaxNativeFrames); });
+    quick_exit_site_.store(site, std::memory_order_relaxed);
     quick_exit_.store(kQuickExitAsked, std::memory_order_release);
     watchdog_->Wake();
   }
@@ -578,17 +607,21 @@ void Runtime::OnTick() {
     marked_own = true;
   }
   if (quick_exit_.load(std::memory_order_acquire) == kQuickExitAsked) {  // _exit: its thread waits
-    Finish(quick_exit_status_.load(), quick_exit_site_.load(), quick_exit_tid_.load(), /*on_watchdog=*/true);
+    Quietly("the exit record", [&] {
+      Finish(quick_exit_status_.load(), quick_exit_site_.load(), quick_exit_tid_.load(), /*on_watchdog=*/true);
+    });
     quick_exit_.store(kQuickExitDone, std::memory_order_release);
     return;
   }
   if (finished_.load(std::memory_order_acquire)) return;
   trace::DumpReason reason;
   if (int sig = TakePendingSignal(&reason)) {
-    Dump(reason, "signal " + SignalName(sig) + " (" + std::string(sigdescr_np(sig) ? sigdescr_np(sig) : "") + ")");
-    // Its own end, dumped: the black box has nothing to add if the process dies now.
-    if (box_ && reason != trace::DumpReason::OnDemand) box_->FinalDumpWritten(static_cast<int64_t>(MonoNs()));
-    DoneSignalDump();
+    Quietly("a signal's dump", [&] {
+      Dump(reason, "signal " + SignalName(sig) + " (" + std::string(sigdescr_np(sig) ? sigdescr_np(sig) : "") + ")");
+      // Its own end, dumped: the black box has nothing to add if the process dies now.
+      if (box_ && reason != trace::DumpReason::OnDemand) box_->FinalDumpWritten(static_cast<int64_t>(MonoNs()));
+    });
+    DoneSignalDump();  // the handler waits no longer, dump or not
   }
   uint64_t now = MonoNs();
   TendBlackBox(now);

@@ -127,6 +127,7 @@ class PythonFrameCache {
 }  // namespace
 
 __attribute__((noinline)) int32_t CaptureCallsite(int skip, int max_depth) {
+  PrepareUnwinder();  // an atomic load once prepared
   skip = std::min(std::max(skip, 0), kMaxSkip);
   max_depth = std::min(max_depth, kMaxNativeFrames);
   if (max_depth <= 0) return -1;

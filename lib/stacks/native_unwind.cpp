@@ -1,28 +1,138 @@
 #include "native_unwind.h"
 
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <link.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <mutex>
 #include <string>
 
 #include "stacks.h"
+
+// Opens libunwind.so.8 where the library is built self-contained (unwind_loader.cpp); absent
+// where libunwind is linked.
+extern "C" __attribute__((weak, visibility("hidden"))) void ncclwatch_load_libunwind();
 
 namespace ncclwatch {
 namespace stacks {
 namespace detail {
 namespace {
 
-bool g_native_unwind_works = false;  // written once while the library loads
+bool g_native_unwind_works = false;  // written once, under g_prepare_mu, before g_prepared
+std::atomic<bool> g_prepared{false};
+std::mutex g_prepare_mu;
 
-// libunwind initializes itself on first use without full synchronization (ThreadSanitizer
-// reports it when threads start unwinding together), and that first use should not be in a
-// signal handler: do it once while the library loads, before the application's threads run.
-__attribute__((constructor)) void WarmUpUnwinder() {
+using AccessMem = int (*)(unw_addr_space_t, unw_word_t, unw_word_t*, int, void*);
+AccessMem g_libunwind_access_mem = nullptr;
+
+// Reads one word of this process's memory, or fails on an address that is not readable: the
+// kernel checks it (process_vm_readv on ourselves), with no file descriptor. libunwind's own
+// check of the addresses it doubts writes them into a pipe it keeps open for good: once the
+// application closed that pipe's descriptors and opened files of its own under the same
+// numbers, the check read from and wrote raw memory into the application's files.
+int CheckedAccessMem(unw_addr_space_t as, unw_word_t addr, unw_word_t* val, int write, void* arg) {
+  if (write) return g_libunwind_access_mem(as, addr, val, write, arg);
+  iovec local{val, sizeof *val};
+  iovec remote{reinterpret_cast<void*>(addr), sizeof *val};
+  const int saved_errno = errno;  // called in signal handlers too
+  const ssize_t n = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+  const int why = errno;
+  errno = saved_errno;
+  if (n == static_cast<ssize_t>(sizeof *val)) return 0;
+  if (n >= 0 || why == EFAULT) return -UNW_EINVAL;
+  // Not allowed here (a seccomp filter): the page must at least be mapped; then a plain read,
+  // as libunwind itself reads the frames it trusts.
+  const uintptr_t page = static_cast<uintptr_t>(addr) & ~static_cast<uintptr_t>(4095);
+  if (msync(reinterpret_cast<void*>(page), 4096, MS_ASYNC) != 0) return -UNW_EINVAL;
+  *val = *reinterpret_cast<const unw_word_t*>(addr);
+  return 0;
+}
+
+struct PipeSearch {
+  uintptr_t inside;  // an address in libunwind's data
+  int closed;
+};
+
+bool IsPipeEnd(int fd, int access, ino_t* inode) {
+  struct stat st;
+  if (fd < 3 || fd > 1 << 20 || fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode)) return false;
+  const int flags = fcntl(fd, F_GETFL);
+  *inode = st.st_ino;
+  return flags >= 0 && (flags & O_ACCMODE) == access;
+}
+
+// libunwind opened its memory-check pipe while it initialized (just now) and keeps the two
+// descriptors in a static int[2] in its writable data: found there as the read and the write
+// end of one pipe, they are closed and the array reset to -1 (what libunwind holds before it
+// opens it). CheckedAccessMem replaces the only reader of that array.
+int FindValidationPipe(dl_phdr_info* info, size_t, void* data) {
+  auto* search = static_cast<PipeSearch*>(data);
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type != PT_LOAD) continue;
+    const uintptr_t start = info->dlpi_addr + ph.p_vaddr, end = start + ph.p_memsz;
+    if (search->inside < start || search->inside >= end) continue;
+    if (!(ph.p_flags & PF_W)) return 0;
+    for (uintptr_t a = (start + 3) & ~uintptr_t{3}; a + 2 * sizeof(int) <= end; a += sizeof(int)) {
+      int* pair = reinterpret_cast<int*>(a);
+      ino_t read_inode = 0, write_inode = 0;
+      if (pair[0] < 3 || pair[1] < 3 || pair[0] == pair[1]) continue;
+      if (!IsPipeEnd(pair[0], O_RDONLY, &read_inode) || !IsPipeEnd(pair[1], O_WRONLY, &write_inode) ||
+          read_inode != write_inode)
+        continue;
+      const int fds[2] = {pair[0], pair[1]};
+      pair[0] = pair[1] = -1;
+      close(fds[0]);
+      close(fds[1]);
+      ++search->closed;
+    }
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+// Once, under g_prepare_mu.
+static void PrepareUnwinderOnce() {
+  // Where libunwind is opened at run time, it is opened now: a process that never starts
+  // ncclwatch maps no libunwind (nor its liblzma).
+  if (ncclwatch_load_libunwind) ncclwatch_load_libunwind();
+  // libunwind initializes itself on first use without full synchronization (ThreadSanitizer
+  // reports it when threads start unwinding together), and that first use should not be in a
+  // signal handler: here, before ncclwatch unwinds anything.
   unw_context_t context;
   uintptr_t ips[2];
   // Where libunwind was not found (the self-contained build opens it at run time) both calls
   // fail: that is what NativeStackProblem reports.
   g_native_unwind_works = unw_getcontext(&context) == 0 && UnwindContext(&context, /*signal_frame=*/false, ips, 2) > 0;
+  if (!g_native_unwind_works) return;
+  unw_accessors_t* acc = unw_get_accessors(unw_local_addr_space);
+  if (acc && acc->access_mem && acc->access_mem != &CheckedAccessMem) {
+    g_libunwind_access_mem = acc->access_mem;
+    acc->access_mem = &CheckedAccessMem;
+    PipeSearch search{reinterpret_cast<uintptr_t>(unw_local_addr_space), 0};
+    dl_iterate_phdr(&FindValidationPipe, &search);
+  }
 }
 
-}  // namespace
+}  // namespace detail
+
+void PrepareUnwinder() {
+  if (detail::g_prepared.load(std::memory_order_acquire)) return;
+  std::lock_guard<std::mutex> lock(detail::g_prepare_mu);
+  if (detail::g_prepared.load(std::memory_order_relaxed)) return;
+  detail::PrepareUnwinderOnce();
+  detail::g_prepared.store(true, std::memory_order_release);
+}
+
+namespace detail {
 
 int UnwindContext(unw_context_t* context, bool signal_frame, uintptr_t* out, int max) {
   unw_cursor_t cursor;
@@ -49,6 +159,7 @@ int FindFrame(const uintptr_t* ips, int count, uintptr_t ip, int window) {
 }  // namespace detail
 
 std::string NativeStackProblem() {
+  PrepareUnwinder();
   if (detail::g_native_unwind_works) return {};
   return "libunwind.so.8 is not usable in this process (Debian/Ubuntu package libunwind8): call sites and "
          "thread stacks have Python frames only";

@@ -60,6 +60,11 @@ constexpr int kCallsiteCapacity = 4096;    // distinct call sites per process
 constexpr int kMaxThreadFrames = 128;      // native frames per thread in CaptureAllThreads
 constexpr int kMaxThreadPythonFrames = 64;  // Python frames per thread in CaptureAllThreads
 
+// Opens libunwind (the self-contained build) and initializes it, closing the memory-check pipe
+// it opens and reading memory through a check that needs no file descriptor. Called when
+// ncclwatch starts; idempotent, thread-safe, and called by the functions below that unwind.
+void PrepareUnwinder();
+
 // ---- hot path (called on every intercepted NCCL operation) ----
 // Captures the calling thread's native stack (dropping `skip` frames above the caller, at most
 // `max_depth` <= kMaxNativeFrames frames) and, when the thread holds the GIL, its innermost

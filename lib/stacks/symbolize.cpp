@@ -173,6 +173,7 @@ NativeFrame Lookup(uintptr_t ip, bool interrupted) {
 }  // namespace
 
 NativeFrame Symbolize(uintptr_t ip, bool interrupted) {
+  PrepareUnwinder();
   // Leaked on purpose: dumps can run while the process exits, after static destructors.
   static std::mutex* mu = new std::mutex;
   static auto* cache = new std::unordered_map<uintptr_t, NativeFrame>;

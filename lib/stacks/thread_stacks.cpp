@@ -1,16 +1,20 @@
-// Stacks of every thread: each thread unwinds itself in a signal handler into a preallocated
-// slot; the dumping thread signals them in parallel batches and waits a bounded time.
+// Stacks of every thread: a thread blocked in a system call is unwound from where the kernel
+// says it waits, without a signal; a running one unwinds itself in a signal handler into a
+// preallocated slot (the dumping thread signals them in parallel batches and waits a bounded
+// time).
 #include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/syscall.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -155,6 +159,40 @@ std::string SignalProblem(int signo) {
     return "stack signal " + std::to_string(signo) + " was taken over by the application";
   }
   return std::string();
+}
+
+// A thread blocked in a system call, unwound without a signal: a signal would cut its wait
+// short (sleep, nanosleep, sem_timedwait, poll return early, with EINTR or the time left). The
+// kernel says where it waits (/proc/self/task/TID/syscall: its stack and instruction pointers),
+// its stack is in our own address space, and the unwinder reads memory through a checked
+// accessor (native_unwind.cpp), so a stack that changes under us gives wrong frames, never a
+// fault. False when the thread runs, or left its call while it was read: it is signalled then.
+bool UnwindBlocked(pid_t tid, ThreadStack* thread) {
+#if defined(__x86_64__)
+  const std::string path = TaskFile(tid, "syscall");
+  const std::string before = ReadSmallFile(path);
+  long long nr = -1;
+  unsigned long long arg[6], sp = 0, pc = 0;
+  if (std::sscanf(before.c_str(), "%lld %llx %llx %llx %llx %llx %llx %llx %llx", &nr, &arg[0], &arg[1], &arg[2],
+                  &arg[3], &arg[4], &arg[5], &sp, &pc) != 9 ||
+      nr < 0 || sp == 0 || pc == 0)
+    return false;
+  ucontext_t context;
+  std::memset(&context, 0, sizeof context);
+  context.uc_mcontext.gregs[REG_RIP] = static_cast<greg_t>(pc);
+  context.uc_mcontext.gregs[REG_RSP] = static_cast<greg_t>(sp);
+  uintptr_t frames[kMaxThreadFrames];
+  // Frame 0 is the exact pc, as in a signal handler's context.
+  const int count = detail::UnwindContext(reinterpret_cast<unw_context_t*>(&context), /*signal_frame=*/true, frames,
+                                          kMaxThreadFrames);
+  if (count <= 0 || ReadSmallFile(path) != before) return false;  // it moved: the frames may be torn
+  thread->ips.assign(frames, frames + count);
+  return true;
+#else
+  (void)tid;
+  (void)thread;
+  return false;  // elsewhere the registers the unwinder needs first (the link register) are not known
+#endif
 }
 
 enum class Eligibility { kSignal, kSkip, kGone };
@@ -325,6 +363,7 @@ void AddPythonStacks(std::vector<ThreadStack>* threads, int gil_timeout_ms, std:
 void detail::SetCheckSignalMaskForTesting(bool check) { g_check_signal_mask.store(check); }
 
 bool InstallThreadStackSignal(int signo) {
+  PrepareUnwinder();  // its handler unwinds: never the unwinder's first use
   static std::mutex* mu = new std::mutex;
   std::lock_guard<std::mutex> lock(*mu);
   if (g_signo.load() != 0 || signo <= 0 || signo >= NSIG) return false;
@@ -347,6 +386,7 @@ __attribute__((noinline)) std::vector<ThreadStack> CaptureAllThreads(int per_thr
                                                                      int gil_timeout_ms, std::string* note,
                                                                      const std::vector<int>* sampled) {
   const uintptr_t caller = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
+  PrepareUnwinder();
   if (note != nullptr) note->clear();
   // Taken with a bounded wait, so that a capture stuck elsewhere cannot block this one beyond
   // the timeout.
@@ -377,7 +417,9 @@ __attribute__((noinline)) std::vector<ThreadStack> CaptureAllThreads(int per_thr
       thread.note = kNotSampledNote;
     } else {
       switch (CheckThread(thread.tid, signo, &thread.note)) {
-        case Eligibility::kSignal: to_signal.push_back(&thread); break;
+        case Eligibility::kSignal:
+          if (!UnwindBlocked(thread.tid, &thread)) to_signal.push_back(&thread);  // only running threads
+          break;
         case Eligibility::kGone: gone.insert(thread.tid); break;
         case Eligibility::kSkip: break;
       }

@@ -4,12 +4,12 @@
 // Why: the preload library lands in every process of a job, so each of its load-time
 // dependencies must exist, in a compatible version, in every environment the job runs in.
 // Debian's libunwind.a is not position-independent (it cannot go into a shared library), so
-// libunwind cannot be linked in; it is opened here with dlopen instead, while the library loads.
+// libunwind cannot be linked in; it is opened here with dlopen instead, when ncclwatch starts.
 //
 // How: this file defines the libunwind functions the stacks code calls (the names libunwind.h
 // maps them to) as single indirect jumps through a table. The table starts on stubs that report
-// failure and is filled from libunwind.so.8 by a constructor that runs before any other of the
-// library's (priority 101; the stacks code warms the unwinder up in a later one). A jump, not a
+// failure and is filled from libunwind.so.8 by ncclwatch_load_libunwind when ncclwatch starts
+// (stacks::PrepareUnwinder, which then warms the unwinder up). A jump, not a
 // call: unw_getcontext and unw_backtrace see their caller's frame exactly as when linked
 // directly, so frame counts and skips are unchanged. Without libunwind.so.8 every entry stays on
 // its stub: call sites and thread stacks have no native frames; everything else works.
@@ -104,10 +104,10 @@ extern "C" __attribute__((visibility("hidden"))) unw_addr_space_t unw_local_addr
 NCCLWATCH_UNW_FUNCTIONS(NCCLWATCH_UNW_DEFINE)
 #undef NCCLWATCH_UNW_DEFINE
 
-namespace {
-
-// All or nothing: a libunwind lacking one function is not used at all.
-__attribute__((constructor(101))) void LoadLibunwind() {
+// All or nothing: a libunwind lacking one function is not used at all. Called once, by
+// stacks::PrepareUnwinder when ncclwatch starts (never while the library loads: a process that
+// does not use NCCL maps no libunwind), before anything unwinds.
+extern "C" __attribute__((visibility("hidden"))) void ncclwatch_load_libunwind() {
   void* lib = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) return;
   void* found[kEntries] = {};
@@ -123,9 +123,8 @@ __attribute__((constructor(101))) void LoadLibunwind() {
     return;
   }
   unw_local_addr_space = *space;
-  // Before the application's threads run (a preloaded library's constructor): plain stores.
+  // Before ncclwatch's first unwind, under PrepareUnwinder's lock (nothing of ours jumps
+  // through the table before): plain stores.
   for (int i = 0; i < kEntries; ++i)
     if (found[i] != nullptr) ncclwatch_unw_table[i] = found[i];
 }
-
-}  // namespace

@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "format/display.h"
 #include "common/log.h"
+#include "common/quietly.h"
 #include "common/timing.h"
 
 namespace ncclwatch {
@@ -113,10 +114,12 @@ void Watchdog::Run() {
     }
     if (stop_.load(std::memory_order_acquire)) break;
     const uint64_t now = MonoNs();
-    const size_t taken = PollOnce(now);
+    size_t taken = 0;
+    // Out of memory here ends this round only: the thread, and the process, go on.
+    Quietly("the watchdog", [&] { taken = PollOnce(now); });
     wait_ns = PaceNs(taken, now - last_ns, poll_ns);
     last_ns = now;
-    if (callbacks_.on_tick) callbacks_.on_tick();
+    if (callbacks_.on_tick) Quietly("the watchdog", [&] { callbacks_.on_tick(); });
   }
   running_.store(false, std::memory_order_release);
 }

@@ -353,3 +353,57 @@ TEST_CASE("hostile version 2 rings and module tables read tolerantly", "[reader]
   REQUIRE(!d.detail->ring.entries.empty());
   CHECK(d.detail->ring.entries.back().OpName() == std::string("AllReduce"));
 }
+
+TEST_CASE("a key given twice is refused, named, wherever it is", "[reader]") {
+  TempDir dir;
+  const std::string text = Text(Dump(3, 4, {Comm("c0", 4, 3, 5, 5, 5)}));
+  // `"rank":3,"rank":0`: read as the last one, it would make this rank 3's dump rank 0's.
+  const size_t at = text.find("\"rank\":3");
+  REQUIRE(at != std::string::npos);
+  std::string in_summary = text;
+  in_summary.insert(at + 8, ",\"rank\":0");
+  // At the top level too: a second "summary" object.
+  std::string top = text;
+  top.insert(top.rfind('}'), ",\"summary\":{}");
+  // (The summary pass stops after the summary: a second one after it is seen by a full read.)
+  for (int which = 0; which < 2; ++which) {
+    const std::string& bad = which == 0 ? in_summary : top;
+    for (ReadDepth depth : {ReadDepth::kSummary, ReadDepth::kFull}) {
+      if (which == 1 && depth == ReadDepth::kSummary) continue;
+      analysis::Dump d;
+      auto r = trace::ReadDumpFile(dir.Write("rank00003-h-1-0-stall.json", bad), depth, &d);
+      INFO(r.problem);
+      CHECK_FALSE(r.usable);
+      CHECK(Contains(r.problem, "is given twice"));
+    }
+  }
+}
+
+TEST_CASE("a dump whose file name says another rank than its summary is not used", "[reader]") {
+  TempDir dir;
+  const std::string text = Text(Dump(0, 4, {Comm("c0", 4, 0, 5, 5, 5)}));
+  analysis::Dump d;
+  auto r = trace::ReadDumpFile(dir.Write("rank00003-h-1-0-stall.json", text), ReadDepth::kSummary, &d);
+  CHECK_FALSE(r.usable);
+  CHECK(Contains(r.problem, "its name says rank 3 but its summary says rank 0"));
+  // The same file under its own rank's name, or under a name that is not a dump's, is read.
+  analysis::Dump same;
+  CHECK(trace::ReadDumpFile(dir.Write("rank00000-h-1-0-stall.json", text), ReadDepth::kSummary, &same).usable);
+  analysis::Dump renamed;
+  CHECK(trace::ReadDumpFile(dir.Write("copy.json", text), ReadDepth::kSummary, &renamed).usable);
+}
+
+TEST_CASE("a huge string is cut as it is read, not held whole first", "[reader]") {
+  // 64 MiB of command line: the parser would hold it all (and grow its buffer to twice that)
+  // before the bound could refuse it. Cut as its bytes go by: read stops a few MiB into it.
+  TempDir dir;
+  Document big = Dump(0, 1, {});
+  big.summary.detail = std::string(size_t{64} << 20, 'x');
+  analysis::Dump out;
+  for (ReadDepth depth : {ReadDepth::kSummary, ReadDepth::kFull}) {
+    auto r = trace::ReadDumpFile(dir.Write("rank00000-h-1-0-stall.json", Text(big)), depth, &out);
+    CHECK_FALSE(r.usable);
+    CHECK(Contains(r.problem, "too large: a string of more than 1048576 bytes"));
+    CHECK(r.bytes_read < (uint64_t{16} << 20));
+  }
+}

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -486,6 +487,98 @@ def signals_chained_as_without_ncclwatch():
             ignored = [l.split()[-1] for l in got.out.splitlines() if "SigIgn" in l]
             check(len(ignored) == 2 and all(int(m, 16) & 0x4002 == 0x4002 for m in ignored),
                   f"{scenario}: SIGINT and SIGTERM still ignored in the process and its child: {got.out!r}")
+
+
+def same_as_without(run, scenario, end, must_say=()):
+    """Runs `scenario` without and with the library (run(scenario, preload) -> (Job, ending lines)):
+    the same exit status, ending signal and output; `end` is the ending line's tail (None: exit 0)."""
+    without, ending_without = run(scenario, False)
+    got, ending = run(scenario, True)
+    if end is None:
+        check(without.rc == 0 and not ending_without, f"{scenario} without ncclwatch: {without.rc} {ending_without}")
+    else:
+        check(ending_without and end in ending_without[0], f"{scenario} without ncclwatch: {ending_without}\n{without.out}")
+    check(ending == ending_without and got.rc == without.rc,
+          f"{scenario}: {got.rc} {ending} with ncclwatch, {without.rc} {ending_without} without:\n{got.err[-1500:]}")
+    check(got.out == without.out, f"{scenario}: output {got.out!r} with ncclwatch, {without.out!r} without")
+    for line in must_say:
+        check(line in got.out, f"{scenario}: says {line!r}: {got.out!r}")
+    check("terminate called" not in got.err, f"{scenario}: an exception reached the application:\n{got.err[-1500:]}")
+    return got
+
+
+@case
+def signals_as_the_kernel_delivers_them():
+    # The kernel's rules, each against the same program without the library: a signal sent to
+    # the process goes to a thread that does not block it (or stays pending while all do), also
+    # once the main thread has exited; an application's handler runs with its own flags (no
+    # SA_RESTART, no SA_ONSTACK it did not ask for) and mask, may leave with longjmp, and may call
+    # exit() while the interrupted thread holds malloc's lock.
+    run = lambda scenario, preload: signal_app(scenario, preload)
+    got = same_as_without(run, "blocked_abrt", "killed by SIGABRT", ["worker unblocks SIGABRT"])
+    check(got.reasons(0)[:1] == ["fatal_signal"], f"blocked_abrt: the SIGABRT is dumped: {got.reasons(0)}")
+    same_as_without(run, "main_exited_abrt", "killed by SIGABRT", ["worker unblocks SIGABRT"])
+    got = same_as_without(run, "term_no_restart", None, ["read returned -1 (EINTR), handler ran: 1"])
+    check(got.reasons(0)[:1] == ["signal"], f"term_no_restart: the SIGTERM is dumped: {got.reasons(0)}")
+    same_as_without(run, "longjmp_int", "killed by SIGTERM", ["after the jump: SIGINT blocked 1, SIGTERM blocked 0"])
+    same_as_without(run, "exit_in_handler", "exited with code 5")
+    same_as_without(run, "term_no_onstack", None, ["term handler on the thread's stack", "term handler returned"])
+
+
+def ready_then_dump(cwd, dumps):
+    """after_start: once the program says it waits (a file "ready" in its directory), a
+    job-wide dump request, as `ncclwatch dump` makes it."""
+    def after(p):
+        for _ in range(600):
+            if os.path.exists(os.path.join(cwd, "ready")) or p.poll() is not None:
+                break
+            time.sleep(0.05)
+        time.sleep(0.3)
+        subprocess.run([os.path.join(B, "bin", "ncclwatch"), "dump", dumps, "--wait", "10"],
+                       capture_output=True, text=True, timeout=60)
+    return after
+
+
+def app_with_dump(program, scenario, preload):
+    cwd = temp_dir("ncclwatch-e2e-app-")
+    dumps = os.path.join(cwd, "dumps")
+    j = job(1, [scenario], env={"NCCLWATCH_TIMEOUT": "600", "NCCLWATCH_DIR": dumps,
+                                "E2E_READY_FILE": os.path.join(cwd, "ready")}, timeout=30, preload=preload,
+            program=program, cwd=cwd, after_start=ready_then_dump(cwd, dumps))
+    j.dir = dumps
+    return j, [l for l in j.err.splitlines() if l.startswith("simlaunch: rank 0 ")]
+
+
+@case
+def dump_keeps_waits_whole():
+    # A job-wide dump samples the stacks of the main thread (in sleep) and of a thread that
+    # called NCCL (in sem_timedwait, then nanosleep): threads blocked in a system call are
+    # sampled without a signal, so each wait keeps its length and result, as without the library.
+    run = lambda scenario, preload: app_with_dump("e2e_signal_app", scenario, preload)
+    got = same_as_without(run, "waits_in_full", None,
+                          ["main: sleep(4) left 0 after 4 s", "sem_timedwait -1 Connection timed out after 3 s"])
+    d = got.first(0, "peer_request")
+    main = [t for t in d["threads"] if t["tid"] == d["summary"]["pid"]]
+    check(main and main[0]["frames"], f"the main thread's stack is sampled: {main}")
+    others = [t for t in d["threads"] if not t["own"] and t["tid"] != d["summary"]["pid"] and t["frames"]]
+    check(others, f"the waiting NCCL thread's stack is sampled: {[(t['tid'], t['note']) for t in d['threads']]}")
+
+
+@case
+def resources_as_without_ncclwatch():
+    # No descriptor, mapping or exception of ours reaches the application: a process that never
+    # starts ncclwatch has no descriptor and no library more; one that closed every descriptor
+    # at start finds its own files untouched by a dump; one that runs out of memory exits with
+    # its own status, whatever of ours could not allocate.
+    plain = lambda scenario, preload: (lambda j: (j, [l for l in j.err.splitlines() if l.startswith("simlaunch: rank 0 ")]))(
+        job(1, [scenario], env={"NCCLWATCH_TIMEOUT": "600"}, timeout=60, preload=preload, program="e2e_resource_app"))
+    for scenario in ("never_nccl", "unique_id_only"):
+        same_as_without(plain, scenario, None, [f"{scenario}: libunwind mapped 0, liblzma mapped 0"])
+    run = lambda scenario, preload: app_with_dump("e2e_resource_app", scenario, preload)
+    got = same_as_without(run, "closed_fds", None, ["a.txt: 10 bytes, as written, offset 10",
+                                                    "b.txt: 10 bytes, as written, offset 10"])
+    check(got.reasons(0)[:1] == ["peer_request"], f"closed_fds: the dump was written: {got.reasons(0)}")
+    same_as_without(plain, "oom_exit", "exited with code 12", ["out of memory"])
 
 
 @case
@@ -1417,6 +1510,76 @@ def last_words_sigkill_outside_nccl():
     v, where, text = postmortem_where(j, 2)
     check(v["seq"] == 21, f"the others wait in #21: #{v['seq']}")
     check("last seen outside NCCL" in where["where"] and "#20" in where["where"], f"where: {where['where']}")
+
+
+@case
+def shared_dir_other_users_cannot_jam():
+    # A node-local directory every user can write to (/dev/shm's mode, 1777): another user's
+    # files under the names ncclwatch would use there (the caretaker's lock as a link, a relay's
+    # temporary name) change nothing: ncclwatch keeps its files in its own 0700 subdirectory, and
+    # a rank SIGKILLed still gets its postmortem. That subdirectory taken by another user: one
+    # line, the job goes on without it, and ends as without ncclwatch.
+    other = 65534
+    uid = os.getuid()
+    if uid != 0:
+        return  # files of another user can only be made by root
+    shared = temp_dir("ncclwatch-e2e-shared-")
+    os.chmod(shared, 0o1777)
+    os.symlink("/etc/passwd", os.path.join(shared, f"ncclwatch-caretaker-{uid}.lock"))
+    os.lchown(os.path.join(shared, f"ncclwatch-caretaker-{uid}.lock"), other, other)
+    for name in (f"ncclwatch-relay-{uid}-0000000000000000.lock.tmp", f"ncclwatch-box-{uid}-1-x"):
+        with open(os.path.join(shared, name), "w") as f:
+            f.write("someone else's\n")
+        os.chown(os.path.join(shared, name), other, other)
+    env = {"NCCLWATCH_TIMEOUT": "2", "NCCLWATCH_BLACKBOX_DIR": shared, "NCCLWATCH_RELAY_DIR": shared}
+
+    def kill_busy(p):
+        dumps = os.path.join(os.path.realpath(f"/proc/{p.pid}/cwd"), "dumps")
+        pid = rank_pid(p, 1)
+        wait_for(lambda: glob.glob(os.path.join(dumps, "rank00000-*-stall.json")), "rank 0's stall dump")
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: glob.glob(os.path.join(dumps, "rank00001-*-postmortem.json")), "rank 1's postmortem dump")
+    j = job(2, ["--iters", "200", "--busy-rank", "1", "--busy-at", "20", "--busy-ms", "-1"], env=env, timeout=15,
+            after_start=kill_busy)
+    check("postmortem" in j.reasons(1), f"rank 1's postmortem despite the squatter: {j.reasons(1)}\n{j.err[-1500:]}")
+    mine = os.path.join(shared, f"ncclwatch-{uid}")
+    st = os.lstat(mine)
+    check(stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o700, f"{mine}: {oct(st.st_mode)}")
+    check(os.path.islink(os.path.join(shared, f"ncclwatch-caretaker-{uid}.lock")), "the other user's link untouched")
+
+    # The subdirectory itself taken by another user: refused, said once per rank, job unharmed.
+    taken = temp_dir("ncclwatch-e2e-shared-")
+    os.chmod(taken, 0o1777)
+    os.mkdir(os.path.join(taken, f"ncclwatch-{uid}"), 0o777)
+    os.chown(os.path.join(taken, f"ncclwatch-{uid}"), other, other)
+    runs = {}
+    for preload in (False, True):
+        runs[preload] = job(2, ["--iters", "20"], env={"NCCLWATCH_TIMEOUT": "600", "NCCLWATCH_BLACKBOX_DIR": taken,
+                                                      "NCCLWATCH_RELAY_DIR": taken}, timeout=30, preload=preload)
+    got, without = runs[True], runs[False]
+    check(got.rc == without.rc == 0 and got.out == without.out, f"as without ncclwatch: {got.rc} {without.rc}\n{got.err[-1500:]}")
+    lines = [l for l in got.ncclwatch_lines() if f"belongs to user {other}" in l]
+    check(len(lines) == 4, f"one line per rank and directory names the other user: {got.ncclwatch_lines()}")
+    check(os.listdir(os.path.join(taken, f"ncclwatch-{uid}")) == [], "nothing written into the other user's directory")
+
+
+@case
+def last_words_default_and_relative_dir():
+    # The postmortem of a rank SIGKILLed before its first dump lands where the job's dumps are:
+    # with NCCLWATCH_DIR unset (./ncclwatch-<job> in the job's directory) and with a relative
+    # NCCLWATCH_DIR, whichever directory the caretaker runs in.
+    for setting in ("", "rel-dumps"):
+        def kill_busy(p, setting=setting):
+            cwd = os.path.realpath(f"/proc/{p.pid}/cwd")
+            pattern = os.path.join(cwd, setting or "ncclwatch-*", "rank00001-*-postmortem.json")
+            pid = rank_pid(p, 1)
+            time.sleep(1.0)  # rank 1 is past its busy point, before any dump
+            os.kill(pid, signal.SIGKILL)
+            wait_for(lambda: glob.glob(pattern), f"rank 1's postmortem dump in {pattern}")
+        j = job(2, ["--iters", "200", "--busy-rank", "1", "--busy-at", "5", "--busy-ms", "-1"],
+                env={"NCCLWATCH_TIMEOUT": "600", "NCCLWATCH_DIR": setting}, timeout=15, after_start=kill_busy)
+        found = glob.glob(os.path.join(j.tmp, setting or "ncclwatch-*", "rank00001-*-postmortem.json"))
+        check(found, f"NCCLWATCH_DIR={setting!r}: rank 1's postmortem in the job's directory:\n{j.err[-1500:]}")
 
 
 @case

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "blackbox/postmortem.h"
+#include "common/process_info.h"
 #include "dump/dump_files.h"
 #include "ncclwatch/trace_format.h"
 #include "ncclwatch/version.h"
@@ -78,9 +79,12 @@ void RemoveLeftTemporaries(const std::string& dir) {
 }
 
 void ConvertLeftBlackBoxes() {
-  auto setting = [](const char* name) {
+  auto setting = [](const char* name) {  // where the library keeps them: this user's own directory
     const char* v = std::getenv(name);
-    return std::string(v && *v ? v : "/dev/shm");
+    const std::string dir(v && *v ? v : "/dev/shm");
+    std::string why;
+    const std::string mine = dir == "none" ? dir : UserPrivateDir(dir, &why);
+    return mine.empty() ? std::string("none") : mine;
   };
   for (const auto& c : blackbox::ConvertDeadBoxes(setting("NCCLWATCH_BLACKBOX_DIR"), setting("NCCLWATCH_RELAY_DIR")).converted)
     std::fprintf(stderr, "ncclwatch: %s\n", c.line.c_str());

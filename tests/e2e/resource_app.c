@@ -1,0 +1,120 @@
+/* An application's own file descriptors, mappings and memory, with and without ncclwatch: each
+ * scenario must print and end the same (tests/e2e run_e2e.py, resources_as_without_ncclwatch).
+ *   resource_app never_nccl      no NCCL call: lists its descriptors >= 3 and whether libunwind
+ *                                or liblzma is mapped
+ *   resource_app unique_id_only  ncclGetVersion and ncclGetUniqueId only: the same list
+ *   resource_app closed_fds      closes every descriptor >= 3 at start (as daemons do), opens
+ *                                two files of its own, starts NCCL, waits while the test asks a
+ *                                job-wide dump, then checks that its files are untouched
+ *   resource_app oom_exit        after NCCL starts, limits its address space (RLIMIT_AS), takes
+ *                                memory until malloc fails and exits 12 */
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <sys/resource.h>
+
+#include "simutil.h"
+
+static void list_resources(const char* when) {
+  char path[64], target[256], line[512];
+  int maps_unwind = 0, maps_lzma = 0;
+  DIR* d = opendir("/proc/self/fd");
+  struct dirent* e;
+  int self = d ? dirfd(d) : -1;
+  FILE* maps;
+  printf("%s: descriptors >= 3:", when);
+  while (d && (e = readdir(d)) != NULL) {
+    int fd = atoi(e->d_name);
+    ssize_t n;
+    if (e->d_name[0] == '.' || fd < 3 || fd == self) continue;
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    n = readlink(path, target, sizeof target - 1);
+    target[n > 0 ? n : 0] = '\0';
+    printf(" %d=%s", fd, strchr(target, ':') ? "(pipe/anon)" : target);
+  }
+  if (d) closedir(d);
+  maps = fopen("/proc/self/maps", "r");
+  while (maps && fgets(line, sizeof line, maps)) {
+    maps_unwind |= strstr(line, "libunwind") != NULL;
+    maps_lzma |= strstr(line, "liblzma") != NULL;
+  }
+  if (maps) fclose(maps);
+  printf("\n%s: libunwind mapped %d, liblzma mapped %d\n", when, maps_unwind, maps_lzma);
+  fflush(stdout);
+}
+
+static int own_file(const char* name) {
+  int fd = open(name, O_RDWR | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0 || write(fd, "0123456789", 10) != 10) exit(1);
+  return fd;
+}
+
+/* Its contents, read from its start with the descriptor the application kept. */
+static void check_file(int fd, const char* name) {
+  char buf[64];
+  ssize_t n = pread(fd, buf, sizeof buf, 0);
+  off_t at = lseek(fd, 0, SEEK_CUR);
+  printf("%s: %zd bytes, %s, offset %lld\n", name, n, n == 10 && memcmp(buf, "0123456789", 10) == 0 ? "as written" : "changed",
+         (long long)at);
+}
+
+static int start_nccl(ncclComm_t* comm) {
+  ncclUniqueId id;
+  simutil_cuda_init(0);
+  simutil_exchange_id("world", 0, &id);
+  NCCLCHECK(ncclCommInitRank(comm, 1, id, 0));
+  printf("started\n");
+  fflush(stdout);
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  const char* scenario = argc > 1 ? argv[1] : "";
+  ncclComm_t comm;
+  if (strcmp(scenario, "never_nccl") == 0) {
+    list_resources("never_nccl");
+    return 0;
+  }
+  if (strcmp(scenario, "unique_id_only") == 0) {
+    ncclUniqueId id;
+    int version = 0;
+    NCCLCHECK(ncclGetVersion(&version));
+    NCCLCHECK(ncclGetUniqueId(&id));
+    list_resources("unique_id_only");
+    return 0;
+  }
+  if (strcmp(scenario, "closed_fds") == 0) {
+    int a, b, fd;
+    list_resources("at start");
+    for (fd = 3; fd < 1024; ++fd) close(fd);
+    a = own_file("a.txt");
+    b = own_file("b.txt");
+    start_nccl(&comm);
+    close(open(getenv("E2E_READY_FILE") ? getenv("E2E_READY_FILE") : "ready", O_CREAT | O_WRONLY, 0600)); /* the test asks a job-wide dump now */
+    sleep(4);
+    check_file(a, "a.txt");
+    check_file(b, "b.txt");
+    NCCLCHECK(ncclCommDestroy(comm));
+    return 0;
+  }
+  if (strcmp(scenario, "oom_exit") == 0) {
+    long pages = 0;
+    FILE* statm = fopen("/proc/self/statm", "r");
+    struct rlimit lim;
+    size_t sizes[] = {1 << 20, 4096, 64};
+    int i;
+    start_nccl(&comm);
+    if (!statm || fscanf(statm, "%ld", &pages) != 1) return 1;
+    fclose(statm);
+    lim.rlim_cur = lim.rlim_max = (rlim_t)pages * 4096 + (64 << 20);
+    if (setrlimit(RLIMIT_AS, &lim) != 0) return 1;
+    for (i = 0; i < 3; ++i)
+      while (malloc(sizes[i]) != NULL) {
+      }
+    printf("out of memory\n");
+    fflush(stdout);
+    exit(12);
+  }
+  fprintf(stderr, "usage: resource_app never_nccl|unique_id_only|closed_fds|oom_exit\n");
+  return SIMUTIL_EXIT_USAGE;
+}
