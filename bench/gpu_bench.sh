@@ -3,7 +3,8 @@
 # it is made of:
 #   bench/gpu_bench.sh [BUILD_DIR] [ROUNDS]        (default build/, 5 rounds)
 # Each round runs one process per configuration, in a new random order: without the library,
-# NCCLWATCH_DISABLE=1, the defaults, and each costly part switched off. Every process times
+# NCCLWATCH_DISABLE=1, the defaults, each costly part switched off, and on a multi-socket host
+# the defaults on one NUMA node's CPUs. Every process times
 # bursts of 256 in-place ncclAllReduce calls (1 rank, 1 float) alternating between NCCL's own
 # function (the bare call) and the one the process resolves (the library's when preloaded),
 # so each has its own baseline. Printed: per configuration, the medians over rounds of the
@@ -51,15 +52,24 @@ configs=(
   "all_parts_off|NCCLWATCH_POLL_MS=60000 NCCLWATCH_CALLSITES=0 NCCLWATCH_BLACKBOX_DIR=none NCCLWATCH_STACKS=0 NCCLWATCH_PYTHON=0"
   "timing_events|NCCLWATCH_GPU_TIMING=1"
 )
+# The defaults again with the whole process on NUMA node 0's CPUs: the calling thread and the
+# watchdog then share a socket. If the two groups of figures (issue 37) come from the watchdog
+# landing on the other socket, this row has only the lower one.
+node0=$(cat /sys/devices/system/node/node0/cpulist 2>/dev/null || true)
+if [ -n "$node0" ] && [ -e /sys/devices/system/node/node1 ] && command -v taskset >/dev/null; then
+  configs+=("defaults_one_node|")
+fi
 for r in $(seq "$rounds"); do
   mapfile -t order < <(printf '%s\n' "${configs[@]}" | shuf)
   for c in "${order[@]}"; do
     name=${c%%|*}
     vars=${c#*|}
-    preload=$lib
+    preload=$lib pin=
     [ "$name" = none ] && preload=
+    [ "$name" = defaults_one_node ] && pin=$node0
     # shellcheck disable=SC2086  # vars is a list of assignments
-    line=$(env ${preload:+LD_PRELOAD="$preload"} $vars "$bin" allreduce) || { echo "gpu_bench: $name failed" >&2; exit 1; }
+    line=$(${pin:+taskset -c "$pin"} env ${preload:+LD_PRELOAD="$preload"} $vars "$bin" allreduce) ||
+      { echo "gpu_bench: $name failed" >&2; exit 1; }
     echo "{\"config\":\"$name\",\"round\":$r,\"run\":$line}" >>"$out/allreduce.jsonl"
   done
   "$bin" driver >>"$out/driver.jsonl"
