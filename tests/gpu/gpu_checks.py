@@ -36,6 +36,7 @@ import subprocess
 import statistics
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.abspath(__file__)
@@ -68,6 +69,7 @@ def ddp_worker(torch, dist):
         loss.backward()  # DDP-LINE: the line run's verdict must show
         opt.step()
         opt.zero_grad()
+        loss.item()  # the loss logged each step, as training loops do: the host waits here
 
 
 DDP_STALL_STEP = 20
@@ -330,22 +332,21 @@ def check_ddp(c):
                 str(free_port())]
     p = subprocess.Popen([c.ncclwatch, "run", "--dir", os.path.join(d, "dumps"), "--timeout", "5", "--lib", c.lib,
                           "--"] + torchrun + [HERE, "worker", "ddp"], env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True)
+                         stderr=subprocess.STDOUT, text=True, start_new_session=True)
     lines, verdict_at = [], None
-    os.set_blocking(p.stdout.fileno(), False)
+    reader = threading.Thread(target=lambda: lines.extend(p.stdout), daemon=True)  # run's output, line by line
+    reader.start()
     deadline = time.time() + 240
     while time.time() < deadline and p.poll() is None:
-        chunk = p.stdout.read() or ""
-        lines.extend(chunk.splitlines())
-        if any("gpu_not_reached" in l for l in lines):
+        if any("gpu_not_reached" in l for l in list(lines)):
             verdict_at = time.time()
             time.sleep(2)  # the rest of the verdict
-            lines.extend((p.stdout.read() or "").splitlines())
             break
         time.sleep(0.2)
-    p.kill()
-    p.communicate()
-    text = "\n".join(lines)
+    os.killpg(p.pid, signal.SIGKILL)  # run, torchrun and the worker with its sleeping kernel
+    p.wait()
+    reader.join(timeout=5)
+    text = "".join(lines)
     assert verdict_at is not None, f"no gpu_not_reached verdict from ncclwatch run:\n{text[-3000:]}"
     stalled_at = float(open(mark).read())
     after = verdict_at - stalled_at
