@@ -126,14 +126,15 @@ void GpuMarkers::ForgetStream(CUstream stream) const {
 Marker* GpuMarkers::Acquire(CUstream stream) {
   CUcontext ctx = nullptr;
   StreamCache& cache = tl_stream_cache;
+  const bool cacheable = !IsDefaultStream(stream);
   if (cache.owner != this) cache = StreamCache{this, {}, {}, 0};
-  for (int i = 0; i < StreamCache::kEntries && !ctx; ++i)
-    if (cache.stream[i] == stream && !IsDefaultStream(stream)) ctx = cache.ctx[i];
+  for (int i = 0; cacheable && i < StreamCache::kEntries && !ctx; ++i)
+    if (cache.stream[i] == stream) ctx = cache.ctx[i];
   if (!ctx) {
     if (driver_->StreamGetCtx(stream, &ctx) != CUDA_SUCCESS || !ctx) {
       if (driver_->CtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) return nullptr;
     }
-    if (!IsDefaultStream(stream)) {
+    if (cacheable) {
       cache.stream[cache.next] = stream;
       cache.ctx[cache.next] = ctx;
       cache.next = (cache.next + 1) % StreamCache::kEntries;
