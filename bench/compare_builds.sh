@@ -4,7 +4,8 @@
 #   bench/compare_builds.sh BUILD_A BUILD_B [PAIRS] [FILTER]
 # Each process runs bench_intercept's direct and wrapped calls (FILTER, default the issue regime,
 # shallow) with 3 repetitions interleaved at random, and yields its own overhead (wrapped median
-# minus direct median). Prints every process's overhead and the median per build.
+# minus direct median). Prints every process's overhead and the median per build
+# (bench/overheads.py; the runs are made as run_bench.sh makes them: intercept_common.sh).
 # Call-site stacks are on (the default configuration); set NCCLWATCH_CALLSITES=0 to compare with
 # them off. PIN=CPU runs every process on that one CPU (taskset): all of the library's threads
 # then take their time from the calling thread's wall time, and no cache line moves between
@@ -12,41 +13,23 @@
 # variables to one side only, which compares two configurations of one build:
 #   A_ENV=NCCLWATCH_CALLSITES=1 B_ENV=NCCLWATCH_CALLSITES=0 bench/compare_builds.sh build build
 set -euo pipefail
+here=$(dirname "$0")
+. "$here/intercept_common.sh"
 a=${1:?BUILD_A}
 b=${2:?BUILD_B}
 pairs=${3:-8}
 filter=${4:-issue/.*/shallow}
+intercept_bin "$a" >/dev/null && intercept_bin "$b" >/dev/null || exit 2
 out=$(mktemp -d)
 export NCCLWATCH_DIR=$(mktemp -d)
 trap 'rm -rf "$out" "$NCCLWATCH_DIR"' EXIT
 
-run() {  # BUILD OUTPUT EXTRA_ENV
-  ${PIN:+taskset -c "$PIN"} env ${3:-} LD_LIBRARY_PATH="$1/sim" "$1/bin/bench_intercept" --benchmark_filter="$filter" \
-    --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
-    --benchmark_enable_random_interleaving=true --benchmark_min_time=0.15 \
-    --benchmark_format=json > "$2" 2>/dev/null
+run() {  # a|b
+  if [ "$1" = a ]; then run_intercept "$a" "$out/a.$p.json" "$filter" 3 "${PIN:-}" ${A_ENV:-}
+  else run_intercept "$b" "$out/b.$p.json" "$filter" 3 "${PIN:-}" ${B_ENV:-}; fi
 }
 for p in $(seq "$pairs"); do
   # Alternate which build goes first, so neither always runs right after the other.
-  if (( p % 2 )); then run "$a" "$out/a.$p.json" "${A_ENV:-}"; run "$b" "$out/b.$p.json" "${B_ENV:-}"
-  else run "$b" "$out/b.$p.json" "${B_ENV:-}"; run "$a" "$out/a.$p.json" "${A_ENV:-}"; fi
+  if (( p % 2 )); then run a; run b; else run b; run a; fi
 done
-
-python3 - "$out" "$a ${A_ENV:-}" "$b ${B_ENV:-}" <<'PY'
-import glob, json, os, statistics, sys
-out, names = sys.argv[1], {"a": sys.argv[2].strip(), "b": sys.argv[3].strip()}
-for key, name in names.items():
-    per = {}
-    for path in sorted(glob.glob(os.path.join(out, key + ".*.json"))):
-        med = {b["run_name"]: b["real_time"] for b in json.load(open(path))["benchmarks"]
-               if b.get("aggregate_name") == "median"}
-        for run, t in med.items():
-            if "/Wrapped/" in run and run.replace("/Wrapped/", "/Direct/") in med:
-                d = med[run.replace("/Wrapped/", "/Direct/")]
-                per.setdefault(run.replace("/Wrapped", ""), []).append((d, t, t - d))
-    for run, rows in per.items():
-        o = statistics.median(r[2] for r in rows)
-        d = statistics.median(r[0] for r in rows)
-        print(f"{key} {name}: {run:14s} direct {d:6.0f} ns  overhead median {o:6.0f} ns  "
-              f"(per process: {' '.join(f'{r[2]:.0f}' for r in rows)})")
-PY
+python3 "$here/overheads.py" "$out" "a=a $a ${A_ENV:-}" "b=b $b ${B_ENV:-}"

@@ -97,12 +97,16 @@ ContextPool* GpuMarkers::PoolFor(CUcontext ctx) {
 }
 
 namespace {
-// The last stream a thread used and its context pool: saves a driver call per operation.
-// Default-stream handles (0, legacy, per-thread) follow the current context and are not cached.
+// The last few streams a thread used and their contexts: saves a driver call per operation,
+// also where a thread alternates between streams (FSDP's all-gather and reduce-scatter
+// streams, a pipeline's send and receive streams). Default-stream handles (0, legacy,
+// per-thread) follow the current context and are not cached.
 struct StreamCache {
+  static constexpr int kEntries = 4;
   const GpuMarkers* owner = nullptr;
-  CUstream stream = nullptr;
-  CUcontext ctx = nullptr;
+  CUstream stream[kEntries] = {};
+  CUcontext ctx[kEntries] = {};
+  int next = 0;  // the entry a new stream replaces (round robin)
 };
 thread_local StreamCache tl_stream_cache;
 
@@ -113,19 +117,28 @@ bool IsDefaultStream(CUstream s) {
 }  // namespace
 
 void GpuMarkers::ForgetStream(CUstream stream) const {
-  if (tl_stream_cache.owner == this && tl_stream_cache.stream == stream) tl_stream_cache = StreamCache{};
+  StreamCache& cache = tl_stream_cache;
+  if (cache.owner != this) return;
+  for (int i = 0; i < StreamCache::kEntries; ++i)
+    if (cache.stream[i] == stream) cache.stream[i] = nullptr, cache.ctx[i] = nullptr;
 }
 
 Marker* GpuMarkers::Acquire(CUstream stream) {
   CUcontext ctx = nullptr;
   StreamCache& cache = tl_stream_cache;
-  if (cache.owner == this && cache.stream == stream && !IsDefaultStream(stream)) {
-    ctx = cache.ctx;
-  } else {
+  const bool cacheable = !IsDefaultStream(stream);
+  if (cache.owner != this) cache = StreamCache{this, {}, {}, 0};
+  for (int i = 0; cacheable && i < StreamCache::kEntries && !ctx; ++i)
+    if (cache.stream[i] == stream) ctx = cache.ctx[i];
+  if (!ctx) {
     if (driver_->StreamGetCtx(stream, &ctx) != CUDA_SUCCESS || !ctx) {
       if (driver_->CtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) return nullptr;
     }
-    cache = StreamCache{this, stream, ctx};
+    if (cacheable) {
+      cache.stream[cache.next] = stream;
+      cache.ctx[cache.next] = ctx;
+      cache.next = (cache.next + 1) % StreamCache::kEntries;
+    }
   }
   ContextPool* pool = PoolFor(ctx);
   if (!pool) return nullptr;

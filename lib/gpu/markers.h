@@ -1,7 +1,8 @@
 // GPU markers: a start and an end CUDA event around each operation on its stream, from
-// per-context pools (no event is created per call once the pool is warm). A pool is a LIFO
-// free list: the marker taken is the one given back last, still in cache (and so are its
-// events in the driver), where a FIFO would cycle through every marker ever created. Events carry
+// per-context pools (no event is created per call once the pool is warm; a stream's context is
+// looked up once per thread, not per call). A pool is a LIFO free list: the marker taken is
+// the one given back last, still in cache (and so are its events in the driver), where a FIFO
+// would cycle through every marker ever created. Events carry
 // CU_EVENT_DISABLE_TIMING unless exact durations were asked for: timing events on the
 // communication stream serialize NCCL/GEMM overlap under CUDA_DEVICE_MAX_CONNECTIONS=1
 // (pytorch#143890, TransformerEngine#1353).

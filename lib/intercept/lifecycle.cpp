@@ -277,6 +277,7 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
 
 ncclResult_t ncclGroupStart() {
   NCCLWATCH_REAL(ncclGroupStart);
+  if (Runtime::Off()) return real();
   ThreadState& ts = CurrentThread();
   if (ts.inside || !Runtime::Acquire()) return real();
   if (ts.group_depth++ == 0) ts.group_id = g_next_group_id.fetch_add(1);
@@ -286,6 +287,7 @@ ncclResult_t ncclGroupStart() {
 
 ncclResult_t ncclGroupEnd() {
   NCCLWATCH_REAL(ncclGroupEnd);
+  if (Runtime::Off()) return real();
   ThreadState& ts = CurrentThread();
   Runtime* rt = Runtime::IfActive();
   if (ts.inside || !rt || ts.group_depth == 0) return real();

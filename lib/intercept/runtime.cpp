@@ -26,10 +26,12 @@
 #include "stacks/stacks.h"
 
 namespace ncclwatch {
+
+alignas(64) std::atomic<int> g_runtime_state{kRuntimeUnstarted};
+
 namespace {
 
-enum : int { kUnstarted = 0, kActive = 1, kDisabled = 2 };
-std::atomic<int> g_state{kUnstarted};
+constexpr int kUnstarted = kRuntimeUnstarted, kActive = kRuntimeActive, kDisabled = kRuntimeDisabled;
 std::atomic<Runtime*> g_runtime{nullptr};
 std::mutex g_start_mu;
 
@@ -91,15 +93,15 @@ std::vector<trace::NativeFrame> SymbolizedThread(const stacks::ThreadStack& t, b
 Runtime::Runtime() = default;
 
 Runtime* Runtime::IfActive() {
-  return g_state.load(std::memory_order_acquire) == kActive ? g_runtime.load(std::memory_order_acquire) : nullptr;
+  return g_runtime_state.load(std::memory_order_acquire) == kActive ? g_runtime.load(std::memory_order_acquire) : nullptr;
 }
 
 Runtime* Runtime::Acquire() {
-  int s = g_state.load(std::memory_order_acquire);
+  int s = g_runtime_state.load(std::memory_order_acquire);
   if (s == kActive) return g_runtime.load(std::memory_order_acquire);
   if (s == kDisabled) return nullptr;
   std::lock_guard<std::mutex> lock(g_start_mu);
-  s = g_state.load(std::memory_order_acquire);
+  s = g_runtime_state.load(std::memory_order_acquire);
   if (s != kUnstarted) return s == kActive ? g_runtime.load() : nullptr;
   Runtime* rt = nullptr;  // never deleted: threads and handlers may use it until exit
   bool started = false;
@@ -109,11 +111,11 @@ Runtime* Runtime::Acquire() {
     started = rt->Start();
   });
   if (!started) {
-    g_state.store(kDisabled, std::memory_order_release);
+    g_runtime_state.store(kDisabled, std::memory_order_release);
     return nullptr;
   }
   g_runtime.store(rt, std::memory_order_release);
-  g_state.store(kActive, std::memory_order_release);
+  g_runtime_state.store(kActive, std::memory_order_release);
   return rt;
 }
 
@@ -241,7 +243,7 @@ bool Runtime::Start() {
 
 void Runtime::AtForkChild() {
   // A forked child (a data-loader worker) has no watchdog thread: it becomes a pass-through.
-  g_state.store(kDisabled, std::memory_order_release);
+  g_runtime_state.store(kDisabled, std::memory_order_release);
 }
 
 void Runtime::OnSignalEnding(void* arg) {
@@ -294,7 +296,7 @@ void Runtime::OnQuickExit(int status) {
 
 void Runtime::Finish(int status, int32_t exiting_site, int32_t exiting_tid, bool on_watchdog) {
   if (finished_.exchange(true)) return;
-  g_state.store(kDisabled, std::memory_order_release);  // late NCCL calls pass straight through
+  g_runtime_state.store(kDisabled, std::memory_order_release);  // late NCCL calls pass straight through
   // Operations that finish while the process exits are normal (a script that ends without a
   // final synchronize): give them a moment before calling them "in flight at exit".
   std::vector<InflightView> pending;

@@ -48,8 +48,16 @@ struct DumpExtra {
   int32_t exiting_tid = 0;
 };
 
+// The runtime's state, read first by every wrapper: disabled (NCCLWATCH_DISABLE, a forked
+// child, a failed start, after exit) passes straight through without touching anything else.
+// Alone on its cache line: read on every call, written a few times per process.
+enum : int { kRuntimeUnstarted = 0, kRuntimeActive = 1, kRuntimeDisabled = 2 };
+extern std::atomic<int> g_runtime_state;
+
 class Runtime {
  public:
+  // True when every NCCL call passes straight through: one load, no thread-local state.
+  static bool Off() { return g_runtime_state.load(std::memory_order_relaxed) == kRuntimeDisabled; }
   // The runtime if active, starting it on first use; null when disabled (NCCLWATCH_DISABLE,
   // a forked child, or start-up failed).
   static Runtime* Acquire();

@@ -12,6 +12,7 @@ extern "C" {
   ncclResult_t name params {                                                                        \
     auto real = Real().name;                                                                         \
     if (!real) return MissingFunction(#name);                                                        \
+    if (Runtime::Off()) return real args;                                                            \
     OpCall call{#name,                                                                               \
                 trace::OpKind::kind,                                                                 \
                 static_cast<uint64_t>(count_e),                                                      \

@@ -932,12 +932,26 @@ def slow_rank_named():
 
 @case
 def healthy_jitter_names_nobody():
+    # Jitter alone names nobody. On a loaded machine a rank can really be late at most
+    # collectives: the scheduler kept its thread off a CPU (2 cores, 8 ranks, other work). That
+    # finding is right (the rank was slow, whatever the reason), so it is allowed when the named
+    # rank's issuing thread waited for a CPU, over the loop, clearly more than the others did:
+    # its extra wait explains at least half its median lateness.
     for seed in range(1, 7):
         n = 8 if seed % 2 else 2
-        j = job(n, ["--iters", "50", "--jitter-ms", "10", "--seed", str(seed)], timeout=60)
+        iters = 50
+        j = job(n, ["--iters", str(iters), "--jitter-ms", "10", "--seed", str(seed), "--cpu-wait"], timeout=60)
         check(j.rc == 0, f"seed {seed}: the job finished")
         _, found = findings(j)
-        check(found == [], f"seed {seed}, {n} ranks: jitter alone names nobody: {found}")
+        waits = {int(m.group(1)): float(m.group(2)) / iters
+                 for m in re.finditer(r"cpu wait: rank (\d+) ([\d.]+) ms", j.out)}
+        for f in found:
+            others = sorted(w for r, w in waits.items() if r != f["rank"])
+            extra = waits.get(f["rank"], 0) - (others[len(others) // 2] if others else 0)
+            check(extra >= f["lateness_median_ms"] / 2,
+                  f"seed {seed}, {n} ranks: jitter alone names nobody, unless the machine kept the named rank off "
+                  f"a CPU: {extra:.1f} ms more CPU wait per iteration than the others' median, lateness "
+                  f"{f['lateness_median_ms']:.1f} ms (CPU wait per iteration by rank: {waits}): {found}")
 
 
 @case

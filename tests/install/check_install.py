@@ -25,6 +25,10 @@ wheel              scripts/build-wheel.sh gives ncclwatch-<version>-py3-none-man
                    both preloading the wheel's library; the Python API analyzes the dumps and
                    asks a live job for a dump; uninstalling leaves nothing behind. Skipped (exit
                    77) where this python3 lacks python3-build, -setuptools, -wheel or -venv.
+wheel_python       build-wheel.sh finds a Python that can build the wheel when python3 on PATH
+                   cannot (pyenv, conda: no build module): the system's /usr/bin/python3, said
+                   in one line; where none can, one line says what to install. Skipped (exit
+                   77) where /usr/bin/python3 lacks the modules.
 """
 import argparse
 import glob
@@ -494,8 +498,35 @@ def wheel():
     shutil.rmtree(out)
 
 
+def wheel_python():
+    tools = "import build, setuptools, wheel"
+    system = "/usr/bin/python3"
+    if run([system, "-c", tools]).returncode != 0:
+        print(f"SKIP: {system} cannot import build, setuptools and wheel (scripts/install-deps.sh)")
+        return SKIP
+    script = os.path.join(A.source, "scripts", "build-wheel.sh")
+    tmp = temp_dir("ncclwatch-wheel-python-")
+    # python3 on PATH without the packaging modules, as pyenv's or conda's often is.
+    fake = os.path.join(tmp, "python3")
+    with open(fake, "w") as f:
+        f.write("#!/bin/sh\necho 'No module named build' >&2\nexit 1\n")
+    os.chmod(fake, 0o755)
+    env = clean_env(PATH=tmp + os.pathsep + os.environ.get("PATH", ""))
+    env.pop("PYTHON", None)
+    r = run([script, "--which-python"], env=env)
+    lines = r.stderr.strip().splitlines()
+    check(r.returncode == 0 and len(lines) == 1 and f"building with {system}" in lines[0] and fake in lines[0],
+          f"the system's Python is found past a python3 without the build module, said in one line:\n{r.stderr}")
+    # None that can build: one line that says what to install, and a failure.
+    r = run([script, "--which-python"], env=dict(env, PYTHON=fake))
+    lines = r.stderr.strip().splitlines()
+    check(r.returncode != 0 and len(lines) == 1 and "python3-build" in lines[0] and fake in lines[0],
+          f"no Python that can build: one line naming what to install:\n{r.stderr}")
+    shutil.rmtree(tmp)
+
+
 CASES = {"installed_run": installed_run, "deb_package": deb_package, "without_libunwind": without_libunwind,
-         "wheel": wheel}
+         "wheel": wheel, "wheel_python": wheel_python}
 
 
 def main():

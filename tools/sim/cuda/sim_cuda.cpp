@@ -10,6 +10,8 @@
 //
 // One mutex guards all driver state; host functions run with it released, so they may call
 // back into the driver.
+#include <sys/syscall.h>
+#include <unistd.h>
 #include "ncclwatch/cuda_abi.h"
 
 #include <algorithm>
@@ -248,9 +250,10 @@ bool logEnabled() {
   return on;
 }
 
-// Every exported call returns through here, so NCCLWATCH_SIM_CUDA_LOG=1 shows one line each.
+// Every exported call returns through here, so NCCLWATCH_SIM_CUDA_LOG=1 shows one line each,
+// with the calling thread (bench_driver_calls tells the application's calls from others').
 CUresult traced(const char* api, CUresult result) {
-  if (logEnabled()) std::fprintf(stderr, "[sim-cuda] %s -> %d\n", api, int(result));
+  if (logEnabled()) std::fprintf(stderr, "[sim-cuda] %s -> %d tid %ld\n", api, int(result), syscall(SYS_gettid));
   return result;
 }
 

@@ -33,6 +33,10 @@ static const char kUsage[] =
     "                            iteration: a straggler the others wait for at each collective\n"
     "  --jitter-ms J --seed S    every rank sleeps 0..J ms (uniform, seeded by S and the rank)\n"
     "                            before every iteration: a healthy job's noise\n"
+    "  --cpu-wait                after the loop, each rank prints how long its issuing thread\n"
+    "                            waited for a CPU during it (/proc/thread-self/schedstat):\n"
+    "                            \"cpu wait: rank R MS ms in N iterations\" (a loaded machine's\n"
+    "                            share in a rank's lateness)\n"
     "  --linger-ms M              every rank sleeps M ms on the host after its last iteration\n"
     "                            (all work done) before it exits\n"
     "  --extra-rank R --extra-at I\n"
@@ -76,6 +80,17 @@ static const char kUsage[] =
     "6 watchdog abort, 42 from the SIGTERM handler.\n";
 
 enum Op { OP_ALLREDUCE, OP_ALLGATHER, OP_REDUCESCATTER, OP_BROADCAST, OP_ALLTOALL };
+/* How long this thread has waited on a run queue (ns in schedstat's second field), in ms; 0
+ * where the kernel keeps no schedstat. */
+static double thread_cpu_wait_ms(void) {
+  unsigned long long run = 0, wait = 0;
+  FILE* f = fopen("/proc/thread-self/schedstat", "r");
+  if (!f) return 0;
+  if (fscanf(f, "%llu %llu", &run, &wait) != 2) wait = 0;
+  fclose(f);
+  return (double)wait / 1e6;
+}
+
 static const char* const kOpNames[] = {"allreduce", "allgather", "reducescatter", "broadcast", "alltoall"};
 
 struct Options {
@@ -84,6 +99,7 @@ struct Options {
   int straggler_rank, straggler_ms, straggler_max_ms, jitter_ms, seed;
   int slow_kernel_rank, slow_kernel_at, slow_kernel_ms;
   int linger_ms;
+  int cpu_wait;
   int extra_rank, extra_at;
   int mismatch_rank, mismatch_at;
   int p2p_deadlock, cross_comm_deadlock, deadlock_at;
@@ -308,7 +324,7 @@ static void parse(int argc, char** argv) {
     INT_OPT("--exit-at", exit_at) INT_OPT("--no-init-rank", no_init_rank) FLAG_OPT("--abort-signal", abort_signal)
     FLAG_OPT("--graph-then-loop", graph_then_loop) FLAG_OPT("--quick-exit", quick_exit) FLAG_OPT("--fork", fork_rank) INT_OPT("--straggler-rank", straggler_rank)
     INT_OPT("--straggler-ms", straggler_ms) INT_OPT("--straggler-max-ms", straggler_max_ms)
-    INT_OPT("--jitter-ms", jitter_ms) INT_OPT("--seed", seed)
+    INT_OPT("--jitter-ms", jitter_ms) INT_OPT("--seed", seed) FLAG_OPT("--cpu-wait", cpu_wait)
     else {
       fprintf(stderr, "sim_workload: unknown option %s\n%s", a, kUsage);
       exit(SIMUTIL_EXIT_USAGE);
@@ -448,6 +464,7 @@ int main(int argc, char** argv) {
   if (opt.graph) ok = run_graph(stream);
   if (!opt.graph || opt.graph_then_loop) {
     unsigned jitter_state = (unsigned)opt.seed * 7919u + (unsigned)g_rank * 104729u + 1u;
+    const double cpu_wait_start = thread_cpu_wait_ms();
     for (it = 0; it < opt.iters; ++it) {
       if (g_rank == opt.exit_rank && it == opt.exit_at) {
         sync_stream(stream);
@@ -488,6 +505,10 @@ int main(int argc, char** argv) {
       if ((it + 1) % opt.sync_every == 0) sync_stream(stream);
     }
     sync_stream(stream);
+    if (opt.cpu_wait) {
+      printf("cpu wait: rank %d %.1f ms in %d iterations\n", g_rank, thread_cpu_wait_ms() - cpu_wait_start, it);
+      fflush(stdout);
+    }
     atomic_store(&g_watch_iter, -1);
     if (opt.linger_ms > 0) simutil_sleep_ms(opt.linger_ms);
     for (k = 0; k < g_ncomms && opt.iters > 0; ++k) ok &= verify(&g_comms[k]);
