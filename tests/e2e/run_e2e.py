@@ -1681,6 +1681,32 @@ def run_prints_the_changed_story():
 
 
 @case
+def caretaker_says_only_its_jobs_deaths():
+    # Job A's ranks are all SIGKILLed; job B, another job on the host, converts their black boxes
+    # (into A's directory) but says nothing of A's deaths in its own output.
+    shared = temp_dir("ncclwatch-e2e-host-")
+    boxes_dir, relay_dir = os.path.join(shared, "boxes"), os.path.join(shared, "relay")
+    os.makedirs(boxes_dir)
+    os.makedirs(relay_dir)
+    host = {"NCCLWATCH_BLACKBOX_DIR": boxes_dir, "NCCLWATCH_RELAY_DIR": relay_dir, "NCCLWATCH_TIMEOUT": "2"}
+
+    def kill_all(p):
+        pids = wait_for_ranks(p, 2)
+        wait_for(lambda: len(glob.glob(os.path.join(boxes_dir, "ncclwatch-box-*"))) == 2, "2 black boxes")
+        time.sleep(0.5)
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+    first = job(2, ["--iters", "100000", "--jitter-ms", "5"], env=dict(host, NCCLWATCH_JOB_INSTANCE="job-a"),
+                timeout=20, after_start=kill_all)
+    time.sleep(5)  # its leftovers are old enough to be nobody's start-up
+    second = job(2, ["--iters", "5", "--linger-ms", "1500"], env=dict(host, NCCLWATCH_JOB_INSTANCE="job-b"), timeout=15)
+    check(second.rc == 0, f"the second job ran: {second.err[-1500:]}")
+    check(all(first.reasons(r) == ["postmortem"] for r in range(2)),
+          f"A's ranks were converted: {[first.reasons(r) for r in range(2)]}")
+    check("ended without a word" not in second.err, f"B's output tells nothing of A's deaths:\n{second.err[-1500:]}")
+
+
+@case
 def one_job_one_directory():
     # Two jobs into one --dir at once: a healthy one (B) and, started while B runs, one that
     # hangs (A). A warns at start that the directory holds a live job's files; B never answers
