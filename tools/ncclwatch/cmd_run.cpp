@@ -328,9 +328,10 @@ class LiveWatch {
     last_fallback_look_ = now;
     struct stat here, there;
     for (const auto& d : FallbackDirs()) {
-      if (stat(d.c_str(), &there) == 0 && stat(dir_.c_str(), &here) == 0 && here.st_ino == there.st_ino &&
-          here.st_dev == there.st_dev)
-        continue;
+      // Only a directory written to since this run started (a new dump changes its mtime): old
+      // ones of earlier jobs are not read again every few seconds.
+      if (stat(d.c_str(), &there) != 0 || there.st_mtime < started_) continue;
+      if (stat(dir_.c_str(), &here) == 0 && here.st_ino == there.st_ino && here.st_dev == there.st_dev) continue;
       analysis::DumpSet set = Load(d);
       if (set.dumps().empty()) continue;
       if (print_)
@@ -436,6 +437,7 @@ class LiveWatch {
   size_t printed_files_ = 0;                // dumps in when a report was last printed
   bool episode_started_ = false;
   bool followed_ = false;
+  const time_t started_ = time(nullptr) - 1;
   std::chrono::steady_clock::time_point first_new_;
   std::chrono::steady_clock::time_point last_fallback_look_;
   std::string last_key_;
