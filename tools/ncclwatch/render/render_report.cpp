@@ -489,7 +489,10 @@ std::string RenderReportText(const Report& report, const ReportTextOptions& opti
         << " with files (listed on stderr)";
   out << "\n\n";
   if (!report.Hang()) {
-    out << st.Green("no hang") << ": " << AdviceText(report.verdicts.front(), report) << "\n";
+    // Before a deadline, a wait that is not yet a verdict is no green "no hang".
+    const bool pending = !report.verdicts.front().not_yet.empty();
+    out << (pending ? st.Yellow("no hang yet") : st.Green("no hang")) << ": " << AdviceText(report.verdicts.front(), report)
+        << "\n";
     RenderFindings(out, st, report, options.verbose);
     RenderNotes(out, st, report, false);
     RenderHistory(out, st, report, options.verbose);
@@ -599,7 +602,7 @@ std::string AdviceText(const Verdict& v, const Report& report) {
     case Cause::NoHang: {
       std::string s;
       if (!v.not_yet.empty()) {
-        s = "No hang yet, but not a healthy moment either: ";
+        // "no hang yet: rank 2 has not entered AllReduce #51 for 3.0 s ...; the deadline is 5.0 s."
         size_t shown = 0;
         for (const auto& n : v.not_yet) {
           if (shown++ == 3) {
