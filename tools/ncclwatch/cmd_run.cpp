@@ -215,14 +215,15 @@ std::vector<std::string> FallbackDirs() {
 // The job instance its ranks will carry: `ncclwatch run` names the job it starts
 // (NCCLWATCH_RUN_ID, before the launcher's instance), unless it is itself one task of a job
 // (`srun ncclwatch run -- python ...`: a run per task, each with another pid), where the
-// launcher's instance, the same for every task, is the job's. *run_id: "" in that case.
+// launcher's instance, the same for every task, is the job's (or none is known). *run_id: ""
+// in that case.
 std::string JobInstanceOfRun(std::string* run_id) {
   bool task = false;
   for (const char* v : {"SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "RANK"})
     task = task || (getenv(v) && *getenv(v));
   const char* explicit_instance = getenv("NCCLWATCH_JOB_INSTANCE");
   std::string launcher = explicit_instance && *explicit_instance ? explicit_instance : ReadProcessIdentity().job_instance;
-  if (task && !launcher.empty()) {
+  if (task) {  // one id per task would split the job: the launcher's ("" unknown: every dump is read)
     run_id->clear();
     return launcher;
   }
