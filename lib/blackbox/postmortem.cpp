@@ -411,6 +411,7 @@ CaretakerPass ConvertDeadBoxes(const std::string& box_dir, const std::string& re
       ParseIdentity(TextAt(box, h.layout.identity_offset, h.layout.identity_capacity, h.identity_bytes.load()), &id);
       c.pid = h.pid;
       c.rank = h.global_rank.load();
+      c.job_instance = id.job_instance;
       const int64_t final_dump = h.final_dump_mono_ns.load();
       const std::string who = "rank " + std::to_string(c.rank) + " (pid " + std::to_string(h.pid) + " on " +
                               (id.host.empty() ? "this host" : id.host) + ")";

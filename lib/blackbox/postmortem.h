@@ -41,6 +41,7 @@ struct Conversion {
   int pid = 0, rank = -1;
   std::string dump;       // the postmortem dump written; "" when none was
   std::string line;       // one line saying what was done
+  std::string job_instance;  // of the process, from its identity ("" unknown)
 };
 
 struct CaretakerPass {

@@ -46,6 +46,7 @@ struct DeadlineSpec {
   X(exit_record, EXIT_RECORD, Bool, true, "a small record of where the rank stopped at a normal exit") \
   X(cmdline, CMDLINE, Bool, true, "record the command line in dumps (secret-looking values redacted); 0: none") \
   X(job_instance, JOB_INSTANCE, String, "", "this attempt's id (default from the launcher's variables)") \
+  X(run_id, RUN_ID, String, "", "set by ncclwatch run: its run's id, put before the job instance (one directory, one job)") \
   X(metrics, METRICS, String, "", "directory for a Prometheus textfile per process; empty: off")   \
   X(log, LOG, Level, "warn", "quiet, warn, info or debug")                                          \
   X(nccl_lib, NCCL_LIB, String, "libnccl.so.2", "NCCL library to look in when RTLD_NEXT fails")    \

@@ -13,9 +13,11 @@ namespace timing {
 using namespace std::chrono_literals;
 using Duration = std::chrono::milliseconds;
 
-// While a job-wide request this recent exists, a stalling rank does not write another: with
-// thousands of ranks stalling at once, the request file is written a few times, not thousands.
-// A rank that saw a stall of its own recover since then writes a new one: a new episode.
+// A job-wide request of this job, this recent, asked for a stall or an abort after the stalling
+// rank's operation got stuck, answers that stall too: with thousands of ranks stalling at once,
+// the request file is written a few times, not thousands. Any other request (a snapshot, one
+// from before the operation got stuck, or before a recovery of this rank) is followed by a new
+// one: every rank answers a hang with a dump taken during it.
 constexpr Duration kRequestFresh = 30s;
 // Frameworks abort every communicator in a row before killing the process: aborts this close
 // together share one dump.

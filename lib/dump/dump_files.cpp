@@ -322,16 +322,34 @@ bool DumpDirectory::WriteRequest(const PeerRequest& r) {
 std::string DumpDirectory::RequestPath() {
   std::lock_guard<std::mutex> lock(mu_);
   if (dir_ready_) return dir_ + "/" + trace::kDumpRequestFile;
-  const std::string& first = configured_.empty() ? fallback_name_ : configured_;
-  return (base_.empty() || first[0] == '/' ? first : base_ + "/" + first) + "/" + trace::kDumpRequestFile;
+  auto from_base = [&](const std::string& c) { return base_.empty() || c[0] == '/' ? c : base_ + "/" + c; };
+  const std::string first = from_base(configured_.empty() ? fallback_name_ : configured_);
+  // A configured directory that cannot be used (a file there, not writable) sends the job's
+  // dumps, and its request, to the fallback: a rank that has not dumped yet looks there too.
+  struct stat st;
+  if (!configured_.empty() && stat(first.c_str(), &st) == 0 &&
+      (!S_ISDIR(st.st_mode) || access(first.c_str(), W_OK | X_OK) != 0)) {
+    const std::string candidates[] = {from_base(fallback_name_),
+                                      "/tmp/" + fallback_name_ + "-" + std::to_string(getuid())};
+    for (const auto& c : candidates)
+      if (stat(c.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return c + "/" + trace::kDumpRequestFile;
+  }
+  return first + "/" + trace::kDumpRequestFile;
 }
 
-double DumpDirectory::RequestAgeS() {
+std::optional<PeerRequest> DumpDirectory::CurrentRequest() {
+  const std::string path = RequestPath();
   struct stat st;
-  if (stat(RequestPath().c_str(), &st) != 0) return -1;
-  timespec now;
-  clock_gettime(CLOCK_REALTIME, &now);
-  return static_cast<double>(now.tv_sec - st.st_mtim.tv_sec) + (now.tv_nsec - st.st_mtim.tv_nsec) / 1e9;
+  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  char buf[4096];
+  ssize_t n = read(fd, buf, sizeof buf);
+  close(fd);
+  PeerRequest r;
+  if (n <= 0 || !trace::ParseRequest(std::string(buf, static_cast<size_t>(n)), &r)) return std::nullopt;
+  if (r.time_unix_ns <= 0) r.time_unix_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  return r;
 }
 
 std::optional<PeerRequest> DumpDirectory::PollRequest(const std::string& own_instance, uint64_t own_start_unix_ns) {

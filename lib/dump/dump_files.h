@@ -69,8 +69,9 @@ class DumpDirectory {
   bool WriteRequest(const PeerRequest& r);
   // A request whose file changed since the last call, if any (RequestFileWatch's rules).
   std::optional<PeerRequest> PollRequest(const std::string& own_instance = "", uint64_t own_start_unix_ns = 0);
-  // Seconds since the request file was last written (by any rank); negative if there is none.
-  double RequestAgeS();
+  // The request file as it is now (whoever wrote it), if there is one that parses; its
+  // time_unix_ns is the file's modification time when the request does not carry one.
+  std::optional<PeerRequest> CurrentRequest();
   // Where the job-wide request file is (or will be).
   std::string RequestPath();
 

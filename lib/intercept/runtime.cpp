@@ -128,6 +128,10 @@ bool Runtime::Start() {
 
   identity_ = ReadProcessIdentity();
   if (!config_.job_instance.empty()) identity_.job_instance = config_.job_instance;
+  // `ncclwatch run`'s id: two runs into one directory never answer or read each other's files,
+  // and restarts inside one run keep the launcher's instance after it.
+  if (!config_.run_id.empty())
+    identity_.job_instance = config_.run_id + (identity_.job_instance.empty() ? "" : "/" + identity_.job_instance);
   if (!config_.host.empty()) identity_.host = config_.host;
   start_mono_ns_ = MonoNs();
   if (identity_.env_rank >= 0) {
@@ -469,11 +473,22 @@ void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const st
       path.empty() ? "no dump written" : "dump ", path.substr(path.rfind('/') + 1).c_str());
 }
 
-void Runtime::AskPeersToDump(trace::DumpReason reason) {
-  double age = dumps_->RequestAgeS();
-  const uint64_t recovered = last_recovery_mono_ns_.load();
-  const bool recovered_since = recovered && static_cast<double>(MonoNs() - recovered) / 1e9 < age;
-  if (age >= 0 && age < timing::S(timing::kRequestFresh) && !recovered_since) return;
+void Runtime::AskPeersToDump(trace::DumpReason reason, uint64_t stuck_since_unix_ns) {
+  // A request already there answers this episode only when it is this job's, asked for a stall
+  // or an abort (a snapshot shows no hang), after the operation got stuck and with no recovery
+  // since: every rank's answer to it was taken during this hang. Anything older would leave the
+  // ranks' latest dumps from before the hang (thousands of ranks stalling at once still write
+  // the file a few times, not thousands).
+  const uint64_t now_unix = UnixNs();
+  if (std::optional<PeerRequest> there = dumps_->CurrentRequest()) {
+    const uint64_t written = static_cast<uint64_t>(std::max<int64_t>(there->time_unix_ns, 0));
+    const uint64_t recovered = last_recovery_mono_ns_.load();
+    const bool recovered_since = recovered && now_unix > written && MonoNs() - recovered < now_unix - written;
+    const bool hang_request = there->reason != trace::DumpReasonName(trace::DumpReason::OnDemand);
+    if (there->job_instance == identity_.job_instance && hang_request && written >= stuck_since_unix_ns &&
+        now_unix - std::min(now_unix, written) < timing::Ns(timing::kRequestFresh) && !recovered_since)
+      return;
+  }
   PeerRequest r;
   r.request = identity_.host + "-" + std::to_string(identity_.pid) + "-" + std::to_string(requests_made_.fetch_add(1));
   r.origin_rank = global_rank_.load();
@@ -491,7 +506,7 @@ void Runtime::AskPeersToDump(trace::DumpReason reason) {
 void Runtime::OnStall(const InflightView& v, const std::string& detail) {
   stalls_.fetch_add(1);
   Dump(trace::DumpReason::Stall, detail, std::nullopt, v);
-  AskPeersToDump(trace::DumpReason::Stall);
+  AskPeersToDump(trace::DumpReason::Stall, UnixNs() - std::min(UnixNs(), static_cast<uint64_t>(v.age_s * 1e9)));
 }
 
 void Runtime::OnRecovery(const Recovery& r) {
@@ -536,7 +551,9 @@ void Runtime::OnAbort(CommInfo* comm) {
   last_abort_dump_ns_.store(now);
   Dump(trace::DumpReason::Abort,
        "ncclCommAbort called" + (comm ? " on comm " + CommIdHex(comm->id) : std::string()));
-  AskPeersToDump(trace::DumpReason::Abort);
+  // The operations it aborts got stuck within the framework's timeout: a request of the last
+  // kRequestFresh covers it.
+  AskPeersToDump(trace::DumpReason::Abort, UnixNs() - std::min(UnixNs(), timing::Ns(timing::kRequestFresh)));
 }
 
 void Runtime::WriteMetrics(uint64_t now) {
@@ -581,6 +598,7 @@ void Runtime::EndInit(uint64_t token) {
 // job-wide request (the ranks that never joined may be alive elsewhere and dump too).
 void Runtime::CheckInits(uint64_t now) {
   std::string detail;
+  double stuck_s = 0;
   {
     std::lock_guard<std::mutex> lock(init_mu_);
     for (auto& p : inits_) {
@@ -591,13 +609,14 @@ void Runtime::CheckInits(uint64_t now) {
       snprintf(line, sizeof line, "%s blocked for %.1f s on comm %s (rank %d of %d)", p.function, waited,
                CommIdHex(p.id).c_str(), p.rank, p.size);
       detail = line;
+      stuck_s = waited;
       break;
     }
   }
   if (detail.empty()) return;
   stalls_.fetch_add(1);
   Dump(trace::DumpReason::Stall, detail);
-  AskPeersToDump(trace::DumpReason::Stall);
+  AskPeersToDump(trace::DumpReason::Stall, UnixNs() - std::min(UnixNs(), static_cast<uint64_t>(stuck_s * 1e9)));
 }
 
 void Runtime::OnTick() {
@@ -717,7 +736,11 @@ void Runtime::CareForHost() {
   if (caretaker_fd_ < 0 || flock(caretaker_fd_, LOCK_EX | LOCK_NB) != 0) return;
   const std::string own = box_ ? box_->path().substr(box_->path().rfind('/') + 1) : std::string();
   blackbox::CaretakerPass pass = blackbox::ConvertDeadBoxes(config_.blackbox_dir, config_.relay_dir, own);
-  for (const auto& c : pass.converted) LogWarn("%s", c.line.c_str());
+  // Another job's ranks are converted too (their dumps go to their own directory), but this
+  // job's output says only its own: a host shared by two jobs must not mix their stories.
+  for (const auto& c : pass.converted)
+    if (c.job_instance == identity_.job_instance) LogWarn("%s", c.line.c_str());
+    else LogInfo("%s", c.line.c_str());
 }
 
 }  // namespace ncclwatch

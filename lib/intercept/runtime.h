@@ -117,7 +117,9 @@ class Runtime {
   static void OnExitThunk(int status, void*);
   static void OnSignalEnding(void* runtime);
   static void AtForkChild();
-  void AskPeersToDump(trace::DumpReason reason);
+  // Writes the job-wide request unless one already asks for this episode: a stall or abort
+  // request of this job written after `stuck_since_unix_ns` (wall clock).
+  void AskPeersToDump(trace::DumpReason reason, uint64_t stuck_since_unix_ns);
 
   Config config_;
   ProcessIdentity identity_;

@@ -113,7 +113,9 @@ def request_dump(dump_dir: PathLike, wait: Optional[float] = None) -> Dict[str, 
     """Makes every rank of the running job whose dump directory is `dump_dir` dump now (the job
     goes on), as `ncclwatch dump DIR` does: waits until every rank answered or `wait` seconds
     passed (the command's default: 15), and returns the analysis of the directory, as
-    `analyze`. A healthy job reads `no_hang`. Raises NcclwatchError when no rank answered."""
+    `analyze`. A healthy job reads `no_hang`; every rank answers every request with a new dump.
+    Raises NcclwatchError when no rank answered (the directories it made for that path are
+    removed again)."""
     args = ["dump", _path(dump_dir), "--json"]
     if wait is not None:
         args += ["--wait", str(wait)]

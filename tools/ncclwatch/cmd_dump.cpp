@@ -40,8 +40,10 @@ void DumpHelp(std::FILE* out) {
                "(the job goes on), waits until every rank answered or SECONDS passed (default\n"
                "15), says how many answered out of the world size, then analyzes the directory.\n"
                "A healthy job reads `no_hang`. Ranks look for the request every\n"
-               "NCCLWATCH_PEER_POLL_MS (1 s by default); a rank that dumped in the last 30 s does\n"
-               "not dump again. DIR is created when no rank has written there yet.\n\n"
+               "NCCLWATCH_PEER_POLL_MS (1 s by default) and answers every new request with a\n"
+               "new dump (at most NCCLWATCH_MAX_DUMPS per process: the first and the latest are\n"
+               "kept). DIR is created when no rank has written there yet, and removed again\n"
+               "when no rank answered.\n\n"
                "exit status: that of `ncclwatch analyze`; 2 when no rank answered.\n");
 }
 
@@ -78,7 +80,14 @@ int Run(int argc, char** argv) {
   // library creates it at its first dump): create it as the library would.
   struct stat st {};
   bool created = false;
+  std::vector<std::string> made;  // the directories this creates, deepest first
   if (stat(dir, &st) != 0 && errno == ENOENT) {
+    for (std::string p = dir; !p.empty() && p != "/" && p != "." && stat(p.c_str(), &st) != 0 && errno == ENOENT;) {
+      made.push_back(p);
+      size_t slash = p.find_last_of('/');
+      p = slash == std::string::npos ? "" : p.substr(0, slash);
+      while (p.size() > 1 && p.back() == '/') p.pop_back();
+    }
     std::string why;
     if (!MakeDirs(dir, &why)) {
       std::fprintf(stderr, "ncclwatch dump: cannot create %s: %s; give the job's NCCLWATCH_DIR\n", dir, why.c_str());
@@ -130,13 +139,13 @@ int Run(int argc, char** argv) {
   }
   if (tty) std::fprintf(stderr, "\r\033[K");
   if (answered.empty()) {
-    if (created) {  // nobody there: leave no trace of a mistyped path
+    if (created) {  // nobody there: leave no trace of a mistyped path, its parents included
       unlink(path.c_str());
-      rmdir(dir);
+      for (const auto& m : made) rmdir(m.c_str());
     }
     std::fprintf(stderr,
                  "ncclwatch dump: no rank answered within %.0f s: is a job running with ncclwatch and "
-                 "NCCLWATCH_DIR=%s? (a rank that dumped in the last 30 s does not dump again)\n",
+                 "NCCLWATCH_DIR=%s?\n",
                  wait_s, dir);
     return kExitBadInput;
   }

@@ -1,6 +1,7 @@
 // `ncclwatch run [options] -- COMMAND ...`: starts a job with libncclwatch.so preloaded, returns
 // the job's exit status unchanged, and analyzes the dumps if any were written.
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -16,6 +17,7 @@
 
 #include <chrono>
 #include <map>
+#include <memory>
 #include <set>
 #include <thread>
 
@@ -24,6 +26,9 @@
 #include "render/render_report.h"
 #include "render/symbolize_debug.h"
 #include "common/config.h"
+#include "common/process_info.h"
+#include "dump/dump_files.h"
+#include "format/request.h"
 #include "format/display.h"
 #include "format/file_name.h"
 #include "subcommand.h"
@@ -50,7 +55,10 @@ void RunHelp(std::FILE* out) {
                "options below as NCCLWATCH_* variables. Returns COMMAND's exit status unchanged;\n"
                "while it runs, a hang's verdict is printed as soon as the ranks' dumps are in\n"
                "(the job goes on); at the end, the analysis again if anything changed, and one\n"
-               "line on what was watched.\n\n"
+               "line on what was watched. The dump directory is created and written before\n"
+               "COMMAND starts (refused in one line when it cannot be); the job is named\n"
+               "(NCCLWATCH_RUN_ID), so that only its own dumps are answered, read and reported,\n"
+               "whatever else shares the directory.\n\n"
                "options:\n"
                "  --dir DIR          dump directory (default: ./ncclwatch-<SLURM_JOB_ID |\n"
                "                     TORCHELASTIC_RUN_ID | PMIX_NAMESPACE | start time>)\n"
@@ -121,6 +129,113 @@ std::set<std::string> DumpFiles(const std::string& dir) {
   return {names.begin(), names.end()};
 }
 
+// Whether the job's dumps can go to `dir`: made (with its parents) and written before the job
+// starts, so that a job is never watched in a place its ranks cannot write to. *created: `dir`
+// did not exist before.
+bool CheckDir(const std::string& dir, bool* created) {
+  struct stat st;
+  *created = stat(dir.c_str(), &st) != 0;
+  std::string why;
+  if (MakeDirs(dir, &why)) {
+    const std::string probe = dir + "/.ncclwatch-run-check-" + std::to_string(getpid());
+    int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    bool wrote = fd >= 0 && write(fd, "x", 1) == 1;
+    int e = errno;
+    if (fd >= 0) close(fd);
+    unlink(probe.c_str());
+    if (wrote) return true;
+    why = strerror(e ? e : EIO);
+  }
+  std::fprintf(stderr, "ncclwatch run: cannot write the dump directory '%s': %s; nothing started (--dir DIR)\n",
+               trace::PrintableCut(dir).c_str(), why.c_str());
+  return false;
+}
+
+std::string OwnHost() {
+  if (const char* h = getenv("NCCLWATCH_HOST"); h && *h) return h;
+  char host[256] = {0};
+  if (gethostname(host, sizeof host - 1) != 0) return "unknown";
+  return host;
+}
+
+// One line when `dir` already holds files of another job that is still running on this host
+// (a dump of a live process, or a dump request of the last minute): they share a directory.
+void WarnOtherLiveJob(const std::string& dir) {
+  std::vector<std::string> names;
+  std::string error;
+  if (!trace::ListDumpFiles(dir, &names, &error)) return;
+  const std::string own_host = trace::SafeHostName(OwnHost());
+  std::set<long> live;
+  for (const auto& n : names) {  // rank<R>-<host>-<pid>-<seq>-<reason>.json
+    size_t h = n.find('-');
+    if (h == std::string::npos || n.compare(h + 1, own_host.size(), own_host) != 0 ||
+        n.size() <= h + 1 + own_host.size() || n[h + 1 + own_host.size()] != '-')
+      continue;
+    long pid = strtol(n.c_str() + h + 2 + own_host.size(), nullptr, 10);
+    if (pid > 0 && (kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM)) live.insert(pid);
+  }
+  std::string request;
+  struct stat st;
+  const std::string req = dir + "/" + trace::kDumpRequestFile;
+  if (stat(req.c_str(), &st) == 0 && time(nullptr) - st.st_mtime < 60) request = "a dump request written " +
+      std::to_string(time(nullptr) - st.st_mtime) + " s ago";
+  if (live.empty() && request.empty()) return;
+  std::string what = live.empty() ? request
+                                  : std::to_string(live.size()) + " running process(es) (pid " +
+                                        std::to_string(*live.begin()) + (live.size() > 1 ? ", ..." : "") + ")" +
+                                        (request.empty() ? "" : " and " + request);
+  std::fprintf(stderr,
+               "ncclwatch run: warning: %s holds files of another job that is still running (%s); this job "
+               "answers, reads and reports only its own, but give each job its own --dir\n",
+               trace::PrintableCut(dir).c_str(), what.c_str());
+}
+
+// Where a rank that cannot write the dump directory writes instead (lib/dump/dump_files.cpp:
+// ./ncclwatch-<job id>, then /tmp/ncclwatch-<job id>-<uid>), as seen from here.
+std::vector<std::string> FallbackDirs() {
+  std::vector<std::string> out;
+  const std::string tmp_suffix = "-" + std::to_string(getuid());
+  for (const char* parent_dir : {".", "/tmp"}) {
+    const std::string parent = parent_dir;
+    DIR* d = opendir(parent.c_str());
+    if (!d) continue;
+    while (dirent* e = readdir(d)) {
+      const std::string n = e->d_name;
+      if (n.rfind("ncclwatch-", 0) != 0) continue;
+      if (parent == "/tmp" && (n.size() <= tmp_suffix.size() ||
+                               n.compare(n.size() - tmp_suffix.size(), tmp_suffix.size(), tmp_suffix) != 0))
+        continue;
+      out.push_back(parent + "/" + n);
+    }
+    closedir(d);
+  }
+  return out;
+}
+
+// The job instance its ranks will carry: `ncclwatch run` names the job it starts
+// (NCCLWATCH_RUN_ID, before the launcher's instance), unless it is itself one task of a job
+// (`srun ncclwatch run -- python ...`: a run per task, each with another pid), where the
+// launcher's instance, the same for every task, is the job's (or none is known). *run_id: ""
+// in that case.
+std::string JobInstanceOfRun(std::string* run_id) {
+  bool task = false;
+  for (const char* v : {"SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "RANK"})
+    task = task || (getenv(v) && *getenv(v));
+  const char* explicit_instance = getenv("NCCLWATCH_JOB_INSTANCE");
+  std::string launcher = explicit_instance && *explicit_instance ? explicit_instance : ReadProcessIdentity().job_instance;
+  if (task) {  // one id per task would split the job: the launcher's ("" unknown: every dump is read)
+    run_id->clear();
+    return launcher;
+  }
+  timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  char id[320];
+  snprintf(id, sizeof id, "run-%s-%d-%lld.%09ld", trace::SafeHostName(OwnHost()).c_str(), static_cast<int>(getpid()),
+           static_cast<long long>(now.tv_sec), now.tv_nsec);
+  *run_id = id;
+  return id;
+}
+
 // The settings given with --timeout and --set, checked by the library's own parser before
 // anything starts (every rank would print the same error otherwise, and use a default).
 const std::map<std::string, std::string>* g_settings = nullptr;
@@ -130,19 +245,19 @@ const char* SettingLookup(const char* name) {
 }
 
 bool CheckSettings(const std::vector<std::pair<std::string, std::string>>& given) {
-  std::set<std::string> known = {"NCCLWATCH_TIMEOUT", "NCCLWATCH_DIR"};
-  for (const auto& kv : DescribeConfig(Config{})) known.insert(kv.first);
   std::map<std::string, std::string> settings(given.begin(), given.end());
+  // The given names as an environment: the library's own check of unknown variables (with its
+  // "did you mean") speaks for them, as it would in every rank.
+  std::vector<std::string> entries;
+  for (const auto& kv : settings) entries.push_back(kv.first + "=" + kv.second);
+  std::vector<const char*> envp;
+  for (const auto& e : entries) envp.push_back(e.c_str());
+  envp.push_back(nullptr);
   bool ok = true;
-  for (const auto& kv : settings)
-    if (!known.count(kv.first)) {
-      std::fprintf(stderr, "ncclwatch run: unknown setting %s (the settings: README, `Configuration`)\n",
-                   kv.first.c_str());
-      ok = false;
-    }
   g_settings = &settings;
-  for (std::string e : ParseConfig(&SettingLookup).errors) {
+  for (std::string e : ParseConfig(&SettingLookup, envp.data()).errors) {
     e = e.substr(0, e.find("; using"));  // the library would fall back; run refuses instead
+    if (e.rfind("unknown variable ", 0) == 0) e = "unknown setting " + e.substr(17);
     std::fprintf(stderr, "ncclwatch run: %s\n", e.c_str());
     ok = false;
   }
@@ -151,15 +266,18 @@ bool CheckSettings(const std::vector<std::pair<std::string, std::string>>& given
 }
 
 // The dumps of this run, watched while it runs: a hang's verdict as soon as its episode's dumps
-// are in (every rank of the world answered, or a few seconds passed since the first).
+// are in (every rank of the world answered, or a few seconds passed since the first). Only this
+// job's dumps (its job instance) count: another job sharing the directory is not this one.
 class LiveWatch {
  public:
-  LiveWatch(std::string dir, bool print) : dir_(std::move(dir)), print_(print), before_(DumpFiles(dir_)) {}
+  LiveWatch(std::string dir, bool print, std::string instance)
+      : dir_(std::move(dir)), print_(print), instance_(std::move(instance)), before_(DumpFiles(dir_)) {}
 
   void Poll() {
     std::set<std::string> now = DumpFiles(dir_);
     size_t fresh = 0;
     for (const auto& n : now) fresh += !before_.count(n);
+    if (fresh == 0) FollowFallback();
     if (fresh == files_) {
       if (files_ > reported_files_ && episode_started_ &&
           std::chrono::steady_clock::now() - first_new_ > kEpisodeSettle)
@@ -173,12 +291,12 @@ class LiveWatch {
     if (AllRanksIn(set)) Report(false, &set);
   }
 
-  // At the end: the analysis, unless one printed while the job ran already tells it (no dump
-  // since, or the same verdicts). An analysis made while running that was not news (no hang:
-  // a healthy job stopped by SIGTERM, say) is printed now.
+  // At the end: the analysis, unless one printed while the job ran already tells it (the same
+  // verdicts). One that differs is printed as the corrected report. An analysis made while
+  // running that was not news (no hang: a healthy job stopped by SIGTERM, say) is printed now.
   void Finish() {
     Poll();
-    const bool news = files_ > printed_files_ && Report(true);
+    const bool news = files_ > 0 && Report(true);
     if (!news && printed_files_ > 0 && print_) std::fprintf(stderr, "ncclwatch: no change since the report above\n");
     Summary();
   }
@@ -187,16 +305,45 @@ class LiveWatch {
 
  private:
   static constexpr auto kEpisodeSettle = std::chrono::seconds(5);
-  mutable analysis::SummaryCache cache_;
+  static constexpr auto kFallbackLook = std::chrono::seconds(2);
+  mutable std::unique_ptr<analysis::SummaryCache> cache_ = std::make_unique<analysis::SummaryCache>();
 
   // Each load reads only the dumps that came in since the last (the summaries read are kept).
-  analysis::DumpSet Load() const {
+  analysis::DumpSet Load(const std::string& dir = "") const {
     analysis::DumpSet set;
     analysis::LoadOptions options;
-    options.cache = &cache_;
+    options.cache = dir.empty() ? cache_.get() : nullptr;
+    options.job_instance = instance_;
     std::string error;
-    set.Load(dir_, options, &error);
+    set.Load(dir.empty() ? dir_ : dir, options, &error);
     return set;
+  }
+
+  // Ranks that could not write the directory fall back (one line each says where): with no
+  // dump of this job here yet, the fallback directories are looked at now and then, and the
+  // watch moves to the one that holds this job's dumps.
+  void FollowFallback() {
+    if (followed_ || instance_.empty()) return;
+    auto now = std::chrono::steady_clock::now();
+    if (now - last_fallback_look_ < kFallbackLook) return;
+    last_fallback_look_ = now;
+    struct stat here, there;
+    for (const auto& d : FallbackDirs()) {
+      // Only a directory written to since this run started (a new dump changes its mtime): old
+      // ones of earlier jobs are not read again every few seconds.
+      if (stat(d.c_str(), &there) != 0 || there.st_mtime < started_) continue;
+      if (stat(dir_.c_str(), &here) == 0 && here.st_ino == there.st_ino && here.st_dev == there.st_dev) continue;
+      analysis::DumpSet set = Load(d);
+      if (set.dumps().empty()) continue;
+      if (print_)
+        std::fprintf(stderr, "ncclwatch: this job's ranks write their dumps to %s (they could not write %s); "
+                     "watching it there\n", trace::PrintableCut(d).c_str(), trace::PrintableCut(dir_).c_str());
+      dir_ = d;
+      before_.clear();  // another job's files there are told apart by their job instance
+      cache_ = std::make_unique<analysis::SummaryCache>();
+      followed_ = true;
+      return;
+    }
   }
 
   bool AllRanksIn(const analysis::DumpSet& set) const {
@@ -214,21 +361,28 @@ class LiveWatch {
     if (set.dumps().empty()) return false;
     analysis::Report report = analysis::Attribute(set);
     analysis::SymbolizeReport(&report);
+    // The story: each verdict's cause, culprits, operation and waiting ranks. Another story
+    // than the one printed (a later round of dumps, a culprit's fresher dump) is printed again.
     std::string key;
     for (const auto& v : report.verdicts) {
       key += analysis::CauseName(v.cause);
       for (int r : v.culprit_ranks) key += "," + std::to_string(r);
-      key += ":" + std::to_string(v.seq) + ";";
+      key += ":" + v.comm + ":" + v.op + ":" + std::to_string(v.seq) + ":";
+      for (int r : v.waiting_ranks) key += std::to_string(r) + ",";
+      key += ";";
     }
     if (key == last_key_) return false;  // the same story: no second copy
     if (!at_end && !report.Hang()) return false;  // while running, only hangs are news
+    const bool corrects = !last_key_.empty() && printed_files_ > 0;
     last_key_ = key;
     printed_files_ = files_;
+    size_t ours = set.dumps().size() + set.history().size();
     analysis::ReportTextOptions options;
     options.style = analysis::Style(analysis::Style::ColorWanted(false));
     std::fflush(stdout);
-    std::fprintf(stderr, "\nncclwatch: %s%zu dump(s) in %s:\n\n", at_end ? "" : "while the job runs, ", files_,
-                 dir_.c_str());
+    std::fprintf(stderr, "\nncclwatch: %s%zu dump(s) of this job in %s%s:\n\n",
+                 at_end ? "" : "while the job runs, ", ours, dir_.c_str(),
+                 corrects ? " (the analysis changed: this report replaces the one above)" : "");
     std::string text = analysis::RenderReportText(report, options);
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
@@ -244,9 +398,11 @@ class LiveWatch {
     std::set<int64_t> versions;
     int64_t ops = 0;
     int stalls = 0, recovered = 0;
+    size_t ours = 0;
     for (const auto* list : {&set.dumps(), &set.history()})
       for (const auto& d : *list) {
         if (before_.count(d.file_name)) continue;
+        ++ours;
         processes.insert(d.ProcessKey());
         if (d.summary.nccl_version > 0) versions.insert(d.summary.nccl_version);
         stalls += d.summary.reason == trace::DumpReasonName(trace::DumpReason::Stall);
@@ -271,16 +427,20 @@ class LiveWatch {
     std::fprintf(stderr, "ncclwatch: %zu process(es) watched (NCCL %s), %lld collectives issued, %s, "
                  "%zu dump(s) in %s\n",
                  processes.size(), nccl.empty() ? "?" : nccl.c_str(), static_cast<long long>(ops), stall_text.c_str(),
-                 files_, dir_.c_str());
+                 ours, dir_.c_str());
   }
 
   std::string dir_;
   bool print_;
+  std::string instance_;  // this job's ("" every dump)
   std::set<std::string> before_;
   size_t files_ = 0, reported_files_ = 0;  // dumps of this run in, and analyzed
   size_t printed_files_ = 0;                // dumps in when a report was last printed
   bool episode_started_ = false;
+  bool followed_ = false;
+  const time_t started_ = time(nullptr) - 1;
   std::chrono::steady_clock::time_point first_new_;
+  std::chrono::steady_clock::time_point last_fallback_look_;
   std::string last_key_;
 };
 
@@ -344,13 +504,25 @@ int Run(int argc, char** argv) {
     return kExitBadInput;
   }
   if (dir.empty()) dir = getenv("NCCLWATCH_DIR") && *getenv("NCCLWATCH_DIR") ? getenv("NCCLWATCH_DIR") : DefaultDir();
+  bool created = false;
+  if (!CheckDir(dir, &created)) return kExitBadInput;
+  const bool print = analyze && IsFirstTask();
+  if (print && !created) WarnOtherLiveJob(dir);
 
   const char* old = getenv("LD_PRELOAD");
   std::string preload = lib + (old && *old ? std::string(":") + old : std::string());
   setenv("LD_PRELOAD", preload.c_str(), 1);
   setenv("NCCLWATCH_DIR", dir.c_str(), 1);
   for (auto& kv : settings) setenv(kv.first.c_str(), kv.second.c_str(), 1);
-  LiveWatch watch(dir, analyze && IsFirstTask());
+  std::string run_id;
+  const std::string instance = JobInstanceOfRun(&run_id);
+  if (!run_id.empty()) setenv("NCCLWATCH_RUN_ID", run_id.c_str(), 1);
+  else unsetenv("NCCLWATCH_RUN_ID");
+  LiveWatch watch(dir, print, instance);
+
+  // The child says through this pipe (closed by a successful exec) that COMMAND could not start.
+  int exec_pipe[2];
+  if (pipe2(exec_pipe, O_CLOEXEC) != 0) exec_pipe[0] = exec_pipe[1] = -1;
 
   pid_t child = fork();
   if (child < 0) {
@@ -359,8 +531,26 @@ int Run(int argc, char** argv) {
   }
   if (child == 0) {
     execvp(argv[i], argv + i);
-    std::fprintf(stderr, "ncclwatch run: cannot run '%s': %s\n", argv[i], strerror(errno));
+    int e = errno;
+    std::fprintf(stderr, "ncclwatch run: cannot run '%s': %s\n", trace::Printable(argv[i]).c_str(), strerror(e));
+    if (exec_pipe[1] >= 0 && write(exec_pipe[1], &e, sizeof e) < 0) {
+    }
     _exit(127);
+  }
+  bool exec_failed = false;
+  if (exec_pipe[1] >= 0) {
+    close(exec_pipe[1]);
+    int e = 0;
+    ssize_t n;
+    while ((n = read(exec_pipe[0], &e, sizeof e)) < 0 && errno == EINTR) {
+    }
+    exec_failed = n == static_cast<ssize_t>(sizeof e);
+    close(exec_pipe[0]);
+  }
+  if (exec_failed) {  // said by the child in one line: nothing ran, nothing to watch
+    waitpid(child, nullptr, 0);
+    if (created) rmdir(dir.c_str());
+    return 127;
   }
   // The launcher's signals (Slurm, a terminal) reach the job as if we were not in between.
   g_child = child;
@@ -379,8 +569,9 @@ int Run(int argc, char** argv) {
   g_child = -1;
   // Every rank of the job on this host may be gone, with no caretaker left to read their black
   // boxes: their postmortem dumps belong in the verdict.
-  ConvertLeftBlackBoxes();
+  ConvertLeftBlackBoxes(instance);
   watch.Finish();
+  if (created) rmdir(dir.c_str());  // made for this job and left empty: gone again (fails otherwise)
   if (WIFSIGNALED(status)) {
     // Die of the same signal, so whoever started us sees the job's own status.
     int sig = WTERMSIG(status);

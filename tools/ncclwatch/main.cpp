@@ -11,6 +11,8 @@
 #include "blackbox/postmortem.h"
 #include "common/process_info.h"
 #include "dump/dump_files.h"
+#include "format/display.h"
+#include "model/dump_set.h"
 #include "ncclwatch/trace_format.h"
 #include "ncclwatch/version.h"
 #include "subcommand.h"
@@ -43,7 +45,9 @@ void Overview(std::FILE* out) {
   std::fprintf(out,
                "  %-10s this text, or `ncclwatch help SUBCOMMAND`\n\n"
                "options: --help, --version\n"
-               "Documentation: docs/analysis.md (reports), docs/trace-format.md (dumps).\n",
+               "Documentation: `ncclwatch help SUBCOMMAND`; the README (installed with the Python\n"
+               "package as its description); in the source tree, docs/analysis.md (reports) and\n"
+               "docs/trace-format.md (dumps).\n",
                "help");
 }
 
@@ -78,7 +82,7 @@ void RemoveLeftTemporaries(const std::string& dir) {
                  dir.c_str());
 }
 
-void ConvertLeftBlackBoxes() {
+void ConvertLeftBlackBoxes(const std::string& job_instance) {
   auto setting = [](const char* name) {  // where the library keeps them: this user's own directory
     const char* v = std::getenv(name);
     const std::string dir(v && *v ? v : "/dev/shm");
@@ -86,8 +90,9 @@ void ConvertLeftBlackBoxes() {
     const std::string mine = dir == "none" ? dir : UserPrivateDir(dir, &why);
     return mine.empty() ? std::string("none") : mine;
   };
-  for (const auto& c : blackbox::ConvertDeadBoxes(setting("NCCLWATCH_BLACKBOX_DIR"), setting("NCCLWATCH_RELAY_DIR")).converted)
-    std::fprintf(stderr, "ncclwatch: %s\n", c.line.c_str());
+  for (const auto& c : blackbox::ConvertDeadBoxes(setting("NCCLWATCH_BLACKBOX_DIR"), setting("NCCLWATCH_RELAY_DIR")).converted) {
+    if (job_instance.empty() || analysis::OfJobInstance(c.job_instance, job_instance)) std::fprintf(stderr, "ncclwatch: %s\n", c.line.c_str());
+  }
 }
 
 int ParseAttemptOption(const char* sub, int argc, char** argv, int* i, int* attempt) {
@@ -139,9 +144,16 @@ int Main(int argc, char** argv) {
   }
   if (std::strcmp(first, "help") == 0) {
     const Subcommand* s = argc > 2 ? Find(argv[2]) : nullptr;
-    if (s) s->help(stdout);
-    else Overview(stdout);
-    return argc > 2 && !s ? kExitBadInput : kExitOk;
+    if (s) {
+      s->help(stdout);
+    } else if (argc > 2) {
+      std::fprintf(stderr, "ncclwatch help: unknown subcommand '%s'\n\n", trace::Printable(argv[2]).c_str());
+      Overview(stderr);
+      return kExitBadInput;
+    } else {
+      Overview(stdout);
+    }
+    return kExitOk;
   }
   const Subcommand* s = Find(first);
   if (!s) {

@@ -40,6 +40,11 @@ struct SummaryCache::Entry {
   trace::ReadResult result;
 };
 
+bool OfJobInstance(const std::string& instance, const std::string& wanted) {
+  return instance == wanted || (instance.size() > wanted.size() && instance.compare(0, wanted.size(), wanted) == 0 &&
+                                instance[wanted.size()] == '/');
+}
+
 SummaryCache::SummaryCache() = default;
 SummaryCache::~SummaryCache() = default;
 
@@ -114,6 +119,10 @@ bool DumpSet::Load(const std::string& dir, const LoadOptions& options, std::stri
     if (fresh[i]) {
       bytes_read_ += r.bytes_read;
       ++files_read_;
+    }
+    if (r.usable && !options.job_instance.empty() && !OfJobInstance(d.summary.job_instance, options.job_instance)) {
+      ++other_jobs_files_;  // another job's: neither evidence nor a problem of this one
+      continue;
     }
     if (!r.usable) {
       AddProblem(d.file_name, ProblemKind::kUnreadable, r.problem);
@@ -220,6 +229,7 @@ std::vector<Dump> DumpSet::SplitAttempts(std::vector<Dump> usable, int wanted) {
     std::vector<size_t> members;
     int64_t start = INT64_MAX;
     bool linked = false;
+    std::string instance;  // its job instance, "" unknown
   };
   std::vector<Group> linked, loose;
   for (auto& [root, members] : groups) {
@@ -228,6 +238,7 @@ std::vector<Dump> DumpSet::SplitAttempts(std::vector<Dump> usable, int wanted) {
     for (size_t i : members) {
       g.start = std::min(g.start, StartOf(usable[i]));
       g.linked = g.linked || !usable[i].summary.comms.empty() || !usable[i].summary.job_instance.empty();
+      if (g.instance.empty()) g.instance = usable[i].summary.job_instance;
     }
     (g.linked ? linked : loose).push_back(std::move(g));
   }
@@ -243,7 +254,9 @@ std::vector<Dump> DumpSet::SplitAttempts(std::vector<Dump> usable, int wanted) {
     int home = -1;
     for (int a = static_cast<int>(merged.size()) - 1; a >= 0 && home < 0; --a) {
       bool disjoint = std::none_of(ranks.begin(), ranks.end(), [&](int r) { return merged_ranks[a].count(r) > 0; });
-      if (disjoint) home = a;
+      // Two jobs that name themselves differently are never one (two jobs in one directory).
+      bool same_job = g.instance.empty() || merged[a].instance.empty() || g.instance == merged[a].instance;
+      if (disjoint && same_job) home = a;
     }
     if (home < 0) {
       merged.push_back(std::move(g));
@@ -252,6 +265,7 @@ std::vector<Dump> DumpSet::SplitAttempts(std::vector<Dump> usable, int wanted) {
     }
     merged[home].members.insert(merged[home].members.end(), g.members.begin(), g.members.end());
     merged[home].start = std::min(merged[home].start, g.start);
+    if (merged[home].instance.empty()) merged[home].instance = g.instance;
     merged_ranks[home].insert(ranks.begin(), ranks.end());
   }
   linked = std::move(merged);
@@ -373,12 +387,41 @@ void DumpSet::Select(std::vector<Dump> usable, int attempt) {
     dumps_.push_back(std::move(d));
   }
   usable = {};
+  LeaveOutUnanswered();
   MarkGoneBeforeTeardown();
   for (size_t i = 0; i < dumps_.size(); ++i) by_rank_[dumps_[i].summary.rank] = i;
   IndexProcesses();
   for (auto it = unreadable_ranks_.begin(); it != unreadable_ranks_.end();)
     it = by_rank_.count(it->first) ? unreadable_ranks_.erase(it) : std::next(it);
   ComputeWorldSize();
+}
+
+void DumpSet::LeaveOutUnanswered() {
+  // Each request's first answer among the evidence; the newest round is the request whose
+  // first answer is the latest. Every rank alive answers every request (the library's rule):
+  // a rank whose evidence answers an earlier one, taken before that round, did not.
+  std::map<std::string, int64_t> first_answer;
+  for (const auto& d : dumps_)
+    if (IsReason(d, trace::DumpReason::PeerRequest) && d.summary.trigger && d.summary.time_unix_ns > 0) {
+      auto [it, inserted] = first_answer.emplace(d.summary.trigger->request, d.summary.time_unix_ns);
+      if (!inserted) it->second = std::min(it->second, d.summary.time_unix_ns);
+    }
+  if (first_answer.size() < 2) return;
+  auto newest = std::max_element(first_answer.begin(), first_answer.end(),
+                                 [](const auto& a, const auto& b) { return a.second < b.second; });
+  std::vector<Dump> kept;
+  kept.reserve(dumps_.size());
+  for (auto& d : dumps_) {
+    const bool older_round = IsReason(d, trace::DumpReason::PeerRequest) && d.summary.trigger &&
+                             d.summary.trigger->request != newest->first && d.summary.time_unix_ns < newest->second;
+    if (!older_round) {
+      kept.push_back(std::move(d));
+      continue;
+    }
+    unanswered_ranks_[d.summary.rank] = {d.file_name, static_cast<double>(newest->second - d.summary.time_unix_ns) / 1e9};
+    history_.push_back(std::move(d));
+  }
+  dumps_ = std::move(kept);
 }
 
 void DumpSet::MarkGoneBeforeTeardown() {

@@ -62,7 +62,13 @@ struct LoadOptions {
   // Where summaries read by earlier loads of the same directory are kept (and this load's are
   // added); null: every file is read.
   SummaryCache* cache = nullptr;
+  // Only the dumps of this job instance (equal, or it followed by "/": `ncclwatch run`'s id
+  // before the launcher's), the others counted in DumpSet::other_jobs_files; "": every dump.
+  std::string job_instance;
 };
+
+// Whether a dump's job instance is `wanted`'s (equal, or `wanted` followed by "/...").
+bool OfJobInstance(const std::string& instance, const std::string& wanted);
 
 // One attempt of a job in a reused directory (a torchrun restart, a Slurm requeue, a rerun
 // into the default directory): dumps linked by a communicator id (random per attempt, equal on
@@ -100,9 +106,19 @@ class DumpSet {
   int IndexOfRank(int rank) const;
   // Ranks whose dump file exists (by its name) but could not be used.
   const std::map<int, std::string>& unreadable_ranks() const { return unreadable_ranks_; }
+  // Ranks whose latest dump answers an older job-wide request than the newest one the other
+  // ranks answered: they did not answer it (stopped, wedged, at NCCLWATCH_MAX_DUMPS=1), and
+  // their older dump is not mixed into the newer round (it is history). Rank -> that dump.
+  struct Unanswered {
+    std::string file;
+    double behind_s = 0;  // taken this long before the newest round's first answer
+  };
+  const std::map<int, Unanswered>& unanswered_ranks() const { return unanswered_ranks_; }
   // max(summary.world_size, highest rank + 1, largest communicator size); 0 when no dump.
   int world_size() const { return world_size_; }
   size_t files_seen() const { return files_seen_; }
+  // Files left out because they are another job's (LoadOptions::job_instance).
+  size_t other_jobs_files() const { return other_jobs_files_; }
   uint64_t bytes_read() const { return bytes_read_; }
   // Files whose summary this load read (the others came from LoadOptions::cache).
   size_t files_read() const { return files_read_; }
@@ -143,6 +159,7 @@ class DumpSet {
   void Select(std::vector<Dump> usable, int attempt);
   std::vector<Dump> SplitAttempts(std::vector<Dump> usable, int wanted);
   void MarkGoneBeforeTeardown();
+  void LeaveOutUnanswered();
   void ComputeWorldSize();
   void IndexProcesses();
   // Every dump of the process of `d` (evidence and history), in dump_seq order.
@@ -158,10 +175,12 @@ class DumpSet {
   // Process key -> its dumps; rebuilt by Select (pointers into dumps_ and history_).
   std::unordered_map<std::string, std::vector<const Dump*>> by_process_;
   std::map<int, std::string> unreadable_ranks_;
+  std::map<int, Unanswered> unanswered_ranks_;
   int world_size_ = 0;
   std::vector<Attempt> attempts_;
   int chosen_attempt_ = 0;
   size_t files_seen_ = 0;
+  size_t other_jobs_files_ = 0;
   size_t files_read_ = 0;
   uint64_t bytes_read_ = 0;
   uint64_t detail_bytes_read_ = 0;

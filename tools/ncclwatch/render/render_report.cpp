@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include "render/text_format.h"
@@ -92,6 +93,32 @@ std::string Where(const Verdict& v) {
          std::to_string(v.comm_size) + " ranks)";
 }
 
+// "rank 2 has not entered AllReduce #51 for 3.0 s; the deadline is 5.0 s".
+std::string NotYetText(const NotYet& n) {
+  const std::string who = n.culprit_ranks.empty() ? std::string() : FormatRanks(n.culprit_ranks);
+  const bool one = n.culprit_ranks.size() == 1;
+  const std::string op = OpLabel(n.op, n.seq), waited = " for " + FormatSeconds(n.waited_s);
+  std::string s;
+  switch (n.cause) {
+    case Cause::GpuNotReached:
+      s = who + (one ? "'s GPU has" : "' GPUs have") + " not reached " + op + ", which " +
+          FormatRanks(n.waiting_ranks) + (n.waiting_ranks.size() == 1 ? " has" : " have") + " waited in" + waited;
+      break;
+    case Cause::StuckInCollective:
+      s = "every member of " + op + " has been inside it" + waited;
+      break;
+    case Cause::InitHang:
+      s = (who.empty() ? std::string("a member") : who) + (one || who.empty() ? " has" : " have") +
+          " not joined the communicator " + FormatRanks(n.waiting_ranks) + " are creating (" + n.op + ")" + waited;
+      break;
+    default:
+      s = (who.empty() ? std::string("a member") : who) + (one || who.empty() ? " has" : " have") + " not entered " +
+          op + waited + " (" + FormatRanks(n.waiting_ranks) + " wait in it)";
+  }
+  if (n.deadline_s > 0) s += "; the deadline is " + FormatSeconds(n.deadline_s);
+  return s;
+}
+
 std::string Headline(const Verdict& v) {
   std::string who = CulpritName(v);
   switch (v.cause) {
@@ -104,6 +131,9 @@ std::string Headline(const Verdict& v) {
                              : "Send/Recv deadlock between " + who + " at " + Where(v);
     case Cause::CrossCommDeadlock: return "cross-communicator deadlock between " + who;
     case Cause::RankDead:
+      if (v.culprit_unanswered || v.culprit_unreadable)
+        return who + (v.culprit_unanswered ? " did not answer the latest dump request" : " left only unreadable dumps") +
+               (v.comm.empty() ? std::string() : "; others wait in " + Where(v));
       return who + " is dead" + (v.comm.empty() ? " (nobody waits for it yet)" : "; others wait in " + Where(v));
     case Cause::NcclError: return "an NCCL call of " + who + " failed; others wait in " + Where(v);
     case Cause::RankExited: return who + " exited while others wait in " + Where(v);
@@ -114,6 +144,8 @@ std::string Headline(const Verdict& v) {
       return who.empty() ? "every member is inside " + Where(v) + " and none returns"
                          : who + " never joined: the others wait in " + Where(v);
     case Cause::NoHang:
+      if (!v.not_yet.empty()) return "no hang yet: " + NotYetText(v.not_yet.front());
+      break;
     case Cause::Count: break;
   }
   return "no hang";
@@ -351,7 +383,11 @@ std::string PositionText(const CulpritPosition& p) {
   using State = CulpritState;
   std::string where;
   switch (p.state) {
-    case State::NoDump: return "left no dump";
+    case State::NoDump:
+      if (p.unanswered_behind_s >= 0)
+        return "did not answer the latest dump request (its latest dump, " + FormatSeconds(p.unanswered_behind_s) +
+               " older, is not used)";
+      return "left no dump";
     case State::UnreadableDump: return "its dump is unreadable";
     case State::Crashed: return "crashed: " + (p.detail.empty() ? std::string("fatal signal") : p.detail);
     case State::Killed:
@@ -418,10 +454,22 @@ std::string ProblemLine(const Problem& p) {
 
 std::vector<std::string> NotesText(const Report& report) {
   std::vector<std::string> notes;
+  for (const auto& d : report.unanswered)
+    notes.push_back("rank " + std::to_string(d.rank) + " did not answer the latest dump request: its latest dump (" +
+                    d.file + ") is " + FormatSeconds(d.behind_s) + " older and answers an earlier one; not used");
   for (const auto& d : report.stale_evidence)
     notes.push_back("rank " + std::to_string(d.rank) + "'s evidence (" + d.file + ", " + d.reason + ") is " +
                     FormatSeconds(d.behind_s) + " older than the newest dump: it may describe an earlier state");
-  if (report.attempts.size() > 1)
+  std::set<std::string> instances;
+  for (const auto& a : report.attempts) instances.insert(a.job_instance);
+  if (report.attempts.size() > 1 && instances.size() == report.attempts.size() && !instances.count("")) {
+    // Jobs that name themselves apart (two `ncclwatch run`s, two launcher jobs) in one directory.
+    const Attempt& a = report.attempts[static_cast<size_t>(std::max(report.attempt, 1) - 1)];
+    notes.push_back(std::to_string(report.attempts.size()) + " jobs in this directory (one job instance each); " +
+                    "analyzing job " + std::to_string(report.attempt) + ", " + Printable(a.job_instance) +
+                    (report.attempt == static_cast<int>(report.attempts.size()) ? " (the newest)" : "") +
+                    ", alone; --attempt N picks another");
+  } else if (report.attempts.size() > 1)
     notes.push_back(std::to_string(report.attempts.size()) + " attempts of the job in this directory; " +
                     "analyzing attempt " + std::to_string(report.attempt) +
                     (report.attempt == static_cast<int>(report.attempts.size()) ? " (the latest)" : "") +
@@ -441,7 +489,10 @@ std::string RenderReportText(const Report& report, const ReportTextOptions& opti
         << " with files (listed on stderr)";
   out << "\n\n";
   if (!report.Hang()) {
-    out << st.Green("no hang") << ": " << AdviceText(report.verdicts.front(), report) << "\n";
+    // Before a deadline, a wait that is not yet a verdict is no green "no hang".
+    const bool pending = !report.verdicts.front().not_yet.empty();
+    out << (pending ? st.Yellow("no hang yet") : st.Green("no hang")) << ": " << AdviceText(report.verdicts.front(), report)
+        << "\n";
     RenderFindings(out, st, report, options.verbose);
     RenderNotes(out, st, report, false);
     RenderHistory(out, st, report, options.verbose);
@@ -503,6 +554,14 @@ std::string AdviceText(const Verdict& v, const Report& report) {
              "): each waits in one communicator for a rank that waits in another. Issue "
              "collectives on all communicators in the same order on every rank.";
     case Cause::RankDead:
+      if (v.culprit_unanswered)
+        return who + " did not answer the latest job-wide dump request, which every running rank answers: its "
+               "process is stopped (SIGSTOP, a debugger), its watchdog cannot run, or it reached "
+               "NCCLWATCH_MAX_DUMPS. Its older dump is not mixed into this round. Check the process (ps, top) and "
+               "its log.";
+      if (v.culprit_unreadable)
+        return who + " left only dumps that cannot be read (the problems above say why): nothing says it died. "
+               "Look at them with `ncclwatch show FILE`, and check its log.";
       if (v.culprit_killed)
         return who + " ended without a word (" +
                (v.culprit_position && !v.culprit_position->detail.empty() ? v.culprit_position->detail
@@ -542,6 +601,19 @@ std::string AdviceText(const Verdict& v, const Report& report) {
              "rank-dependent branch before process-group creation). Check that rank's log.";
     case Cause::NoHang: {
       std::string s;
+      if (!v.not_yet.empty()) {
+        // "no hang yet: rank 2 has not entered AllReduce #51 for 3.0 s ...; the deadline is 5.0 s."
+        size_t shown = 0;
+        for (const auto& n : v.not_yet) {
+          if (shown++ == 3) {
+            s += "; and " + std::to_string(v.not_yet.size() - 3) + " more";
+            break;
+          }
+          if (shown > 1) s += "; ";
+          s += NotYetText(n);
+        }
+        return s + ". Dump again after the deadline (or wait for ncclwatch's own dumps) for a verdict.";
+      }
       if (v.stopped_while_healthy)
         s = "The job was stopped or snapshotted while healthy: ranks were at different sequence "
             "numbers only because their dumps were taken at slightly different moments";
@@ -590,6 +662,15 @@ json ReportToJson(const Report& report) {
     j[rk::kCulpritCommRanks] = v.culprit_comm_ranks;
     j[rk::kWaitingRanks] = v.waiting_ranks;
     j[rk::kWaitedS] = v.waited_s < 0 ? json(nullptr) : json(v.waited_s);
+    if (v.cause == Cause::NoHang) {
+      json not_yet = json::array();
+      for (const auto& n : v.not_yet)
+        not_yet.push_back({{rk::kCause, CauseName(n.cause)}, {rk::kCulpritRanks, n.culprit_ranks},
+                           {rk::kWaitingRanks, n.waiting_ranks}, {rk::kOp, n.op.empty() ? json(nullptr) : json(n.op)},
+                           {rk::kSeq, n.seq}, {rk::kWaitedS, n.waited_s},
+                           {rk::kDeadlineS, n.deadline_s < 0 ? json(nullptr) : json(n.deadline_s)}});
+      j[rk::kNotYet] = std::move(not_yet);
+    }
     json stacks = json::object();
     for (const auto& e : v.evidence) {
       json s;

@@ -176,21 +176,25 @@ std::optional<SourceLine> Resolve(const LibDw& dw, const ModuleInfo& info, const
   // the instruction itself (a fault on a function's first byte belongs to that function).
   const Dwarf_Addr address = frame.module_offset - (frame.interrupted ? 0 : 1) + info.bias;
   SourceLine out;
+  GElf_Off offset = 0;
+  GElf_Sym symbol;
+  const char* name = dw.dwfl_module_addrinfo(info.module, address, &offset, &symbol, nullptr, nullptr, nullptr);
+  // Inside a symbol of known size only: a nearest symbol can be another function.
+  const bool in_symbol = name != nullptr && symbol.st_size > 0 && offset < symbol.st_size;
   if (Dwfl_Line* line = dw.dwfl_module_getsrc(info.module, address)) {
     int number = 0;
-    const char* file = dw.dwfl_lineinfo(line, nullptr, &number, nullptr, nullptr, nullptr);
-    if (file != nullptr && number > 0) {
+    Dwarf_Addr at = 0;
+    const char* file = dw.dwfl_lineinfo(line, &at, &number, nullptr, nullptr, nullptr);
+    // The nearest row of the line table can belong to code before this function (startup code
+    // without line info, such as _start, after the program's last function): a row is this
+    // frame's only when it lies in the same function and not after the address (addr2line's ??:?).
+    const bool same_function = !in_symbol || (at <= address && address - at <= offset);
+    if (file != nullptr && number > 0 && at <= address && same_function) {
       out.file = file;
       out.line = number;
     }
   }
-  if (frame.symbol.empty()) {
-    GElf_Off offset = 0;
-    GElf_Sym symbol;
-    const char* name = dw.dwfl_module_addrinfo(info.module, address, &offset, &symbol, nullptr, nullptr, nullptr);
-    // Inside a symbol of known size only: a nearest symbol can be another function.
-    if (name != nullptr && symbol.st_size > 0 && offset < symbol.st_size) out.function = Demangle(name);
-  }
+  if (frame.symbol.empty() && in_symbol) out.function = Demangle(name);
   if (out.file.empty() && out.function.empty()) return std::nullopt;
   return out;
 }

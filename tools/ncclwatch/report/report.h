@@ -43,6 +43,9 @@ struct CulpritPosition {
   int64_t comm_seq = -1;       // the sequence number comm_state is about; -1 none
   double issued_age_s = -1;    // GpuInside, GpuNotReached: how long ago it issued comm_seq
   std::vector<std::string> then;  // reasons of the later dumps of its teardown
+  // NoDump: it did not answer the newest job-wide request; its latest dump (not used) is this
+  // much older. -1: not that.
+  double unanswered_behind_s = -1;
 };
 
 // Why a culprit's evidence has no stacks, or what its dump says about a missing one.
@@ -110,6 +113,18 @@ struct IdGroup {
   std::vector<int> ranks;  // global ranks inside its creation
 };
 
+// no_hang, taken before a deadline: an operation some ranks have waited in for longer than the
+// dumps' times spread, which is not (yet) past its deadline: what would be a verdict later.
+struct NotYet {
+  analysis::Cause cause = analysis::Cause::RankMissing;  // what it would be
+  std::vector<int> culprit_ranks;
+  std::vector<int> waiting_ranks;
+  std::string op;
+  int64_t seq = 0;
+  double waited_s = -1;
+  double deadline_s = -1;  // the waiting ranks' deadline for it; -1 unknown
+};
+
 struct Verdict {
   analysis::Cause cause = analysis::Cause::NoHang;
   std::string comm;  // empty: none (no_hang, a dead rank nobody waits for yet)
@@ -139,11 +154,14 @@ struct Verdict {
   // What the advice sentence (written by the renderer, render_report.h) needs to know.
   bool culprit_in_nccl = false;         // rank_missing: a culprit's host is inside an NCCL call
   bool culprit_crashed = false;         // rank_dead: a culprit left a crash dump (not nothing)
+  bool culprit_unreadable = false;      // rank_dead: every culprit's dumps are unreadable (nothing says it died)
+  bool culprit_unanswered = false;      // rank_dead: a culprit did not answer the newest request (DumpSet::unanswered_ranks)
   bool culprit_killed = false;          // rank_dead: a culprit ended without a word (postmortem dump, or gone before the teardown)
   // nccl_error, rank_exited: where the first culprit with a dump that failed or exited is.
   std::optional<CulpritPosition> culprit_position;
   bool stopped_while_healthy = false;   // no_hang: ranks were at different seqs, nothing past due
   double oldest_in_flight_s = -1;       // no_hang: the oldest operation in flight when dumped
+  std::vector<NotYet> not_yet;          // no_hang: waits not yet past their deadline, longest first
 };
 
 // Something worth knowing that is not a hang (never changes the exit status). Kind
@@ -207,6 +225,8 @@ struct Report {
     double behind_s;  // older than the newest dump by
   };
   std::vector<StaleEvidence> stale_evidence;
+  // Ranks that did not answer the newest job-wide request (their older dump is history).
+  std::vector<StaleEvidence> unanswered;
   bool Hang() const {
     for (const auto& v : verdicts)
       if (v.cause != analysis::Cause::NoHang) return true;

@@ -5,6 +5,7 @@
 #include "rules/slow_ranks.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <iterator>
 #include <map>
 #include <set>
@@ -27,6 +28,9 @@ namespace {
 constexpr double kFrameworkTimeoutMinS = 1.0;
 // Evidence this much older than the newest dump of the attempt may describe an earlier state.
 constexpr double kStaleEvidenceS = 60.0;
+// A wait this much longer than the spread of the dumps' times is not explained by dumps taken
+// at slightly different moments (one peer poll, a loaded machine's scheduling).
+constexpr double kNotYetMarginS = 1.0;
 // The rows named by a blocker's terminal, lower priority first (sorted once).
 const std::vector<const CauseRule*>& TerminalRulesByPriority() {
   static const std::vector<const CauseRule*> rows = [] {
@@ -56,6 +60,8 @@ class Attributor {
     report.attempts = set_.attempts();
     report.attempt = set_.chosen_attempt();
     AddStaleEvidence(&report);
+    for (const auto& [rank, u] : set_.unanswered_ranks())
+      report.unanswered.push_back({rank, u.file, trace::DumpReasonName(trace::DumpReason::PeerRequest), u.behind_s});
     for (const auto& h : set_.history()) {
       int i = set_.IndexOfRank(h.summary.rank);
       const Dump* evidence = i >= 0 ? &set_.dumps()[i] : nullptr;
@@ -126,6 +132,7 @@ class Attributor {
     // Without a sign of a hang, ranks at different sequence numbers are a job stopped (or
     // snapshotted) while healthy: the dumps were taken at slightly different moments.
     if (!JobShowsHang()) {
+      NotYetDue(drafts);
       size_t before = drafts.size();
       drafts.erase(std::remove_if(drafts.begin(), drafts.end(),
                                   [](const Draft& d) { return RuleOf(d.v.cause).needs_hang; }),
@@ -216,6 +223,40 @@ class Attributor {
     return false;
   }
 
+  // Before any deadline: the hang-only drafts whose waiting ranks have waited longer than the
+  // dumps' times spread (so not an artifact of dumps taken moments apart) are what a later
+  // dump would call a hang; the no_hang verdict names them.
+  void NotYetDue(std::vector<Draft>& drafts) {
+    int64_t first = INT64_MAX, last = 0;
+    for (const auto& d : g_.dumps())
+      if (d.summary.time_unix_ns > 0) {
+        first = std::min(first, d.summary.time_unix_ns);
+        last = std::max(last, d.summary.time_unix_ns);
+      }
+    const double spread_s = last >= first ? static_cast<double>(last - first) / 1e9 : 0;
+    for (auto& d : drafts) {
+      if (!RuleOf(d.v.cause).needs_hang || d.v.waited_s <= spread_s + kNotYetMarginS) continue;
+      NotYet n;
+      n.cause = d.v.cause;
+      for (const auto& c : d.culprits)
+        if (c.global >= 0) n.culprit_ranks.push_back(c.global);
+      std::sort(n.culprit_ranks.begin(), n.culprit_ranks.end());
+      n.waiting_ranks = d.v.waiting_ranks;
+      n.op = d.v.op;
+      n.seq = d.v.seq;
+      n.waited_s = d.v.waited_s;
+      for (int w : d.v.waiting_ranks) {
+        int i = set_.IndexOfRank(w);
+        if (i < 0) continue;
+        for (const auto& op : set_.dumps()[i].summary.in_flight)
+          if (op.comm == d.v.comm && op.seq == d.v.seq && op.deadline_s > 0)
+            n.deadline_s = std::max(n.deadline_s, op.deadline_s);
+      }
+      not_yet_.push_back(std::move(n));
+    }
+    std::sort(not_yet_.begin(), not_yet_.end(), [](const NotYet& a, const NotYet& b) { return a.waited_s > b.waited_s; });
+  }
+
   void AddStaleEvidence(Report* report) const {
     int64_t newest = 0;
     for (const auto& d : g_.dumps()) newest = std::max(newest, d.summary.time_unix_ns);
@@ -257,8 +298,27 @@ class Attributor {
         for (const auto& t : g_.dumps()[g_.DumpOfMember(c, r)].summary.in_nccl)
           if (v.op.empty()) v.op = t.function;
     v.waiting_ranks = Globals(u, u.waiting);
-    v.waited_s = u.waited_s;
+    v.waited_s = WaitedAsOfNewest(u);
     return v;
+  }
+
+  // How long the waiting ranks have waited as of their processes' newest dumps: the evidence
+  // is the moment the hang began (a stall dump), a later dump (the teardown's SIGTERM) that
+  // still shows the operation unfinished says how long the wait lasted.
+  double WaitedAsOfNewest(const Unit& u) const {
+    double waited = u.waited_s;
+    if (u.p2p || u.init) return waited;
+    const CommIndex& c = g_.comms()[u.comm];
+    for (int r : u.waiting) {
+      int d = g_.DumpOfMember(c, r);
+      if (d < 0) continue;
+      const Dump& dm = g_.dumps()[d];
+      int oi = g_.FindInFlight(d, c.id, u.seq);
+      if (oi < 0 || dm.last_time_unix_ns <= dm.summary.time_unix_ns || set_.CompletedLater(dm, c.id, u.seq)) continue;
+      const double later = static_cast<double>(dm.last_time_unix_ns - dm.summary.time_unix_ns) / 1e9;
+      waited = std::max(waited, dm.summary.in_flight[oi].age_s + later);
+    }
+    return waited;
   }
 
   void AddCulprit(Draft* d, int global, int comm_rank, int dump) {
@@ -514,6 +574,13 @@ class Attributor {
   // Facts the advice sentence needs (the sentence itself is the renderer's).
 
   void AddAdviceFacts(Draft* d) const {
+    bool all_unreadable = !d->culprits.empty();
+    for (const auto& c : d->culprits) {
+      const bool unreadable = c.dump < 0 && c.global >= 0 && set_.unreadable_ranks().count(c.global);
+      all_unreadable = all_unreadable && unreadable;
+      if (c.dump < 0 && c.global >= 0 && set_.unanswered_ranks().count(c.global)) d->v.culprit_unanswered = true;
+    }
+    d->v.culprit_unreadable = all_unreadable;
     for (const auto& c : d->culprits) {
       if (c.dump < 0) continue;
       const trace::Summary& s = g_.dumps()[c.dump].summary;
@@ -535,7 +602,8 @@ class Attributor {
   Verdict NoHangVerdict(const Report& r) const {
     Verdict v;
     v.cause = Cause::NoHang;
-    v.stopped_while_healthy = stopped_while_healthy_;
+    v.not_yet = not_yet_;
+    v.stopped_while_healthy = stopped_while_healthy_ && not_yet_.empty();
     for (const auto& d : g_.dumps())
       for (const auto& op : d.summary.in_flight) v.oldest_in_flight_s = std::max(v.oldest_in_flight_s, op.age_s);
     return v;
@@ -548,6 +616,7 @@ class Attributor {
   std::vector<std::vector<int>> reverse_;
   std::vector<Verdict> verdicts_;
   bool stopped_while_healthy_ = false;
+  std::vector<NotYet> not_yet_;
 };
 
 }  // namespace

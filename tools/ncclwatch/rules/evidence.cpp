@@ -12,6 +12,11 @@ void Evidence::Fill(const Unit* u, int dump, CulpritEvidence* e) {
       e->file = it->second;
       e->position.state = CulpritState::UnreadableDump;
     }
+    auto un = e->rank >= 0 ? set_.unanswered_ranks().find(e->rank) : set_.unanswered_ranks().end();
+    if (un != set_.unanswered_ranks().end()) {
+      e->file = un->second.file;
+      e->position.unanswered_behind_s = un->second.behind_s;
+    }
     e->stack_note = StackNote::kNoUsableDump;
     return;
   }

@@ -24,6 +24,8 @@ static const char kUsage[] =
     "  --busy-rank R --busy-at I --busy-ms M\n"
     "                            rank R sleeps M ms on the host before iteration I (a rank busy\n"
     "                            saving a checkpoint); M = -1: forever\n"
+    "  --busy-after FILE         with --busy-rank: busy at the first iteration after FILE\n"
+    "                            exists, instead of at --busy-at (a test's moment of its choosing)\n"
     "  --slow-kernel-rank R --slow-kernel-at I --slow-kernel-ms M\n"
     "                            rank R launches its own \"kernel\" of M ms (-1: forever) on the\n"
     "                            stream before iteration I: the GPU does not reach the collective\n"
@@ -105,6 +107,7 @@ struct Options {
   int p2p_deadlock, cross_comm_deadlock, deadlock_at;
   int graph, nonblocking, abort_after_ms, exit_in_flight, sigterm_handler, get_version_only;
   int exit_rank, exit_at, no_init_rank, abort_signal, graph_then_loop, quick_exit, fork_rank;
+  const char* busy_after;
 };
 
 /* One communicator of the workload and what it takes to check its results. */
@@ -301,6 +304,9 @@ static void parse(int argc, char** argv) {
     } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
       fputs(kUsage, stdout);
       exit(0);
+    } else if (strcmp(a, "--busy-after") == 0) {
+      if (++i >= argc) break;
+      opt.busy_after = argv[i];
     } else if (strcmp(a, "--op") == 0) {
       if (++i >= argc) break;
       for (opt.op = -1, k = 0; k < 5; ++k)
@@ -478,7 +484,8 @@ int main(int argc, char** argv) {
         simutil_sleep_ms(opt.straggler_ms + (span ? (int)(rand_r(&jitter_state) % (unsigned)(span + 1)) : 0));
       }
       if (opt.jitter_ms > 0) simutil_sleep_ms((int)(rand_r(&jitter_state) % (unsigned)(opt.jitter_ms + 1)));
-      if (g_rank == opt.busy_rank && it == opt.busy_at) {
+      if (g_rank == opt.busy_rank &&
+          (opt.busy_after ? access(opt.busy_after, F_OK) == 0 : it == opt.busy_at)) {
         if (opt.busy_ms < 0)
           for (;;) simutil_sleep_ms(1000);
         simutil_sleep_ms(opt.busy_ms);
