@@ -139,7 +139,9 @@ size_t Watchdog::Drain() {
     if (!ring_->Read(item.index, &t.op)) t.op = item.Fallback();  // overwritten in a burst
     t.comm = item.comm;
     t.marker = item.marker;
-    streams_[item.stream].items.push_back(t);
+    StreamTrack& track = streams_[item.stream];
+    track.items.push_back(t);
+    ++track.unwatched;
     ++taken;
   }
   return taken;
@@ -155,6 +157,7 @@ size_t Watchdog::PollOnce(uint64_t now_ns) {
     taken = Drain();
     for (auto it = streams_.begin(); it != streams_.end();) {
       Advance(it->second, now_ns);
+      MarkWatched(it->second);
       // Forget idle streams, but keep the last completion time while work may follow soon.
       if (it->second.items.empty() && ElapsedS(it->second.last_done_ns, now_ns) > timing::S(timing::kIdleStreamForget))
         it = streams_.erase(it);
@@ -165,6 +168,7 @@ size_t Watchdog::PollOnce(uint64_t now_ns) {
     CheckHostBlocked(now_ns, &stalls);
     recovered.assign(recoveries_.begin() + before, recoveries_.end());
   }
+  last_poll_ns_.store(now_ns, std::memory_order_release);
   // Callbacks write dumps, which read our state: never call them with the lock held.
   for (auto& r : recovered)
     if (callbacks_.on_recovery) callbacks_.on_recovery(r);
@@ -221,6 +225,15 @@ void Watchdog::Advance(StreamTrack& track, uint64_t now_ns) {
     }
     break;
   }
+}
+
+void Watchdog::MarkWatched(StreamTrack& track) {
+  // The operations still followed after Advance are known not completed as of this poll (a
+  // stream finishes in order); only the ones drained since the last poll need the mark.
+  auto& items = track.items;
+  const size_t n = std::min(track.unwatched, items.size());
+  for (size_t i = items.size() - n; i < items.size(); ++i) ring_->MarkWatched(items[i].op.index);
+  track.unwatched = 0;
 }
 
 void Watchdog::Complete(Tracked& t, uint64_t now_ns) {

@@ -106,7 +106,7 @@ def ring_entries(d):
     ring = d["ring"]
     if "entries" in ring:
         return ring["entries"]
-    states = ["pending_launch", "enqueued", "gpu_reached", "completed", "error", "captured", "unmonitored"]
+    states = ["pending_launch", "enqueued", "gpu_reached", "completed", "error", "captured", "unmonitored", "unknown"]
     at = {name: i for i, name in enumerate(ring["columns"])}
     slots, defined, enqueue, out = {}, 0, 0, []
     for row in ring["rows"]:
@@ -1400,6 +1400,74 @@ def last_words_sigkill_inside_nccl():
           f"where: {where['where']} (#{v['seq']})")
     check(where["callsite_op"].startswith("AllReduce #40") and where["callsite"], f"its call site: {where}")
     check("ended without a word" in text and "dmesg" in text, f"the report says how and what to check:\n{text[:2500]}")
+
+
+# What a stale black box cannot know is never said as fact: a rank's GPU work that its watchdog
+# did not see finish is "unknown", or "not finished at its black box's last update", never "its
+# GPU has not finished".
+UNQUALIFIED = re.compile(r"its GPU (has not finished|has not reached|is inside) ")
+
+
+def check_box_mirrors(d, calls):
+    """A postmortem dump of a rank that synchronized its stream after each of `calls` operations
+    and was then killed: every operation is completed, or in the state its watchdog last saw
+    (before `states_as_of_mono_ns`), or unknown; and each has its call site's native frames."""
+    s = d["summary"]
+    as_of = s.get("states_as_of_mono_ns")
+    check(isinstance(as_of, int) and as_of >= 0, f"how fresh the box is: {as_of}")
+    ops = sorted(ring_entries(d), key=lambda o: o["enqueue_ns"])
+    check(len(ops) == calls and all(o["enqueue_ns"] > 0 for o in ops), f"{calls} operations with their issue times: {ops}")
+    check(s["time_mono_ns"] >= ops[-1]["enqueue_ns"], f"as of its last sign of life: {s['time_mono_ns']} < {ops[-1]}")
+    for i, o in enumerate(ops):
+        later = ops[i + 1]["enqueue_ns"] if i + 1 < len(ops) else None
+        if later is not None and as_of and later < as_of:
+            # Finished before the next was issued (the stream was synchronized), seen by a poll.
+            check(o["state"] == "completed", f"#{o['seq']} finished before {as_of}: {o}")
+        if o["state"] == "completed":
+            check(o["enqueue_ns"] < o["gpu_reached_ns"] <= o["completed_ns"] <= s["time_mono_ns"],
+                  f"#{o['seq']}: the times its watchdog discovered it reached and completed: {o}")
+        elif o["state"] in ("enqueued", "gpu_reached"):
+            check(0 < as_of and o["enqueue_ns"] <= as_of, f"#{o['seq']} {o['state']} as its watchdog saw it at {as_of}: {o}")
+        else:
+            check(o["state"] == "unknown", f"#{o['seq']}: completed, seen, or unknown: {o}")
+    sites = {c["id"]: c for c in d["callsites"]}
+    for o in ops:
+        frames = sites.get(o["callsite"], {}).get("frames", [])
+        check(frames and d["modules"][frames[0]["module"]]["path"], f"#{o['seq']}'s call site has frames: {sites}")
+    return ops, sites
+
+
+def check_no_stale_fact(where, ops):
+    check(not UNQUALIFIED.search(where), f"a stale box's states said as fact: {where}")
+    if any(o["state"] == "unknown" for o in ops) or not ops:
+        check("unknown" in where or "black box is as of" in where, f"how fresh its box is: {where}")
+
+
+def killed_after(calls):
+    j = job(3, ["--iters", "40", "--jitter-ms", "40", "--seed", "5", "--exit-rank", "1", "--exit-at", str(calls),
+                "--kill-self"], env={"NCCLWATCH_TIMEOUT": "2"}, timeout=9)
+    ops, sites = check_box_mirrors(j.first(1, "postmortem"), calls)
+    for o in ops:
+        frames = sites[o["callsite"]]["frames"]
+        check(any(f.get("symbol", "").startswith("main") for f in frames), f"#{o['seq']}: named down to main: {frames}")
+    v, where, text = postmortem_where(j, 1)
+    check_no_stale_fact(where["where"], ops)
+    check(where["callsite_op"].startswith(f"AllReduce #{calls}") and where["callsite"], f"its last call site: {where}")
+
+
+@case
+def last_words_killed_after_first_call():
+    # SIGKILLed right after its first all-reduce (synchronized): milliseconds into the job,
+    # before its watchdog's first poll. Its call site's frames come from the raw addresses in its
+    # black box; what its GPU did is unknown, not "has not finished #1".
+    killed_after(1)
+
+
+@case
+def last_words_killed_after_tenth_call():
+    # The same after its tenth: the operations its watchdog saw finish are completed in the box,
+    # with the times it saw them; the rest are in the state it last saw, or unknown.
+    killed_after(10)
 
 
 @case

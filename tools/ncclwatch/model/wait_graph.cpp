@@ -10,7 +10,8 @@ namespace analysis {
 using trace::OpState;
 
 bool StateUnknownToGpu(const trace::Op& op) {
-  return !op.state.known || op.state.Is(OpState::Unmonitored) || op.state.Is(OpState::Captured);
+  return !op.state.known || op.state.Is(OpState::Unmonitored) || op.state.Is(OpState::Captured) ||
+         op.state.Is(OpState::Unknown);
 }
 
 bool NotStarted(const trace::Op& op) {

@@ -43,6 +43,11 @@ struct CulpritPosition {
   int64_t comm_seq = -1;       // the sequence number comm_state is about; -1 none
   double issued_age_s = -1;    // GpuInside, GpuNotReached: how long ago it issued comm_seq
   std::vector<std::string> then;  // reasons of the later dumps of its teardown
+  // Killed, from a black box: how old its op states were at its last sign of life (-1: not a
+  // black box's; the states of a dump it wrote itself are as of the dump); `states_never`: its
+  // watchdog never polled, so no op state in it is known.
+  double box_age_s = -1;
+  bool states_never = false;
 };
 
 // Why a culprit's evidence has no stacks, or what its dump says about a missing one.
