@@ -1544,6 +1544,22 @@ def last_words_pipeline_stage_leaves():
 
 
 @case
+def ended_rank_owing_nothing_is_not_blamed():
+    # Stage 0 sends its last microbatch (to stage 1, and straight to the last stage in one group)
+    # and exits with status 0; stage 2 stops; stage 1 and stage 3 wait, stage 3 in a group that
+    # also holds its (matched) receive from stage 0. Stage 0's counts toward its peers match what
+    # they issued toward it: it owes nothing, and no verdict names it. Stage 2 is named.
+    j = job(4, ["--microbatches", "4", "--stop-rank", "2", "--stop-at", "3", "--skip"], program="sim_pipeline",
+            env={"NCCLWATCH_TIMEOUT": "2"}, timeout=8)
+    check(j.first(0, "exit")["summary"]["exit_status"] == 0, "stage 0 left an exit record")
+    rc, report, text = analyze(j)
+    verdicts = report["verdicts"]
+    check(verdicts and verdicts[0]["culprit_ranks"] == [2], f"stage 2 is named first:\n{json.dumps(verdicts)[:2000]}")
+    blamed = [v for v in verdicts if 0 in v["culprit_ranks"]]
+    check(not blamed, f"stage 0, which owed nothing, is never named: {json.dumps(blamed)[:1500]}")
+
+
+@case
 def last_words_whole_job_killed_then_next_job():
     # Every rank of a job is SIGKILLed: nobody is left on the host to read their black boxes.
     # The next job's caretaker on the host converts them into the first job's dump directory and
