@@ -441,6 +441,11 @@ CaretakerPass ConvertDeadBoxes(const std::string& box_dir, const std::string& re
   const uint32_t uid = getuid();
   const std::string prefix = BoxPrefix(uid);
   std::set<std::string> watched_relays;  // named by a live process
+  // A live process that names no relay yet may be opening one right now (its lock file created,
+  // not yet locked): relay files younger than kLeftoverMinAgeS are then left alone. When every
+  // live process names its relay, an unwatched relay is a leftover however young (a job killed
+  // seconds after it started, the next one gone before they age).
+  bool someone_starting = false;
   for (const std::string& name : Names(box_dir)) {
     const bool hidden = StartsWith(name, "." + prefix);
     if (!hidden && !StartsWith(name, prefix)) continue;
@@ -452,6 +457,7 @@ CaretakerPass ConvertDeadBoxes(const std::string& box_dir, const std::string& re
     if (!TakeDeadLock(fd)) {  // alive: only what it watches matters here
       BoxIdentity id;
       if (!hidden && ReadLiveIdentity(fd, &id) && !id.relay.empty()) watched_relays.insert(id.relay);
+      else someone_starting = true;
       close(fd);
       continue;
     }
@@ -490,6 +496,7 @@ CaretakerPass ConvertDeadBoxes(const std::string& box_dir, const std::string& re
   }
   if (relay_dir.empty() || relay_dir == "none") return pass;
   const std::string relay_prefix = "ncclwatch-relay-" + std::to_string(uid) + "-";
+  const int64_t min_age_s = someone_starting ? kLeftoverMinAgeS : 0;
   const std::vector<std::string> relay_names = Names(relay_dir);
   for (const std::string& name : relay_names) {
     if (!StartsWith(name, relay_prefix)) continue;
@@ -502,7 +509,7 @@ CaretakerPass ConvertDeadBoxes(const std::string& box_dir, const std::string& re
         continue;
       struct stat st;
       const std::string path = relay_dir + "/" + name;
-      if (lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == uid && AgeS(st) >= kLeftoverMinAgeS &&
+      if (lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == uid && AgeS(st) >= min_age_s &&
           unlink(path.c_str()) == 0)
         ++pass.removed_leftovers;
       continue;
@@ -513,7 +520,7 @@ CaretakerPass ConvertDeadBoxes(const std::string& box_dir, const std::string& re
     const int fd = OpenOwn(lock_path, &st);
     if (fd < 0) continue;
     // Nobody watches it (a watcher holds the flock for the life of its process) and it is not new.
-    if (AgeS(st) >= kLeftoverMinAgeS && flock(fd, LOCK_EX | LOCK_NB) == 0) {
+    if (AgeS(st) >= min_age_s && flock(fd, LOCK_EX | LOCK_NB) == 0) {
       if (unlink((relay_dir + "/" + base).c_str()) == 0) ++pass.removed_leftovers;
       if (unlink(lock_path.c_str()) == 0) ++pass.removed_leftovers;
     }

@@ -1590,6 +1590,34 @@ def last_words_whole_job_killed_then_next_job():
 
 
 @case
+def hung_job_killed_then_next_job_leaves_nothing():
+    # A job hangs (rank 1 stops; the others stall, dump and relay the job-wide request), then
+    # every rank is SIGKILLed, and one healthy job runs on the host right after: the black box and
+    # relay directories are empty afterwards (nothing of the hung job, nothing of the healthy one).
+    shared = temp_dir("ncclwatch-e2e-host-")
+    boxes_dir, relay_dir = os.path.join(shared, "boxes"), os.path.join(shared, "relay")
+    os.makedirs(boxes_dir)
+    os.makedirs(relay_dir)
+    host = {"NCCLWATCH_BLACKBOX_DIR": boxes_dir, "NCCLWATCH_RELAY_DIR": relay_dir, "NCCLWATCH_TIMEOUT": "2"}
+
+    def kill_when_hung(p):
+        pids = wait_for_ranks(p, 3)
+        dumps = os.path.join(os.path.realpath(f"/proc/{p.pid}/cwd"), "dumps")
+        wait_for(lambda: len(glob.glob(os.path.join(dumps, "rank*-peer_request.json"))) >= 1, "the hung job's dumps")
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+    first = job(3, ["--iters", "100", "--busy-rank", "1", "--busy-at", "5", "--busy-ms", "-1"], env=host, timeout=20,
+                after_start=kill_when_hung)
+    check(files_in(relay_dir), "the hung job left relay files behind")
+    second = job(2, ["--iters", "5", "--linger-ms", "1500"], env=host, timeout=15)
+    check(second.rc == 0, f"the second job ran: {second.err[-1500:]}")
+    left = [f for f in files_in(boxes_dir) + files_in(relay_dir) if "caretaker" not in f]
+    check(not left, f"nothing left on the host: {left}")
+    check(all("postmortem" in first.reasons(r) for r in range(3)),
+          f"the hung job's ranks were converted: {[first.reasons(r) for r in range(3)]}")
+
+
+@case
 def last_words_recovered_stall_then_death():
     # Rank 1 saves slowly (a stall that recovers: it answered a request then), then is SIGKILLed
     # in #60. The verdict is its death at #60, not the earlier stall.
