@@ -28,7 +28,8 @@ CASES = {}
 # runs them alone.
 SERIAL = {"busy_rank_every_rank_dumps", "adaptive_deadline_within_15s", "stall_then_recovery", "slow_rank_named",
           "healthy_jitter_names_nobody", "slow_rank_below_a_hang", "run_reports_a_healthy_stop",
-          "recovered_stall_is_no_hang", "c_example_gives_its_promised_verdict"}
+          "recovered_stall_is_no_hang", "c_example_gives_its_promised_verdict",
+          "run_prints_no_live_verdict_after_recovery"}
 
 
 def case(fn):
@@ -682,6 +683,40 @@ def run_wrapper():
         r = subprocess.run([nw, "run"] + bad + ["--", "touch", marker], env=base, capture_output=True, text=True)
         check(r.returncode == 2 and says in r.stderr and r.stderr.count("\n") == 1 and not os.path.exists(marker),
               f"{bad}: refused before starting, one line: {r.returncode} {r.stderr}")
+
+
+@case
+def run_prints_no_live_verdict_after_recovery():
+    # Ranks 0 and 2 stall (deadline 1 s) while rank 1 is busy 3 s, then recover. Nobody answers
+    # requests (peer polls a minute apart), so `ncclwatch run` reports the episode after its
+    # settling time, when the recoveries are in: no live verdict for a stall its own dumps show
+    # recovered. Then the same dumps, replayed into a run's directory as a loaded machine can
+    # bring them: both stalls, but only rank 0's recovery (the collective completed, so rank 2's
+    # stall is over too): still no live verdict. The end tells the stall either way.
+    nw = os.path.join(B, "bin", "ncclwatch")
+    tmp = temp_dir("ncclwatch-e2e-")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("NCCLWATCH_") and k != "LD_PRELOAD"}
+    base["NCCLWATCH_BLACKBOX_DIR"] = os.path.join(tmp, "boxes")
+    os.makedirs(base["NCCLWATCH_BLACKBOX_DIR"])
+
+    def run(dumps, command):
+        r = subprocess.run([nw, "run", "--dir", dumps, "--timeout", "1", "--set", "PEER_POLL_MS=60000", "--"] + command,
+                           env=base, cwd=tmp, capture_output=True, text=True, timeout=120)
+        check(r.returncode == 0, f"the job finished: {r.returncode}\n{(r.stdout + r.stderr)[-3000:]}")
+        check("while the job runs" not in r.stderr, f"no live verdict for a recovered stall:\n{(r.stdout + r.stderr)[-4000:]}")
+        final = r.stdout[r.stdout.rfind("ncclwatch analyze:"):]
+        check("stall_recovered" in final, f"the end tells the stall:\n{final[-3000:]}")
+    dumps = os.path.join(tmp, "d")
+    run(dumps, [os.path.join(B, "bin", "simlaunch"), "-n", "3", "--timeout", "60", "--",
+                os.path.join(B, "bin", "sim_workload"), "--iters", "10", "--busy-rank", "1", "--busy-at", "3",
+                "--busy-ms", "3000", "--linger-ms", "4000"])
+    names = sorted(os.path.basename(p) for p in glob.glob(os.path.join(dumps, "rank*.json")))
+    replay = [n for n in names if n.startswith("rank00000-") and n.endswith(("-stall.json", "-recovery.json"))] + \
+        [n for n in names if n.startswith("rank00002-") and n.endswith("-stall.json")]
+    check(len(replay) == 3, f"rank 0's stall and recovery, rank 2's stall: {names}")
+    again = os.path.join(tmp, "again")
+    os.makedirs(again)
+    run(again, ["sh", "-c", 'sleep 1; cp "$@" ' + again + '/; sleep 8', "sh"] + [os.path.join(dumps, n) for n in replay])
 
 
 @case
