@@ -16,7 +16,7 @@ namespace blackbox {
 namespace {
 
 constexpr uint64_t kMaxFileBytes = uint64_t{4} << 30;
-constexpr uint64_t kMaxSymbols = 1000000;
+constexpr uint64_t kMaxSymbols = 10000000;
 
 std::string Demangled(const char* name) {
   int status = 0;
@@ -63,8 +63,12 @@ std::string BuildIdIn(const unsigned char* p, uint64_t size) {
 
 }  // namespace
 
-ElfSymbols ElfSymbols::Read(const std::string& path, const std::string& build_id) {
-  ElfSymbols out;
+std::map<uint64_t, ElfFunction> FunctionsAt(const std::string& path, const std::string& build_id,
+                                           std::vector<uint64_t> addresses) {
+  std::map<uint64_t, ElfFunction> out;
+  std::sort(addresses.begin(), addresses.end());
+  addresses.erase(std::unique(addresses.begin(), addresses.end()), addresses.end());
+  if (addresses.empty()) return out;
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return out;
   struct stat st;
@@ -99,44 +103,28 @@ ElfSymbols ElfSymbols::Read(const std::string& path, const std::string& build_id
     return out;
   const Elf64_Shdr& strings = sections[table->sh_link];
   if (!m.Has(strings.sh_offset, strings.sh_size)) return out;
+  // For each address, the function covering it whose start is nearest (a symbol without a size
+  // covers its first byte only).
+  std::map<uint64_t, std::pair<uint64_t, uint64_t>> best;  // address -> (start, name offset)
   const uint64_t count = std::min<uint64_t>(table->sh_size / sizeof(Elf64_Sym), kMaxSymbols);
   for (uint64_t i = 0; i < count; ++i) {
     Elf64_Sym sym;
     std::memcpy(&sym, m.p + table->sh_offset + i * sizeof sym, sizeof sym);
     if (ELF64_ST_TYPE(sym.st_info) != STT_FUNC || sym.st_value == 0 || sym.st_name >= strings.sh_size) continue;
-    const char* name = reinterpret_cast<const char*>(m.p + strings.sh_offset + sym.st_name);
-    const size_t len = strnlen(name, strings.sh_size - sym.st_name);
-    if (len == 0 || len == strings.sh_size - sym.st_name) continue;  // empty, or not terminated in the table
-    out.functions_.push_back({sym.st_value, sym.st_size, std::string(name, len)});
-  }
-  std::sort(out.functions_.begin(), out.functions_.end(),
-            [](const Function& a, const Function& b) { return a.start < b.start; });
-  return out;
-}
-
-bool ElfSymbols::Find(uint64_t address, std::string* name, uint64_t* start) const {
-  auto it = std::upper_bound(functions_.begin(), functions_.end(), address,
-                             [](uint64_t a, const Function& f) { return a < f.start; });
-  // The nearest start at or below it counts only when the address lies inside that function
-  // (several symbols can share a start: any one of them that covers it).
-  if (it == functions_.begin()) return false;
-  const uint64_t nearest = std::prev(it)->start;
-  for (auto j = std::prev(it); j->start == nearest; --j) {
-    if (address < j->start + std::max<uint64_t>(j->size, 1)) {
-      *name = Demangled(j->name.c_str());
-      *start = j->start;
-      return true;
+    const uint64_t end = sym.st_value + std::max<uint64_t>(sym.st_size, 1);
+    for (auto it = std::lower_bound(addresses.begin(), addresses.end(), sym.st_value);
+         it != addresses.end() && *it < end; ++it) {
+      auto& b = best[*it];
+      if (b.first == 0 || sym.st_value > b.first) b = {sym.st_value, sym.st_name};
     }
-    if (j == functions_.begin()) break;
   }
-  return false;
-}
-
-const ElfSymbols& ElfSymbolCache::Of(const std::string& path, const std::string& build_id) {
-  const auto key = std::make_pair(path, build_id);
-  auto it = files_.find(key);
-  if (it == files_.end()) it = files_.emplace(key, ElfSymbols::Read(path, build_id)).first;
-  return it->second;
+  for (const auto& [address, found] : best) {
+    const char* name = reinterpret_cast<const char*>(m.p + strings.sh_offset + found.second);
+    const size_t len = strnlen(name, strings.sh_size - found.second);
+    if (len == 0 || len == strings.sh_size - found.second) continue;  // empty, or not terminated in the table
+    out[address] = {Demangled(std::string(name, len).c_str()), found.first};
+  }
+  return out;
 }
 
 }  // namespace blackbox

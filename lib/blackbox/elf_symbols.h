@@ -10,34 +10,18 @@
 namespace ncclwatch {
 namespace blackbox {
 
-class ElfSymbols {
- public:
-  // The function symbols of `path` (.symtab, else .dynsym), when the file is a readable ELF
-  // object whose build id is `build_id` (unchecked when `build_id` is empty; a file of another
-  // build names nothing). Bounded: files over 4 GiB or a million symbols are not read.
-  static ElfSymbols Read(const std::string& path, const std::string& build_id);
-
-  // The function holding `address` (an address in the file's own terms: a runtime address minus
-  // the load bias): its demangled name and start; false when none does.
-  bool Find(uint64_t address, std::string* name, uint64_t* start) const;
-  bool usable() const { return !functions_.empty(); }
-
- private:
-  struct Function {
-    uint64_t start, size;
-    std::string name;
-  };
-  std::vector<Function> functions_;  // sorted by start
+struct ElfFunction {
+  std::string name;  // demangled
+  uint64_t start = 0;
 };
 
-// ElfSymbols per file, read once per caretaker pass.
-class ElfSymbolCache {
- public:
-  const ElfSymbols& Of(const std::string& path, const std::string& build_id);
-
- private:
-  std::map<std::pair<std::string, std::string>, ElfSymbols> files_;
-};
+// The functions holding `addresses` (in the file's own terms: a runtime address minus the load
+// bias) in `path`'s symbol table (.symtab, else .dynsym), when the file is a readable ELF object
+// whose build id is `build_id` (unchecked when empty; a file of another build names nothing).
+// One pass over the table whatever the number of addresses; memory is the answer's: the table
+// itself is only mapped (a caretaker runs inside some rank). Files over 4 GiB are not read.
+std::map<uint64_t, ElfFunction> FunctionsAt(const std::string& path, const std::string& build_id,
+                                           std::vector<uint64_t> addresses);
 
 }  // namespace blackbox
 }  // namespace ncclwatch

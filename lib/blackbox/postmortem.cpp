@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <memory>
 #include <set>
 
@@ -139,28 +140,32 @@ std::vector<trace::Callsite> CallsitesOf(const BoxCopy& box) {
 }
 
 // Call sites its watchdog never resolved (it died first): symbolized here from their raw
-// addresses and the modules it had loaded (the files are on this host). Own frames at the top
-// go, as the process drops them itself.
+// addresses and the modules it had loaded (the files are on this host), one pass over each
+// module's symbol table. Own frames at the top go, as the process drops them itself.
 void AddRawCallsites(const BoxCopy& box, const std::string& exe, std::vector<trace::Callsite>* sites) {
   const Layout& l = box.header->layout;
   const std::string text(box.At<const char>(l.modules_offset),
                          std::min<uint64_t>(box.header->modules_bytes.load(), l.modules_capacity));
   const std::vector<BoxModule> modules = ParseModules(text);
+  auto module_of = [&](uint64_t ip) -> const BoxModule* {
+    for (const BoxModule& m : modules)
+      if (ip - 1 >= m.lo && ip - 1 < m.hi) return &m;
+    return nullptr;
+  };
   std::set<int> have;
-  for (const auto& c : *sites) have.insert(c.id);
-  ElfSymbolCache files;
+  for (const auto& c : *sites) have.insert(static_cast<int>(c.id));
   const RawCallsite* raw = box.At<const RawCallsite>(l.raw_sites_offset);
+  std::vector<trace::Callsite> added;
+  std::map<const BoxModule*, std::vector<uint64_t>> wanted;  // module -> addresses in its own terms
   for (uint64_t id = 0; id < l.raw_sites_capacity; ++id) {
     const RawCallsite& r = raw[id];
     if (!r.published.load(std::memory_order_acquire) || have.count(static_cast<int>(id))) continue;
     trace::Callsite cs;
-    cs.id = static_cast<int>(id);
+    cs.id = static_cast<int64_t>(id);
     bool top = true;
     for (int i = 0; i < std::min<int>(r.native_depth, kRawCallsiteFrames); ++i) {
       const uint64_t ip = r.ips[i];
-      const BoxModule* m = nullptr;
-      for (const BoxModule& candidate : modules)
-        if (ip - 1 >= candidate.lo && ip - 1 < candidate.hi) m = &candidate;
+      const BoxModule* m = module_of(ip);
       if (top && m && m->own) continue;
       top = false;
       trace::NativeFrame f;
@@ -169,18 +174,27 @@ void AddRawCallsites(const BoxCopy& box, const std::string& exe, std::vector<tra
         f.module = m->path.empty() ? exe : m->path;
         f.build_id = m->build_id;
         f.module_offset = ip - m->bias;
-        std::string name;
-        uint64_t start = 0;
-        if (files.Of(f.module, m->build_id).Find(ip - 1 - m->bias, &name, &start)) {
-          f.symbol = name;
-          f.offset = ip - m->bias - start;
-        } else {
-          f.offset = f.module_offset;
-        }
+        f.offset = f.module_offset;  // until a symbol names it
+        wanted[m].push_back(ip - 1 - m->bias);
       }
       cs.stack.native.push_back(std::move(f));
     }
     if (r.python_depth > 0) cs.note = "python frames not named: the process died before its watchdog named them";
+    added.push_back(std::move(cs));
+  }
+  std::map<const BoxModule*, std::map<uint64_t, ElfFunction>> named;
+  for (auto& [m, addresses] : wanted)
+    named[m] = FunctionsAt(m->path.empty() ? exe : m->path, m->build_id, std::move(addresses));
+  for (trace::Callsite& cs : added) {
+    for (trace::NativeFrame& f : cs.stack.native) {
+      const BoxModule* m = module_of(f.ip);
+      if (!m) continue;
+      const auto& functions = named[m];
+      auto it = functions.find(f.ip - 1 - m->bias);
+      if (it == functions.end()) continue;
+      f.symbol = it->second.name;
+      f.offset = f.ip - m->bias - it->second.start;
+    }
     sites->push_back(std::move(cs));
   }
 }

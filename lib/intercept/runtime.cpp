@@ -237,6 +237,7 @@ bool Runtime::Start() {
 void Runtime::AtForkChild() {
   // A forked child (a data-loader worker) has no watchdog thread: it becomes a pass-through.
   g_state.store(kDisabled, std::memory_order_release);
+  g_sites_box.store(nullptr, std::memory_order_release);  // the mapping is the parent's box
 }
 
 void Runtime::OnSignalEnding(void* arg) {
