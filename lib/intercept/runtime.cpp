@@ -655,7 +655,11 @@ void Runtime::TendBlackBox(uint64_t now) {
   if (!box_) return;
   box_->Alive(static_cast<int64_t>(UnixNs()), static_cast<int64_t>(now), static_cast<int64_t>(watchdog_->last_poll_ns()));
   threads_.NameCalls();
-  if (stacks::ModulesGeneration() != box_modules_generation_) WriteBoxModules();  // dlopen, dlclose
+  // dlopen, dlclose: checked once a second (the watchdog ticks every 0.1 ms at high rates).
+  if (now >= next_modules_check_ns_) {
+    next_modules_check_ns_ = now + 1000000000ull;
+    if (stacks::ModulesGeneration() != box_modules_generation_) WriteBoxModules();
+  }
   // Call sites interned since the last poll, resolved to text now: after a SIGKILL nobody can.
   const size_t count = stacks::CallsiteCount();
   while (box_sites_next_ < count) {

@@ -130,6 +130,7 @@ class Runtime {
   int box_site_retries_ = 0;
   bool box_full_logged_ = false;
   uint64_t box_modules_generation_ = 0;  // of the modules written into the black box
+  uint64_t next_modules_check_ns_ = 0;   // dl_iterate_phdr takes the loader lock: not every tick
   bool temporaries_swept_ = false;  // under dump_mu_
   int caretaker_fd_ = -1;      // flock held: this process is the host's caretaker (watchdog thread)
   bool caretaker_tried_ = false;
