@@ -140,8 +140,9 @@ void BlackBox::SetRank(int rank, int world_size) {
   header()->world_size.store(world_size, std::memory_order_relaxed);
 }
 
-void BlackBox::Alive(int64_t unix_ns, int64_t mono_ns, int64_t states_mono_ns) {
+void BlackBox::Alive(int64_t unix_ns, int64_t mono_ns, int64_t states_mono_ns, uint64_t states_recorded) {
   header()->states_mono_ns.store(states_mono_ns, std::memory_order_relaxed);
+  header()->states_recorded.store(states_recorded, std::memory_order_relaxed);
   header()->alive_unix_ns.store(unix_ns, std::memory_order_relaxed);
   header()->alive_mono_ns.store(mono_ns, std::memory_order_release);
 }

@@ -26,7 +26,7 @@ namespace ncclwatch {
 namespace blackbox {
 
 constexpr char kMagic[16] = "ncclwatch-bbox";
-// 2: op slots carry `watched`; the header, when the watchdog last mirrored op states.
+// 2: when the watchdog last mirrored op states, raw call sites, the module list.
 constexpr uint32_t kLayoutVersion = 2;
 constexpr size_t kCommRecords = 1024;
 constexpr size_t kCallsiteBytes = 256 * 1024;
@@ -75,6 +75,7 @@ struct Header {
   // The watchdog's last poll that mirrored op states into the ring (0: none yet): the states of
   // watched operations, and the communicators' completed counts, are as of then.
   std::atomic<int64_t> states_mono_ns;
+  std::atomic<uint64_t> states_recorded;  // ops recorded when that poll began (ring indexes below)
   std::atomic<int64_t> final_dump_mono_ns;  // a dump of its own end (fatal signal, SIGTERM) was written
   std::atomic<uint64_t> dumps;              // dumps written so far
   std::atomic<uint32_t> modules_bytes;      // length of the modules text (0 while rewritten)
@@ -106,7 +107,7 @@ class BlackBox {
   void SetIdentity(const std::string& json);
   void SetRank(int rank, int world_size);
   // Each watchdog poll: alive now; op states mirrored as of `states_mono_ns`.
-  void Alive(int64_t unix_ns, int64_t mono_ns, int64_t states_mono_ns);
+  void Alive(int64_t unix_ns, int64_t mono_ns, int64_t states_mono_ns, uint64_t states_recorded);
   void FinalDumpWritten(int64_t mono_ns);
   void CountDump();
   // The raw addresses of call site `id` (stacks::NewCallsiteHook): the hot path, once per

@@ -262,15 +262,15 @@ Converted WritePostmortem(const BoxCopy& box, const BoxIdentity& id) {
                           threads[i].creating.load()});
     last_seen = std::max(last_seen, static_cast<int64_t>(threads[i].since_ns.load()));
   }
-  // The ring as the watchdog last saw it: an operation it never followed (issued after its last
-  // poll) was enqueued by its thread, but what its GPU did with it is unknown, unless its call
-  // had not returned (the thread inside NCCL says where it was).
+  // The ring as the watchdog last saw it: an operation recorded after its last poll began was
+  // enqueued by its thread, but what its GPU did with it is unknown, unless its call had not
+  // returned (the thread inside NCCL says where it was).
   for (uint64_t i = ring_from; i < ring_to; ++i) {
     if (!ring->Read(i, &op)) continue;
     last_seen = std::max(last_seen, static_cast<int64_t>(op.enqueue_ns));
     bool in_call = false;
     for (const auto& call : in.in_nccl) in_call = in_call || call.op_index1 == i + 1;
-    if (op.state == trace::OpState::Enqueued && !op.watched && !in_call) op.state = trace::OpState::Unknown;
+    if (op.state == trace::OpState::Enqueued && i >= h.states_recorded.load() && !in_call) op.state = trace::OpState::Unknown;
     in.ring.push_back(op);
   }
   const int64_t alive_mono = h.alive_mono_ns.load();

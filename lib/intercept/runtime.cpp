@@ -653,7 +653,8 @@ void Runtime::WriteBoxModules() {
 
 void Runtime::TendBlackBox(uint64_t now) {
   if (!box_) return;
-  box_->Alive(static_cast<int64_t>(UnixNs()), static_cast<int64_t>(now), static_cast<int64_t>(watchdog_->last_poll_ns()));
+  box_->Alive(static_cast<int64_t>(UnixNs()), static_cast<int64_t>(now), static_cast<int64_t>(watchdog_->last_poll_ns()),
+              watchdog_->last_poll_recorded());
   threads_.NameCalls();
   // dlopen, dlclose: checked once a second (the watchdog ticks every 0.1 ms at high rates).
   if (now >= next_modules_check_ns_) {

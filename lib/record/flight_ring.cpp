@@ -58,13 +58,6 @@ bool FlightRing::SetGpuMs(uint64_t index, float ms) {
   return true;
 }
 
-bool FlightRing::MarkWatched(uint64_t index) {
-  OpSlot& s = SlotOf(index);
-  if ((s.gen_state.load(std::memory_order_acquire) >> 8) != Gen(index)) return false;
-  s.watched.set(1);
-  return true;
-}
-
 bool FlightRing::Read(uint64_t index, OpSnapshot* out) const {
   const OpSlot& s = SlotOf(index);
   uint64_t before = s.gen_state.load(std::memory_order_acquire);
@@ -91,7 +84,6 @@ bool FlightRing::Read(uint64_t index, OpSnapshot* out) const {
   o.comm_size = s.comm_size.get();
   o.kind = static_cast<trace::OpKind>(s.kind.get());
   o.dtype = s.dtype.get();
-  o.watched = s.watched.get() != 0;
   std::atomic_thread_fence(std::memory_order_acquire);
   uint64_t after = s.gen_state.load(std::memory_order_relaxed);
   if ((after >> 8) != Gen(index) || !OpSlot::Published(after)) return false;

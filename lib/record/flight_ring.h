@@ -34,8 +34,6 @@ class FlightRing {
   bool SetState(uint64_t index, trace::OpState state, uint64_t when_ns = 0);
   bool SetResult(uint64_t index, int32_t result);
   bool SetGpuMs(uint64_t index, float ms);
-  // The watchdog has followed the operation for one poll (OpSnapshot::watched).
-  bool MarkWatched(uint64_t index);
 
   // Consistent copies of the entries still in the ring, oldest first (slots being written or
   // overwritten during the copy are skipped).
@@ -106,7 +104,6 @@ uint64_t FlightRing::RecordWith(OpSnapshot& op, MidWrite&& mid_write) {
   s.comm_size.set(op.comm_size);
   s.kind.set(static_cast<uint8_t>(op.kind));
   s.dtype.set(op.dtype);
-  s.watched.set(0);
   s.gen_state.store(Word(index, static_cast<uint64_t>(op.state)), std::memory_order_release);
   // The next slot was last written by the watchdog's state changes (on its core): fetch it
   // for writing now, so that the next record's claim does not wait for it.

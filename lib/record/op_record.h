@@ -33,9 +33,6 @@ struct OpSnapshot {
   trace::OpKind kind = trace::OpKind::AllReduce;
   int8_t dtype = 0;
   trace::OpState state = trace::OpState::Enqueued;
-  // The watchdog has followed it at least one poll: `state` is what it found then, not only
-  // what the calling thread wrote (a black box read after a death tells the two apart).
-  bool watched = false;
 };
 
 // The ring slot. A seqlock-like generation word publishes the slot: (index + 1) << 8 | state,
@@ -62,7 +59,6 @@ struct alignas(64) OpSlot {  // two whole cache lines
   Field<int32_t> result, root, peer, redop, callsite, tid, comm_size;
   Field<uint8_t> kind;
   Field<int8_t> dtype;
-  Field<uint8_t> watched;  // written by the watchdog only (FlightRing::MarkWatched)
 };
 static_assert(sizeof(OpSlot) == 128, "a slot is two cache lines");
 

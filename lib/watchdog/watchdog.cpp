@@ -139,9 +139,7 @@ size_t Watchdog::Drain() {
     if (!ring_->Read(item.index, &t.op)) t.op = item.Fallback();  // overwritten in a burst
     t.comm = item.comm;
     t.marker = item.marker;
-    StreamTrack& track = streams_[item.stream];
-    track.items.push_back(t);
-    ++track.unwatched;
+    streams_[item.stream].items.push_back(t);
     ++taken;
   }
   return taken;
@@ -151,13 +149,14 @@ size_t Watchdog::PollOnce(uint64_t now_ns) {
   std::vector<std::pair<InflightView, std::string>> stalls;
   std::vector<Recovery> recovered;
   size_t taken;
+  // Every operation recorded before this is drained now, or its call has not returned yet.
+  const uint64_t recorded = ring_->recorded();
   {
     std::lock_guard<std::mutex> lock(mu_);
     size_t before = recoveries_.size();
     taken = Drain();
     for (auto it = streams_.begin(); it != streams_.end();) {
       Advance(it->second, now_ns);
-      MarkWatched(it->second);
       // Forget idle streams, but keep the last completion time while work may follow soon.
       if (it->second.items.empty() && ElapsedS(it->second.last_done_ns, now_ns) > timing::S(timing::kIdleStreamForget))
         it = streams_.erase(it);
@@ -168,6 +167,7 @@ size_t Watchdog::PollOnce(uint64_t now_ns) {
     CheckHostBlocked(now_ns, &stalls);
     recovered.assign(recoveries_.begin() + before, recoveries_.end());
   }
+  last_poll_recorded_.store(recorded, std::memory_order_relaxed);
   last_poll_ns_.store(now_ns, std::memory_order_release);
   // Callbacks write dumps, which read our state: never call them with the lock held.
   for (auto& r : recovered)
@@ -225,15 +225,6 @@ void Watchdog::Advance(StreamTrack& track, uint64_t now_ns) {
     }
     break;
   }
-}
-
-void Watchdog::MarkWatched(StreamTrack& track) {
-  // The operations still followed after Advance are known not completed as of this poll (a
-  // stream finishes in order); only the ones drained since the last poll need the mark.
-  auto& items = track.items;
-  const size_t n = std::min(track.unwatched, items.size());
-  for (size_t i = items.size() - n; i < items.size(); ++i) ring_->MarkWatched(items[i].op.index);
-  track.unwatched = 0;
 }
 
 void Watchdog::Complete(Tracked& t, uint64_t now_ns) {

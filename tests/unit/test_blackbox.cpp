@@ -101,7 +101,7 @@ pid_t RecordingChild(const std::string& boxes, const std::string& dumps, Ending 
       threads.NameCalls();
     }
   }
-  box->Alive(1'700'000'000'000'000'000, 5'000'000'000, 4'900'000'000);
+  box->Alive(1'700'000'000'000'000'000, 5'000'000'000, 4'900'000'000, 0);
   if (how == Ending::kAfterItsOwnDump) box->FinalDumpWritten(4'999'000'000);
   if (how == Ending::kNormalExit) box->Remove();
   _exit(0);  // the lock goes with the process; the file stays unless removed
