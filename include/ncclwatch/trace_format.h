@@ -36,7 +36,9 @@ constexpr const char* kFormatName = "ncclwatch-trace";
   }
 // Bump on any change a reader could notice; readers accept every version they know.
 // 2: the ring as columns and delta-encoded rows (docs/trace-format.md, "The ring").
-constexpr int kTraceVersion = 2;
+// 3: postmortem dumps say how fresh their black box is (summary.states_as_of_mono_ns, op state
+//    `unknown`) and carry call sites symbolized from raw addresses by the host's caretaker.
+constexpr int kTraceVersion = 3;
 constexpr int kOldestTraceVersion = 1;  // the oldest version this reader still reads
 
 // Version 2's ring (docs/trace-format.md, "The ring"): what repeats from one operation to the
@@ -130,6 +132,8 @@ inline bool ParseOpKind(const char* s, OpKind* out) {
 //   Error:         the NCCL call returned an error
 //   Captured:      issued while its stream was being captured into a CUDA graph (not followed)
 //   Unmonitored:   no GPU markers (no CUDA driver, or marker resources exhausted)
+//   Unknown:       (version 3, postmortem dumps) issued after the last watchdog poll its black
+//                  box holds: what its GPU did with it is not known
 #define NCCLWATCH_FOR_EACH_OP_STATE(X) \
   X(PendingLaunch, "pending_launch")   \
   X(Enqueued, "enqueued")              \
@@ -137,7 +141,8 @@ inline bool ParseOpKind(const char* s, OpKind* out) {
   X(Completed, "completed")            \
   X(Error, "error")                    \
   X(Captured, "captured")              \
-  X(Unmonitored, "unmonitored")
+  X(Unmonitored, "unmonitored")        \
+  X(Unknown, "unknown")
 
 NCCLWATCH_DEFINE_VOCABULARY(OpState, kOpStateNames, OpStateName, ParseOpState, NCCLWATCH_FOR_EACH_OP_STATE)
 
@@ -260,6 +265,7 @@ constexpr const char* kStartUnixNs = "start_unix_ns";
 constexpr const char* kExitStatus = "exit_status";
 constexpr const char* kFailed = "failed";
 constexpr const char* kErrorResult = "error_result";
+constexpr const char* kStatesAsOfMonoNs = "states_as_of_mono_ns";  // version 3: postmortem dumps
 // communicator (summary.comms[] and communicators[])
 constexpr const char* kId = "id";
 constexpr const char* kSize = "size";

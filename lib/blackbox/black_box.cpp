@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <new>
 
 namespace ncclwatch {
@@ -50,7 +51,13 @@ Layout LayoutFor(uint64_t ring_capacity) {
   at = RoundUp(at + ThreadRegistry::kCapacity * sizeof(ThreadSlot), kPage);
   h.sites_offset = at;
   h.sites_capacity = kCallsiteBytes;
-  h.file_bytes = RoundUp(at + kCallsiteBytes, kPage);
+  at = RoundUp(at + kCallsiteBytes, kPage);
+  h.raw_sites_offset = at;
+  h.raw_sites_capacity = kRawCallsites;
+  at = RoundUp(at + kRawCallsites * sizeof(RawCallsite), kPage);
+  h.modules_offset = at;
+  h.modules_capacity = kModulesBytes;
+  h.file_bytes = RoundUp(at + kModulesBytes, kPage);
   return h;
 }
 
@@ -133,7 +140,9 @@ void BlackBox::SetRank(int rank, int world_size) {
   header()->world_size.store(world_size, std::memory_order_relaxed);
 }
 
-void BlackBox::Alive(int64_t unix_ns, int64_t mono_ns) {
+void BlackBox::Alive(int64_t unix_ns, int64_t mono_ns, int64_t states_mono_ns, uint64_t states_recorded) {
+  header()->states_mono_ns.store(states_mono_ns, std::memory_order_relaxed);
+  header()->states_recorded.store(states_recorded, std::memory_order_relaxed);
   header()->alive_unix_ns.store(unix_ns, std::memory_order_relaxed);
   header()->alive_mono_ns.store(mono_ns, std::memory_order_release);
 }
@@ -152,6 +161,64 @@ bool BlackBox::AppendCallsite(const std::string& text) {
   std::memcpy(at + sizeof len, text.data(), len);
   h->sites_bytes.store(used + sizeof len + len, std::memory_order_release);
   return true;
+}
+
+void BlackBox::RecordRawCallsite(int32_t id, const uintptr_t* ips, int native_depth, int python_depth) {
+  const Layout& l = header()->layout;
+  if (id < 0 || static_cast<uint64_t>(id) >= l.raw_sites_capacity) return;
+  auto* site = reinterpret_cast<RawCallsite*>(base_ + l.raw_sites_offset) + id;
+  const int depth = std::min<int>(std::max(native_depth, 0), static_cast<int>(kRawCallsiteFrames));
+  site->native_depth = static_cast<uint16_t>(depth);
+  site->python_depth = static_cast<uint16_t>(std::max(python_depth, 0));
+  for (int i = 0; i < depth; ++i) site->ips[i] = ips[i];
+  site->published.store(1, std::memory_order_release);
+}
+
+void BlackBox::SetModules(const std::string& text) {
+  Header* h = header();
+  const size_t n = std::min(text.size(), static_cast<size_t>(h->layout.modules_capacity));
+  h->modules_bytes.store(0, std::memory_order_release);
+  std::memcpy(base_ + h->layout.modules_offset, text.data(), n);
+  h->modules_bytes.store(static_cast<uint32_t>(n), std::memory_order_release);
+}
+
+std::string ModulesText(const std::vector<BoxModule>& modules) {
+  std::string out;
+  char line[160];
+  for (const BoxModule& m : modules) {
+    snprintf(line, sizeof line, "%llx %llx %llx %d %s ", static_cast<unsigned long long>(m.bias),
+             static_cast<unsigned long long>(m.lo), static_cast<unsigned long long>(m.hi), m.own ? 1 : 0,
+             m.build_id.empty() ? "-" : m.build_id.c_str());
+    if (out.size() + strlen(line) + m.path.size() + 1 > kModulesBytes) break;  // the first ones matter most
+    out += line;
+    out += m.path;
+    out += '\n';
+  }
+  return out;
+}
+
+std::vector<BoxModule> ParseModules(const std::string& text) {
+  std::vector<BoxModule> out;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find('\n', at);
+    if (end == std::string::npos) break;  // cut short: its last line is not whole
+    const std::string line = text.substr(at, end - at);
+    at = end + 1;
+    unsigned long long bias, lo, hi;
+    int own, used = 0;
+    char id[130];
+    if (sscanf(line.c_str(), "%llx %llx %llx %d %129s %n", &bias, &lo, &hi, &own, id, &used) < 5 || used <= 0) continue;
+    BoxModule m;
+    m.bias = bias;
+    m.lo = lo;
+    m.hi = hi;
+    m.own = own != 0;
+    m.build_id = std::strcmp(id, "-") == 0 ? "" : id;
+    m.path = line.substr(static_cast<size_t>(used));
+    out.push_back(std::move(m));
+  }
+  return out;
 }
 
 void BlackBox::Remove() {

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "record/comm_registry.h"
 #include "record/op_record.h"
@@ -25,10 +26,23 @@ namespace ncclwatch {
 namespace blackbox {
 
 constexpr char kMagic[16] = "ncclwatch-bbox";
-constexpr uint32_t kLayoutVersion = 1;
+// 2: when the watchdog last mirrored op states, raw call sites, the module list.
+constexpr uint32_t kLayoutVersion = 2;
 constexpr size_t kCommRecords = 1024;
 constexpr size_t kCallsiteBytes = 256 * 1024;
 constexpr size_t kIdentityBytes = 64 * 1024;
+constexpr size_t kRawCallsites = 1024;       // call sites kept as raw addresses
+constexpr size_t kRawCallsiteFrames = 32;    // stacks::kMaxNativeFrames
+constexpr size_t kModulesBytes = 128 * 1024;  // the loaded modules, as text
+
+// A call site as captured (its return addresses, innermost first, ncclwatch's own frames
+// included), written by the thread that interned it: frames for a process that died before its
+// watchdog resolved the site to text. The host's caretaker symbolizes them with the modules.
+struct RawCallsite {
+  std::atomic<uint32_t> published;  // 1 once the rest is written
+  uint16_t native_depth, python_depth;
+  uint64_t ips[kRawCallsiteFrames];
+};
 
 // Where each part is in the file (offsets from its start), and the writer's struct sizes: a
 // reader of another build refuses a layout it does not share.
@@ -42,6 +56,8 @@ struct Layout {
   uint64_t threads_offset, threads_capacity;
   uint64_t sites_offset, sites_capacity;
   uint64_t identity_offset, identity_capacity;
+  uint64_t raw_sites_offset, raw_sites_capacity;
+  uint64_t modules_offset, modules_capacity;
 };
 
 // The first page of the file.
@@ -56,8 +72,13 @@ struct Header {
   std::atomic<uint64_t> sites_bytes;     // bytes of call-site records published
   std::atomic<int64_t> alive_unix_ns;    // the watchdog's last poll: when it was last seen alive
   std::atomic<int64_t> alive_mono_ns;
+  // The watchdog's last poll that mirrored op states into the ring (0: none yet): the states of
+  // watched operations, and the communicators' completed counts, are as of then.
+  std::atomic<int64_t> states_mono_ns;
+  std::atomic<uint64_t> states_recorded;  // ops recorded when that poll began (ring indexes below)
   std::atomic<int64_t> final_dump_mono_ns;  // a dump of its own end (fatal signal, SIGTERM) was written
   std::atomic<uint64_t> dumps;              // dumps written so far
+  std::atomic<uint32_t> modules_bytes;      // length of the modules text (0 while rewritten)
 };
 
 // The file name of a process's black box; `prefix`es the reader matches.
@@ -85,9 +106,15 @@ class BlackBox {
   // Who the process is, as JSON (postmortem.h reads it back). Not the hot path.
   void SetIdentity(const std::string& json);
   void SetRank(int rank, int world_size);
-  void Alive(int64_t unix_ns, int64_t mono_ns);
+  // Each watchdog poll: alive now; op states mirrored as of `states_mono_ns`.
+  void Alive(int64_t unix_ns, int64_t mono_ns, int64_t states_mono_ns, uint64_t states_recorded);
   void FinalDumpWritten(int64_t mono_ns);
   void CountDump();
+  // The raw addresses of call site `id` (stacks::NewCallsiteHook): the hot path, once per
+  // distinct call site; no locks, allocation or I/O (the file's space is reserved).
+  void RecordRawCallsite(int32_t id, const uintptr_t* ips, int native_depth, int python_depth);
+  // The loaded modules (ModulesText), for symbolizing raw call sites after a death. One writer.
+  void SetModules(const std::string& text);
   // Appends one resolved call site (its text); false when the area is full. One writer.
   bool AppendCallsite(const std::string& text);
   // At a normal exit: the process left its own word; the file goes.
@@ -109,6 +136,16 @@ class BlackBox {
   char* base_ = nullptr;
   size_t bytes_ = 0;
 };
+
+// A loaded module as the box keeps it: its load bias, the range its PT_LOAD segments cover,
+// whether it is ncclwatch itself, its build id and path ("" the main program: see exe).
+struct BoxModule {
+  uint64_t bias = 0, lo = 0, hi = 0;
+  bool own = false;
+  std::string build_id, path;
+};
+std::string ModulesText(const std::vector<BoxModule>& modules);
+std::vector<BoxModule> ParseModules(const std::string& text);
 
 // The layout for a ring of `ring_capacity` slots (what Create writes in the header).
 Layout LayoutFor(uint64_t ring_capacity);

@@ -11,12 +11,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <memory>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "blackbox/black_box.h"
+#include "blackbox/elf_symbols.h"
 #include "common/clock.h"
 #include "dump/dump_files.h"
 #include "dump/dump_writer.h"
@@ -78,6 +80,8 @@ bool ReadLayout(int fd, Layout* out, std::string* why) {
       l.threads_capacity != ThreadRegistry::kCapacity ||
       !Within(l.threads_offset, l.threads_capacity, sizeof(ThreadSlot), total) ||
       !Within(l.sites_offset, l.sites_capacity, 1, total) || !Within(l.identity_offset, l.identity_capacity, 1, total) ||
+      l.raw_sites_capacity != kRawCallsites || !Within(l.raw_sites_offset, l.raw_sites_capacity, sizeof(RawCallsite), total) ||
+      l.raw_sites_offset % alignof(RawCallsite) != 0 || !Within(l.modules_offset, l.modules_capacity, 1, total) ||
       l.ring_offset % alignof(OpSlot) != 0 || l.comms_offset % alignof(CommRecord) != 0 ||
       l.threads_offset % alignof(ThreadSlot) != 0)
     return *why = "its layout is damaged", false;
@@ -135,6 +139,66 @@ std::vector<trace::Callsite> CallsitesOf(const BoxCopy& box) {
   return out;
 }
 
+// Call sites its watchdog never resolved (it died first): symbolized here from their raw
+// addresses and the modules it had loaded (the files are on this host), one pass over each
+// module's symbol table. Own frames at the top go, as the process drops them itself.
+void AddRawCallsites(const BoxCopy& box, const std::string& exe, std::vector<trace::Callsite>* sites) {
+  const Layout& l = box.header->layout;
+  const std::string text(box.At<const char>(l.modules_offset),
+                         std::min<uint64_t>(box.header->modules_bytes.load(), l.modules_capacity));
+  const std::vector<BoxModule> modules = ParseModules(text);
+  auto module_of = [&](uint64_t ip) -> const BoxModule* {
+    for (const BoxModule& m : modules)
+      if (ip - 1 >= m.lo && ip - 1 < m.hi) return &m;
+    return nullptr;
+  };
+  std::set<int> have;
+  for (const auto& c : *sites) have.insert(static_cast<int>(c.id));
+  const RawCallsite* raw = box.At<const RawCallsite>(l.raw_sites_offset);
+  std::vector<trace::Callsite> added;
+  std::map<const BoxModule*, std::vector<uint64_t>> wanted;  // module -> addresses in its own terms
+  for (uint64_t id = 0; id < l.raw_sites_capacity; ++id) {
+    const RawCallsite& r = raw[id];
+    if (!r.published.load(std::memory_order_acquire) || have.count(static_cast<int>(id))) continue;
+    trace::Callsite cs;
+    cs.id = static_cast<int64_t>(id);
+    bool top = true;
+    for (int i = 0; i < std::min<int>(r.native_depth, kRawCallsiteFrames); ++i) {
+      const uint64_t ip = r.ips[i];
+      const BoxModule* m = module_of(ip);
+      if (top && m && m->own) continue;
+      top = false;
+      trace::NativeFrame f;
+      f.ip = ip;
+      if (m) {
+        f.module = m->path.empty() ? exe : m->path;
+        f.build_id = m->build_id;
+        f.module_offset = ip - m->bias;
+        f.offset = f.module_offset;  // until a symbol names it
+        wanted[m].push_back(ip - 1 - m->bias);
+      }
+      cs.stack.native.push_back(std::move(f));
+    }
+    if (r.python_depth > 0) cs.note = "python frames not named: the process died before its watchdog named them";
+    added.push_back(std::move(cs));
+  }
+  std::map<const BoxModule*, std::map<uint64_t, ElfFunction>> named;
+  for (auto& [m, addresses] : wanted)
+    named[m] = FunctionsAt(m->path.empty() ? exe : m->path, m->build_id, std::move(addresses));
+  for (trace::Callsite& cs : added) {
+    for (trace::NativeFrame& f : cs.stack.native) {
+      const BoxModule* m = module_of(f.ip);
+      if (!m) continue;
+      const auto& functions = named[m];
+      auto it = functions.find(f.ip - 1 - m->bias);
+      if (it == functions.end()) continue;
+      f.symbol = it->second.name;
+      f.offset = f.ip - m->bias - it->second.start;
+    }
+    sites->push_back(std::move(cs));
+  }
+}
+
 int64_t Int(const json& j, const char* key, int64_t fallback) {
   auto it = j.find(key);
   return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : fallback;
@@ -168,11 +232,6 @@ Converted WritePostmortem(const BoxCopy& box, const BoxIdentity& id) {
   in.cuda_driver_version = id.cuda_driver_version;
   in.dump_seq = h.dumps.load();
   in.start_mono_ns = static_cast<uint64_t>(id.start_mono_ns);
-  // The evidence is as of its last sign of life, not of this conversion.
-  const int64_t alive_mono = h.alive_mono_ns.load() ? h.alive_mono_ns.load() : id.start_mono_ns;
-  in.time_unix_ns = static_cast<uint64_t>(h.alive_unix_ns.load() ? h.alive_unix_ns.load() : id.start_unix_ns);
-  in.time_mono_ns = static_cast<uint64_t>(alive_mono);
-
   std::vector<std::unique_ptr<CommInfo>> comms;
   const CommRecord* records = box.At<const CommRecord>(l.comms_offset);
   for (size_t i = 0; i < l.comms_capacity; ++i)
@@ -180,15 +239,17 @@ Converted WritePostmortem(const BoxCopy& box, const BoxIdentity& id) {
   for (auto& c : comms) in.comms.push_back(c.get());
 
   std::unique_ptr<FlightRing> ring = FlightRing::View(box.At<OpSlot>(l.ring_offset), l.ring_capacity);
-  in.live_ring = ring.get();
-  in.ring_to = ring->recorded();
-  in.ring_from = in.ring_to > ring->capacity() ? in.ring_to - ring->capacity() : 0;
+  const uint64_t ring_to = ring->recorded();
+  const uint64_t ring_from = ring_to > ring->capacity() ? ring_to - ring->capacity() : 0;
   in.ring_capacity = ring->capacity();
   in.ring_recorded = ring->recorded();
   in.ring_overwritten = ring->overwritten();
   std::deque<std::string> names;  // InCall holds a pointer to its function's name
   const ThreadSlot* threads = box.At<const ThreadSlot>(l.threads_offset);
   OpSnapshot op;
+  // Its last sign of life: the watchdog's last poll, or anything its threads did after it (an
+  // operation issued, a call entered). The dump is as of then, not of this conversion.
+  int64_t last_seen = h.alive_mono_ns.load() ? h.alive_mono_ns.load() : id.start_mono_ns;
   for (size_t i = 0; i < l.threads_capacity; ++i) {
     std::string name = ThreadRegistry::CallName(threads[i]);
     if (name.empty()) continue;
@@ -199,22 +260,39 @@ Converted WritePostmortem(const BoxCopy& box, const BoxIdentity& id) {
     names.push_back(std::move(name));
     in.in_nccl.push_back({threads[i].tid.load(), names.back().c_str(), threads[i].since_ns.load(), index1,
                           threads[i].creating.load()});
+    last_seen = std::max(last_seen, static_cast<int64_t>(threads[i].since_ns.load()));
   }
-
-  for (uint64_t i = in.ring_from; i < in.ring_to; ++i) {
+  // The ring as the watchdog last saw it: an operation recorded after its last poll began was
+  // enqueued by its thread, but what its GPU did with it is unknown, unless its call had not
+  // returned (the thread inside NCCL says where it was).
+  for (uint64_t i = ring_from; i < ring_to; ++i) {
     if (!ring->Read(i, &op)) continue;
-    const bool pending = op.state == trace::OpState::PendingLaunch || op.state == trace::OpState::Enqueued ||
-                         op.state == trace::OpState::GpuReached;
+    last_seen = std::max(last_seen, static_cast<int64_t>(op.enqueue_ns));
+    bool in_call = false;
+    for (const auto& call : in.in_nccl) in_call = in_call || call.op_index1 == i + 1;
+    if (op.state == trace::OpState::Enqueued && i >= h.states_recorded.load() && !in_call) op.state = trace::OpState::Unknown;
+    in.ring.push_back(op);
+  }
+  const int64_t alive_mono = h.alive_mono_ns.load();
+  in.time_mono_ns = static_cast<uint64_t>(last_seen);
+  in.time_unix_ns = static_cast<uint64_t>(alive_mono ? h.alive_unix_ns.load() + (last_seen - alive_mono)
+                                                     : id.start_unix_ns + (last_seen - id.start_mono_ns));
+  in.states_as_of_mono_ns = h.states_mono_ns.load();
+
+  for (const OpSnapshot& o : in.ring) {
+    const bool pending = o.state == trace::OpState::PendingLaunch || o.state == trace::OpState::Enqueued ||
+                         o.state == trace::OpState::GpuReached || o.state == trace::OpState::Unknown;
     if (!pending) continue;
     InflightView v;
-    v.op = op;
-    v.age_s = alive_mono > static_cast<int64_t>(op.enqueue_ns) ? (alive_mono - static_cast<int64_t>(op.enqueue_ns)) / 1e9 : 0;
+    v.op = o;
+    v.age_s = last_seen > static_cast<int64_t>(o.enqueue_ns) ? (last_seen - static_cast<int64_t>(o.enqueue_ns)) / 1e9 : 0;
     v.deadline_s = h.default_deadline_s;
     v.stalled = v.age_s > v.deadline_s;
-    for (const auto& call : in.in_nccl) v.host_blocked = v.host_blocked || call.op_index1 == i + 1;
+    for (const auto& call : in.in_nccl) v.host_blocked = v.host_blocked || call.op_index1 == o.index + 1;
     in.inflight.push_back(v);
   }
   in.callsites = CallsitesOf(box);
+  AddRawCallsites(box, id.exe, &in.callsites);
   in.exe = id.exe;
   in.cwd = id.cwd;
   in.cmdline = id.cmdline;
@@ -380,6 +458,11 @@ CaretakerPass ConvertDeadBoxes(const std::string& box_dir, const std::string& re
   const uint32_t uid = getuid();
   const std::string prefix = BoxPrefix(uid);
   std::set<std::string> watched_relays;  // named by a live process
+  // A live process that names no relay yet may be opening one right now (its lock file created,
+  // not yet locked): relay files younger than kLeftoverMinAgeS are then left alone. When every
+  // live process names its relay, an unwatched relay is a leftover however young (a job killed
+  // seconds after it started, the next one gone before they age).
+  bool someone_starting = false;
   for (const std::string& name : Names(box_dir)) {
     const bool hidden = StartsWith(name, "." + prefix);
     if (!hidden && !StartsWith(name, prefix)) continue;
@@ -391,6 +474,7 @@ CaretakerPass ConvertDeadBoxes(const std::string& box_dir, const std::string& re
     if (!TakeDeadLock(fd)) {  // alive: only what it watches matters here
       BoxIdentity id;
       if (!hidden && ReadLiveIdentity(fd, &id) && !id.relay.empty()) watched_relays.insert(id.relay);
+      else someone_starting = true;
       close(fd);
       continue;
     }
@@ -430,6 +514,7 @@ CaretakerPass ConvertDeadBoxes(const std::string& box_dir, const std::string& re
   }
   if (relay_dir.empty() || relay_dir == "none") return pass;
   const std::string relay_prefix = "ncclwatch-relay-" + std::to_string(uid) + "-";
+  const int64_t min_age_s = someone_starting ? kLeftoverMinAgeS : 0;
   const std::vector<std::string> relay_names = Names(relay_dir);
   for (const std::string& name : relay_names) {
     if (!StartsWith(name, relay_prefix)) continue;
@@ -442,7 +527,7 @@ CaretakerPass ConvertDeadBoxes(const std::string& box_dir, const std::string& re
         continue;
       struct stat st;
       const std::string path = relay_dir + "/" + name;
-      if (lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == uid && AgeS(st) >= kLeftoverMinAgeS &&
+      if (lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == uid && AgeS(st) >= min_age_s &&
           unlink(path.c_str()) == 0)
         ++pass.removed_leftovers;
       continue;
@@ -453,7 +538,7 @@ CaretakerPass ConvertDeadBoxes(const std::string& box_dir, const std::string& re
     const int fd = OpenOwn(lock_path, &st);
     if (fd < 0) continue;
     // Nobody watches it (a watcher holds the flock for the life of its process) and it is not new.
-    if (AgeS(st) >= kLeftoverMinAgeS && flock(fd, LOCK_EX | LOCK_NB) == 0) {
+    if (AgeS(st) >= min_age_s && flock(fd, LOCK_EX | LOCK_NB) == 0) {
       if (unlink((relay_dir + "/" + base).c_str()) == 0) ++pass.removed_leftovers;
       if (unlink(lock_path.c_str()) == 0) ++pass.removed_leftovers;
     }

@@ -710,6 +710,7 @@ Summary SummaryFromJson(const json& j) {
   s.exit_status = GetInt(j, key::kExitStatus, -1);
   if (const json* f = Find(j, key::kFailed); f && f->is_object()) s.failed = OpFromJson(*f);
   s.error_result = GetInt(j, key::kErrorResult, 0);
+  s.states_as_of_mono_ns = GetInt(j, key::kStatesAsOfMonoNs, -1);
   return s;
 }
 

@@ -162,6 +162,11 @@ struct Summary {
   // Reasons nccl_error, async_error: the ncclResult_t reported, whichever call it came from
   // (a group end, a communicator's creation or split have no `failed` operation); 0 absent.
   int64_t error_result = 0;
+  // Postmortem dumps (version 3): when its watchdog last mirrored op states into its black box
+  // (0: never); the dump's time is its last sign of life. Ops issued after it are `unknown`,
+  // and the communicators' gpu_reached / completed counts are as of then. -1: absent (a dump
+  // written by the process itself, whose states are as of its time).
+  int64_t states_as_of_mono_ns = -1;
 
   const CommSummary* Comm(const std::string& id) const {
     for (const auto& c : comms)
@@ -172,7 +177,7 @@ struct Summary {
     return std::tie(rank, local_rank, world_size, host, pid, dump_seq, reason, detail, trigger, time_unix_ns,
                     time_mono_ns, start_mono_ns, nccl_version, in_nccl, comms, in_flight, stalled,
                     ring_overwritten, process_uid, job_instance, start_unix_ns, exit_status, failed,
-                    error_result);
+                    error_result, states_as_of_mono_ns);
   }
   NCCLWATCH_RECORD_EQUALITY(Summary)
 };

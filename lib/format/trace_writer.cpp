@@ -140,6 +140,7 @@ void WriteSummary(JsonWriter& w, const Summary& s) {
   if (s.failed) WriteOp(w, *s.failed);
   else w.Null();
   if (s.error_result != 0) w.Field(k::kErrorResult, s.error_result);
+  if (s.states_as_of_mono_ns >= 0) w.Field(k::kStatesAsOfMonoNs, s.states_as_of_mono_ns);
   w.EndObject();
 }
 

@@ -48,6 +48,13 @@ int32_t CurrentTid() { return static_cast<int32_t>(syscall(SYS_gettid)); }
 
 void WakeWatchdog(void* arg) { static_cast<Watchdog*>(arg)->Wake(); }
 
+// The black box that new call sites' raw addresses go to (stacks::NewCallsiteHook).
+std::atomic<blackbox::BlackBox*> g_sites_box{nullptr};
+void RecordBoxCallsite(int32_t id, const uintptr_t* ips, int native_depth, int python_depth) {
+  if (blackbox::BlackBox* box = g_sites_box.load(std::memory_order_acquire))
+    box->RecordRawCallsite(id, ips, native_depth, python_depth);
+}
+
 std::vector<trace::NativeFrame> Symbolized(const std::vector<uintptr_t>& ips) {
   std::vector<trace::NativeFrame> out;
   out.reserve(ips.size());
@@ -212,6 +219,13 @@ bool Runtime::Start() {
   // Our frames on top of a stack (a dumping thread's) say nothing about the application.
   stacks::SetOwnModule(reinterpret_cast<const void*>(&WakeWatchdog));
   stacks::SetPythonCallsites(config_.python);
+  if (box_) {
+    // Call sites as raw addresses from their first capture on, and the modules to read them
+    // with: a process killed before its watchdog's first poll still has its call sites' frames.
+    WriteBoxModules();
+    g_sites_box.store(box_.get(), std::memory_order_release);
+    stacks::SetNewCallsiteHook(&RecordBoxCallsite);
+  }
   if (config_.callsites || config_.stacks) {
     const std::string problem = stacks::NativeStackProblem();
     if (!problem.empty()) LogWarn("%s", problem.c_str());
@@ -248,6 +262,7 @@ bool Runtime::Start() {
 void Runtime::AtForkChild() {
   // A forked child (a data-loader worker) has no watchdog thread: it becomes a pass-through.
   g_runtime_state.store(kDisabled, std::memory_order_release);
+  g_sites_box.store(nullptr, std::memory_order_release);  // the mapping is the parent's box
 }
 
 void Runtime::OnSignalEnding(void* arg) {
@@ -682,10 +697,24 @@ namespace ncclwatch {
 
 void Runtime::WriteBoxIdentity() { box_->SetIdentity(blackbox::IdentityJson(box_identity_)); }
 
+void Runtime::WriteBoxModules() {
+  box_modules_generation_ = stacks::ModulesGeneration();
+  std::vector<blackbox::BoxModule> modules;
+  for (const stacks::LoadedModule& m : stacks::LoadedModules())
+    modules.push_back({m.bias, m.lo, m.hi, m.own, m.build_id, m.path});
+  box_->SetModules(blackbox::ModulesText(modules));
+}
+
 void Runtime::TendBlackBox(uint64_t now) {
   if (!box_) return;
-  box_->Alive(static_cast<int64_t>(UnixNs()), static_cast<int64_t>(now));
+  box_->Alive(static_cast<int64_t>(UnixNs()), static_cast<int64_t>(now), static_cast<int64_t>(watchdog_->last_poll_ns()),
+              watchdog_->last_poll_recorded());
   threads_.NameCalls();
+  // dlopen, dlclose: checked once a second (the watchdog ticks every 0.1 ms at high rates).
+  if (now >= next_modules_check_ns_) {
+    next_modules_check_ns_ = now + 1000000000ull;
+    if (stacks::ModulesGeneration() != box_modules_generation_) WriteBoxModules();
+  }
   // Call sites interned since the last poll, resolved to text now: after a SIGKILL nobody can.
   const size_t count = stacks::CallsiteCount();
   while (box_sites_next_ < count) {

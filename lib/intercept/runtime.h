@@ -109,6 +109,7 @@ class Runtime {
   // Each poll: the black box's heartbeat, call names and newly interned call sites.
   void TendBlackBox(uint64_t now);
   void WriteBoxIdentity();
+  void WriteBoxModules();
   // The host's caretaker converts the black boxes of processes gone without a word.
   void CareForHost();
   // Ended communicators past a bound are forgotten (watchdog thread).
@@ -138,6 +139,8 @@ class Runtime {
   size_t box_sites_next_ = 0;  // call sites resolved into the black box so far (watchdog thread)
   int box_site_retries_ = 0;
   bool box_full_logged_ = false;
+  uint64_t box_modules_generation_ = 0;  // of the modules written into the black box
+  uint64_t next_modules_check_ns_ = 0;   // dl_iterate_phdr takes the loader lock: not every tick
   bool temporaries_swept_ = false;  // under dump_mu_
   int caretaker_fd_ = -1;      // flock held: this process is the host's caretaker (watchdog thread)
   bool caretaker_tried_ = false;

@@ -124,7 +124,18 @@ class PythonFrameCache {
   std::map<Location, PythonFrame> frames_;
 };
 
+std::atomic<NewCallsiteHook> g_new_callsite_hook{nullptr};
+
 }  // namespace
+
+void SetNewCallsiteHook(NewCallsiteHook hook) {
+  g_new_callsite_hook.store(hook, std::memory_order_release);
+  if (!hook) return;
+  detail::CallsiteKey key;
+  // A site interned while this runs may be passed twice: the hook writes the same thing again.
+  for (uint32_t id = 0; id < g_table.Size(); ++id)
+    if (g_table.Get(static_cast<int32_t>(id), &key)) hook(static_cast<int32_t>(id), key.ips, key.native_depth, key.python_depth);
+}
 
 __attribute__((noinline)) int32_t CaptureCallsite(int skip, int max_depth) {
   PrepareUnwinder();  // an atomic load once prepared
@@ -183,6 +194,9 @@ __attribute__((noinline)) int32_t CaptureCallsite(int skip, int max_depth) {
   const detail::CallsiteTable::InternResult result = g_table.Intern(key);
   // Under the GIL the code objects can be kept alive right away; otherwise at dump time (stacks.h).
   if (result.inserted && key.python_depth > 0 && gil_held) detail::RetainCodeObjects(key.py_code, key.python_depth);
+  if (result.inserted)
+    if (NewCallsiteHook hook = g_new_callsite_hook.load(std::memory_order_acquire))
+      hook(result.id, key.ips, key.native_depth, key.python_depth);
   if (paths && !known && detail::ShouldLearn(*paths)) {
     unw_context_t context;  // taken here: frame 0 of the path is this function
     unw_getcontext(&context);

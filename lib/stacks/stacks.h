@@ -74,6 +74,14 @@ void PrepareUnwinder();
 // lets libunwind map its per-thread trace cache.)
 int32_t CaptureCallsite(int skip, int max_depth);
 
+// Called once per new call site, on the thread that interned it (the hot path, once per
+// distinct call site): its raw return addresses (own frames included, innermost first) and how
+// many Python frames it has. For copying them where a dead process's host can read them (the
+// black box): no locks, allocation or I/O. Null: none.
+using NewCallsiteHook = void (*)(int32_t id, const uintptr_t* ips, int native_depth, int python_depth);
+// Sets the hook and calls it for every call site interned so far (not the hot path).
+void SetNewCallsiteHook(NewCallsiteHook hook);
+
 // Python frames in call sites on (the default) or off (NCCLWATCH_PYTHON=0), for the process.
 void SetPythonCallsites(bool enabled);
 // Why call sites get Python frames only where the caller holds the GIL (this CPython's frame
@@ -98,6 +106,16 @@ std::vector<uintptr_t> WithoutOwnFrames(const std::vector<uintptr_t>& ips);
 void MarkOwnThread();
 void UnmarkOwnThread();
 bool IsOwnThread(int tid);
+
+// ---- the loaded modules, for symbolizing after the process is gone (not the hot path) ----
+struct LoadedModule {
+  uintptr_t bias = 0, lo = 0, hi = 0;  // load bias; the range its PT_LOAD segments cover
+  bool own = false;                    // ncclwatch itself (SetOwnModule)
+  std::string build_id, path;          // path: the main program's own, not ""
+};
+std::vector<LoadedModule> LoadedModules();
+// Changes whenever a module is loaded or unloaded (cheap: one step of dl_iterate_phdr).
+uint64_t ModulesGeneration();
 
 // ---- dump time: normal thread context only, never a signal handler (they allocate, lock,
 // and may run Python code under the GIL) ----

@@ -6,6 +6,8 @@
 #include <link.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -171,6 +173,43 @@ NativeFrame Lookup(uintptr_t ip, bool interrupted) {
 }
 
 }  // namespace
+
+std::vector<LoadedModule> LoadedModules() {
+  std::vector<LoadedModule> out;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* arg) {
+        LoadedModule m;
+        m.bias = info->dlpi_addr;
+        m.lo = UINTPTR_MAX;
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& segment = info->dlpi_phdr[i];
+          if (segment.p_type != PT_LOAD) continue;
+          m.lo = std::min<uintptr_t>(m.lo, info->dlpi_addr + segment.p_vaddr);
+          m.hi = std::max<uintptr_t>(m.hi, info->dlpi_addr + segment.p_vaddr + segment.p_memsz);
+        }
+        if (m.hi == 0) return 0;
+        m.path = info->dlpi_name != nullptr && info->dlpi_name[0] ? info->dlpi_name : ExecutablePath();
+        if (m.path.empty() || m.path.compare(0, 5, "linux") == 0) return 0;  // the vDSO: no file
+        m.build_id = BuildIdOf(info);
+        static_cast<std::vector<LoadedModule>*>(arg)->push_back(std::move(m));
+        return 0;
+      },
+      &out);
+  for (LoadedModule& m : out) m.own = IsOwnFrame(m.lo + 1) || IsOwnFrame((m.lo + m.hi) / 2);
+  return out;
+}
+
+uint64_t ModulesGeneration() {
+  uint64_t generation = 0;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t size, void* arg) {
+        if (size >= offsetof(dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs)
+          *static_cast<uint64_t*>(arg) = info->dlpi_adds * 0x9e3779b97f4a7c15ull + info->dlpi_subs;
+        return 1;
+      },
+      &generation);
+  return generation;
+}
 
 NativeFrame Symbolize(uintptr_t ip, bool interrupted) {
   PrepareUnwinder();

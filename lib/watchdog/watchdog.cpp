@@ -152,6 +152,8 @@ size_t Watchdog::PollOnce(uint64_t now_ns) {
   std::vector<std::pair<InflightView, std::string>> stalls;
   std::vector<Recovery> recovered;
   size_t taken;
+  // Every operation recorded before this is drained now, or its call has not returned yet.
+  const uint64_t recorded = ring_->recorded();
   {
     std::lock_guard<std::mutex> lock(mu_);
     size_t before = recoveries_.size();
@@ -168,6 +170,8 @@ size_t Watchdog::PollOnce(uint64_t now_ns) {
     CheckHostBlocked(now_ns, &stalls);
     recovered.assign(recoveries_.begin() + before, recoveries_.end());
   }
+  last_poll_recorded_.store(recorded, std::memory_order_relaxed);
+  last_poll_ns_.store(now_ns, std::memory_order_release);
   // Callbacks write dumps, which read our state: never call them with the lock held.
   for (auto& r : recovered)
     if (callbacks_.on_recovery) callbacks_.on_recovery(r);

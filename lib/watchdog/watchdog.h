@@ -141,6 +141,11 @@ class Watchdog {
   bool CommsInUse(int lock_timeout_ms, std::vector<const CommInfo*>* out);
   bool OnWatchdogThread() const { return std::this_thread::get_id() == thread_id_.load(); }
   bool running() const { return running_.load(std::memory_order_acquire); }
+  // When the last poll looked at every operation it follows (0: none yet), and how many the
+  // ring had recorded when it began: the states of those operations are as of then (the black
+  // box says how fresh it is with them). Read on the watchdog thread, after a poll.
+  uint64_t last_poll_ns() const { return last_poll_ns_.load(std::memory_order_acquire); }
+  uint64_t last_poll_recorded() const { return last_poll_recorded_.load(std::memory_order_acquire); }
 
   // One poll step, exposed for unit tests (the thread calls it every poll interval). Returns
   // the number of operations it took off the queue.
@@ -189,6 +194,8 @@ class Watchdog {
   std::atomic<bool> wake_requested_{false};
   std::atomic<uint64_t> submit_wakes_{0};
   std::atomic<bool> running_{false};
+  std::atomic<uint64_t> last_poll_ns_{0};
+  std::atomic<uint64_t> last_poll_recorded_{0};
   int wake_fd_ = -1;
 };
 

@@ -29,7 +29,8 @@ CASES = {}
 # runs them alone.
 SERIAL = {"busy_rank_every_rank_dumps", "adaptive_deadline_within_15s", "stall_then_recovery", "slow_rank_named",
           "healthy_jitter_names_nobody", "slow_rank_below_a_hang", "run_reports_a_healthy_stop",
-          "recovered_stall_is_no_hang", "c_example_gives_its_promised_verdict", "early_dump_names_what_is_not_yet_due"}
+          "recovered_stall_is_no_hang", "c_example_gives_its_promised_verdict", "early_dump_names_what_is_not_yet_due",
+          "run_prints_no_live_verdict_after_recovery"}
 
 
 def case(fn):
@@ -107,7 +108,7 @@ def ring_entries(d):
     ring = d["ring"]
     if "entries" in ring:
         return ring["entries"]
-    states = ["pending_launch", "enqueued", "gpu_reached", "completed", "error", "captured", "unmonitored"]
+    states = ["pending_launch", "enqueued", "gpu_reached", "completed", "error", "captured", "unmonitored", "unknown"]
     at = {name: i for i, name in enumerate(ring["columns"])}
     slots, defined, enqueue, out = {}, 0, 0, []
     for row in ring["rows"]:
@@ -775,6 +776,40 @@ def run_wrapper():
         r = subprocess.run([nw, "run"] + bad + ["--", "touch", marker], env=base, capture_output=True, text=True)
         check(r.returncode == 2 and says in r.stderr and r.stderr.count("\n") == 1 and not os.path.exists(marker),
               f"{bad}: refused before starting, one line: {r.returncode} {r.stderr}")
+
+
+@case
+def run_prints_no_live_verdict_after_recovery():
+    # Ranks 0 and 2 stall (deadline 1 s) while rank 1 is busy 3 s, then recover. Nobody answers
+    # requests (peer polls a minute apart), so `ncclwatch run` reports the episode after its
+    # settling time, when the recoveries are in: no live verdict for a stall its own dumps show
+    # recovered. Then the same dumps, replayed into a run's directory as a loaded machine can
+    # bring them: both stalls, but only rank 0's recovery (the collective completed, so rank 2's
+    # stall is over too): still no live verdict. The end tells the stall either way.
+    nw = os.path.join(B, "bin", "ncclwatch")
+    tmp = temp_dir("ncclwatch-e2e-")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("NCCLWATCH_") and k != "LD_PRELOAD"}
+    base["NCCLWATCH_BLACKBOX_DIR"] = os.path.join(tmp, "boxes")
+    os.makedirs(base["NCCLWATCH_BLACKBOX_DIR"])
+
+    def run(dumps, command):
+        r = subprocess.run([nw, "run", "--dir", dumps, "--timeout", "1", "--set", "PEER_POLL_MS=60000", "--"] + command,
+                           env=base, cwd=tmp, capture_output=True, text=True, timeout=120)
+        check(r.returncode == 0, f"the job finished: {r.returncode}\n{(r.stdout + r.stderr)[-3000:]}")
+        check("while the job runs" not in r.stderr, f"no live verdict for a recovered stall:\n{(r.stdout + r.stderr)[-4000:]}")
+        final = r.stdout[r.stdout.rfind("ncclwatch analyze:"):]
+        check("stall_recovered" in final, f"the end tells the stall:\n{final[-3000:]}")
+    dumps = os.path.join(tmp, "d")
+    run(dumps, [os.path.join(B, "bin", "simlaunch"), "-n", "3", "--timeout", "60", "--",
+                os.path.join(B, "bin", "sim_workload"), "--iters", "10", "--busy-rank", "1", "--busy-at", "3",
+                "--busy-ms", "3000", "--linger-ms", "4000"])
+    names = sorted(os.path.basename(p) for p in glob.glob(os.path.join(dumps, "rank*.json")))
+    replay = [n for n in names if n.startswith("rank00000-") and n.endswith(("-stall.json", "-recovery.json"))] + \
+        [n for n in names if n.startswith("rank00002-") and n.endswith("-stall.json")]
+    check(len(replay) == 3, f"rank 0's stall and recovery, rank 2's stall: {names}")
+    again = os.path.join(tmp, "again")
+    os.makedirs(again)
+    run(again, ["sh", "-c", 'sleep 1; cp "$@" ' + again + '/; sleep 8', "sh"] + [os.path.join(dumps, n) for n in replay])
 
 
 @case
@@ -1509,6 +1544,74 @@ def last_words_sigkill_inside_nccl():
     check("ended without a word" in text and "dmesg" in text, f"the report says how and what to check:\n{text[:2500]}")
 
 
+# What a stale black box cannot know is never said as fact: a rank's GPU work that its watchdog
+# did not see finish is "unknown", or "not finished at its black box's last update", never "its
+# GPU has not finished".
+UNQUALIFIED = re.compile(r"its GPU (has not finished|has not reached|is inside) ")
+
+
+def check_box_mirrors(d, calls):
+    """A postmortem dump of a rank that synchronized its stream after each of `calls` operations
+    and was then killed: every operation is completed, or in the state its watchdog last saw
+    (before `states_as_of_mono_ns`), or unknown; and each has its call site's native frames."""
+    s = d["summary"]
+    as_of = s.get("states_as_of_mono_ns")
+    check(isinstance(as_of, int) and as_of >= 0, f"how fresh the box is: {as_of}")
+    ops = sorted(ring_entries(d), key=lambda o: o["enqueue_ns"])
+    check(len(ops) == calls and all(o["enqueue_ns"] > 0 for o in ops), f"{calls} operations with their issue times: {ops}")
+    check(s["time_mono_ns"] >= ops[-1]["enqueue_ns"], f"as of its last sign of life: {s['time_mono_ns']} < {ops[-1]}")
+    for i, o in enumerate(ops):
+        later = ops[i + 1]["enqueue_ns"] if i + 1 < len(ops) else None
+        if later is not None and as_of and later < as_of:
+            # Finished before the next was issued (the stream was synchronized), seen by a poll.
+            check(o["state"] == "completed", f"#{o['seq']} finished before {as_of}: {o}")
+        if o["state"] == "completed":
+            check(o["enqueue_ns"] < o["gpu_reached_ns"] <= o["completed_ns"] <= s["time_mono_ns"],
+                  f"#{o['seq']}: the times its watchdog discovered it reached and completed: {o}")
+        elif o["state"] in ("enqueued", "gpu_reached"):
+            check(0 < as_of and o["enqueue_ns"] <= as_of, f"#{o['seq']} {o['state']} as its watchdog saw it at {as_of}: {o}")
+        else:
+            check(o["state"] == "unknown", f"#{o['seq']}: completed, seen, or unknown: {o}")
+    sites = {c["id"]: c for c in d["callsites"]}
+    for o in ops:
+        frames = sites.get(o["callsite"], {}).get("frames", [])
+        check(frames and d["modules"][frames[0]["module"]]["path"], f"#{o['seq']}'s call site has frames: {sites}")
+    return ops, sites
+
+
+def check_no_stale_fact(where, ops):
+    check(not UNQUALIFIED.search(where), f"a stale box's states said as fact: {where}")
+    if any(o["state"] == "unknown" for o in ops) or not ops:
+        check("unknown" in where or "black box is as of" in where, f"how fresh its box is: {where}")
+
+
+def killed_after(calls):
+    j = job(3, ["--iters", "40", "--jitter-ms", "40", "--seed", "5", "--exit-rank", "1", "--exit-at", str(calls),
+                "--kill-self"], env={"NCCLWATCH_TIMEOUT": "2"}, timeout=9)
+    ops, sites = check_box_mirrors(j.first(1, "postmortem"), calls)
+    for o in ops:
+        frames = sites[o["callsite"]]["frames"]
+        check(any(f.get("symbol", "").startswith("main") for f in frames), f"#{o['seq']}: named down to main: {frames}")
+    v, where, text = postmortem_where(j, 1)
+    check_no_stale_fact(where["where"], ops)
+    check(where["callsite_op"].startswith(f"AllReduce #{calls}") and where["callsite"], f"its last call site: {where}")
+
+
+@case
+def last_words_killed_after_first_call():
+    # SIGKILLed right after its first all-reduce (synchronized): milliseconds into the job,
+    # before its watchdog's first poll. Its call site's frames come from the raw addresses in its
+    # black box; what its GPU did is unknown, not "has not finished #1".
+    killed_after(1)
+
+
+@case
+def last_words_killed_after_tenth_call():
+    # The same after its tenth: the operations its watchdog saw finish are completed in the box,
+    # with the times it saw them; the rest are in the state it last saw, or unknown.
+    killed_after(10)
+
+
 @case
 def last_words_sigkill_outside_nccl():
     # Rank 2 stops outside NCCL after #20 (a save); the others stall in #21 and dump; then it is
@@ -1653,6 +1756,22 @@ def last_words_pipeline_stage_leaves():
 
 
 @case
+def ended_rank_owing_nothing_is_not_blamed():
+    # Stage 0 sends its last microbatch (to stage 1, and straight to the last stage in one group)
+    # and exits with status 0; stage 2 stops; stage 1 and stage 3 wait, stage 3 in a group that
+    # also holds its (matched) receive from stage 0. Stage 0's counts toward its peers match what
+    # they issued toward it: it owes nothing, and no verdict names it. Stage 2 is named.
+    j = job(4, ["--microbatches", "4", "--stop-rank", "2", "--stop-at", "3", "--skip"], program="sim_pipeline",
+            env={"NCCLWATCH_TIMEOUT": "2"}, timeout=8)
+    check(j.first(0, "exit")["summary"]["exit_status"] == 0, "stage 0 left an exit record")
+    rc, report, text = analyze(j)
+    verdicts = report["verdicts"]
+    check(verdicts and verdicts[0]["culprit_ranks"] == [2], f"stage 2 is named first:\n{json.dumps(verdicts)[:2000]}")
+    blamed = [v for v in verdicts if 0 in v["culprit_ranks"]]
+    check(not blamed, f"stage 0, which owed nothing, is never named: {json.dumps(blamed)[:1500]}")
+
+
+@case
 def last_words_whole_job_killed_then_next_job():
     # Every rank of a job is SIGKILLed: nobody is left on the host to read their black boxes.
     # The next job's caretaker on the host converts them into the first job's dump directory and
@@ -1680,6 +1799,34 @@ def last_words_whole_job_killed_then_next_job():
           f"the first job's ranks each have a postmortem dump: {[first.reasons(r) for r in range(3)]}")
     left = [f for f in files_in(boxes_dir) + files_in(relay_dir) if "caretaker" not in f]
     check(not left, f"nothing left on the host: {left}")
+
+
+@case
+def hung_job_killed_then_next_job_leaves_nothing():
+    # A job hangs (rank 1 stops; the others stall, dump and relay the job-wide request), then
+    # every rank is SIGKILLed, and one healthy job runs on the host right after: the black box and
+    # relay directories are empty afterwards (nothing of the hung job, nothing of the healthy one).
+    shared = temp_dir("ncclwatch-e2e-host-")
+    boxes_dir, relay_dir = os.path.join(shared, "boxes"), os.path.join(shared, "relay")
+    os.makedirs(boxes_dir)
+    os.makedirs(relay_dir)
+    host = {"NCCLWATCH_BLACKBOX_DIR": boxes_dir, "NCCLWATCH_RELAY_DIR": relay_dir, "NCCLWATCH_TIMEOUT": "2"}
+
+    def kill_when_hung(p):
+        pids = wait_for_ranks(p, 3)
+        dumps = os.path.join(os.path.realpath(f"/proc/{p.pid}/cwd"), "dumps")
+        wait_for(lambda: len(glob.glob(os.path.join(dumps, "rank*-peer_request.json"))) >= 1, "the hung job's dumps")
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+    first = job(3, ["--iters", "100", "--busy-rank", "1", "--busy-at", "5", "--busy-ms", "-1"], env=host, timeout=20,
+                after_start=kill_when_hung)
+    check(files_in(relay_dir), "the hung job left relay files behind")
+    second = job(2, ["--iters", "5", "--linger-ms", "1500"], env=host, timeout=15)
+    check(second.rc == 0, f"the second job ran: {second.err[-1500:]}")
+    left = [f for f in files_in(boxes_dir) + files_in(relay_dir) if "caretaker" not in f]
+    check(not left, f"nothing left on the host: {left}")
+    check(all("postmortem" in first.reasons(r) for r in range(3)),
+          f"the hung job's ranks were converted: {[first.reasons(r) for r in range(3)]}")
 
 
 @case

@@ -10,6 +10,7 @@
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -63,6 +64,43 @@ check(top.get("file", "").endswith("sim_job.py") and top.get("line") == call_lin
 check("ended without a word" in s.get("where", "") and "last seen outside NCCL" in s.get("where", ""),
       f"SIGKILL: how it ended and where it was ({s.get('where')})")
 check(not [f for f in os.listdir(boxes) if "ncclwatch-box-" in f], f"SIGKILL: no black box left ({os.listdir(boxes)})")
+
+# SIGKILLed right after its first step and after its tenth (milliseconds after the call, before
+# its watchdog may have polled): every operation is completed, in the state its watchdog last saw,
+# or unknown; every call site has native frames (symbolized by the caretaker from raw addresses)
+# and, once a poll named them, its Python line; the analysis says nothing a stale box cannot know.
+UNQUALIFIED = re.compile(r"its GPU (has not finished|has not reached|is inside) ")
+for steps in (1, 10):
+    what = f"killed after step {steps}"
+    tmp_report, reasons, err, boxes = run_job({"DIE_RANK": "1", "DIE_STEP": str(steps), "DIE_NOW": "1"})
+    dumps = [json.load(open(f)) for f in glob.glob(os.path.join(os.path.dirname(boxes), "dumps", "rank00001-*-postmortem.json"))]
+    check(len(dumps) == 1, f"{what}: one postmortem dump ({reasons}); launcher:\n{err[-2000:]}")
+    if not dumps:
+        continue
+    d = dumps[0]
+    s = d["summary"]
+    as_of = s.get("states_as_of_mono_ns", -1)
+    ops = [row for row in d["ring"]["rows"] if isinstance(row, list)]
+    check(len(ops) == steps, f"{what}: {steps} operations in its ring ({len(ops)})")
+    states = ["pending_launch", "enqueued", "gpu_reached", "completed", "error", "captured", "unmonitored", "unknown"]
+    columns = d["ring"]["columns"]
+    enqueue = 0
+    cell = lambda row, name: row[columns.index(name)] if columns.index(name) < len(row) else 0  # noqa: E731
+    for row in ops:
+        enqueue += cell(row, "enqueue_ns")
+        state = states[cell(row, "state")]
+        check(state in ("completed", "unknown") or (state in ("enqueued", "gpu_reached") and 0 < as_of and enqueue <= as_of),
+              f"{what}: completed, as last seen, or unknown ({state}, issued {enqueue}, box as of {as_of})")
+        check(enqueue <= s["time_mono_ns"], f"{what}: the dump is as of its last sign of life")
+    sites = d["callsites"]
+    check(sites and all(c["frames"] for c in sites), f"{what}: its call sites have native frames ({sites})")
+    for c in sites:
+        py = [f for f in c.get("python", []) if f.get("file", "").endswith("sim_job.py")]
+        check(not py or py[0]["line"] == call_line, f"{what}: a Python line, when named, is the call's ({py})")
+    v = tmp_report["verdicts"][0] if tmp_report["verdicts"] else {}
+    where = v.get("culprit_stacks", {}).get("1", {}).get("where", "")
+    check(v.get("cause") == "rank_dead" and not UNQUALIFIED.search(where),
+          f"{what}: rank 1 dead, nothing said as fact that its box cannot know ({v.get('cause')}: {where})")
 
 # multiprocessing's fork context: rank 1's child leaves early through os._exit.
 report, reasons, err, boxes = run_job({"FORK": "1", "EXIT_RANK": "1", "EXIT_STEP": "5"})

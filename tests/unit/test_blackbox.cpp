@@ -101,7 +101,7 @@ pid_t RecordingChild(const std::string& boxes, const std::string& dumps, Ending 
       threads.NameCalls();
     }
   }
-  box->Alive(1'700'000'000'000'000'000, 5'000'000'000);
+  box->Alive(1'700'000'000'000'000'000, 5'000'000'000, 4'900'000'000, 0);
   if (how == Ending::kAfterItsOwnDump) box->FinalDumpWritten(4'999'000'000);
   if (how == Ending::kNormalExit) box->Remove();
   _exit(0);  // the lock goes with the process; the file stays unless removed
@@ -233,17 +233,28 @@ TEST_CASE("caretaker: leftovers of dead processes go, what a live process watche
   age(live_lock, 120);
   int held = open(live_lock.c_str(), O_RDWR);
   REQUIRE(held >= 0);
+  // A process creating its black box right now (its hidden box locked): it may be about to open
+  // a relay, so young relay files stay while it lives.
+  const std::string starting = boxes.Write("." + blackbox::BoxFileName(getuid(), 99997, "02"), "");
+  age(starting, 120);
+  int starting_fd = open(starting.c_str(), O_RDWR);
+  REQUIRE(starting_fd >= 0);
   int ready[2], release[2];
   REQUIRE(pipe(ready) == 0);
   REQUIRE(pipe(release) == 0);
   pid_t watcher = fork();
   if (watcher == 0) {
-    char b = flock(held, LOCK_EX | LOCK_NB) == 0 ? 1 : 0;
+    struct flock box_lock{};
+    box_lock.l_type = F_WRLCK;
+    box_lock.l_whence = SEEK_SET;
+    box_lock.l_len = 1;
+    char b = flock(held, LOCK_EX | LOCK_NB) == 0 && fcntl(starting_fd, F_SETLK, &box_lock) == 0 ? 1 : 0;
     if (write(ready[1], &b, 1) != 1) _exit(1);
     if (read(release[0], &b, 1) != 1) _exit(1);
     _exit(0);
   }
   close(held);
+  close(starting_fd);
   char b = 0;
   REQUIRE(read(ready[0], &b, 1) == 1);
   REQUIRE(b == 1);
@@ -256,9 +267,14 @@ TEST_CASE("caretaker: leftovers of dead processes go, what a live process watche
   CHECK(pass.removed_leftovers == 4);
   CHECK(Listing(relay.path()) == std::vector<std::string>{"ncclwatch-relay-" + uid + "-00000000000000bb.lock",
                                                           "ncclwatch-relay-" + uid + "-00000000000000cc.lock"});
-  CHECK(Listing(boxes.path()).empty());
+  CHECK(Listing(boxes.path()) == std::vector<std::string>{"." + blackbox::BoxFileName(getuid(), 99997, "02")});
   REQUIRE(write(release[1], &b, 1) == 1);
   Reap(watcher);
+  // Nobody is starting any more: the young relay goes too, with the watcher's and the box.
+  pass = blackbox::ConvertDeadBoxes(boxes.path(), relay.path());
+  CHECK(pass.removed_leftovers == 3);
+  CHECK(Listing(relay.path()).empty());
+  CHECK(Listing(boxes.path()).empty());
 }
 
 TEST_CASE("how a process without a word ended: the kernel's OOM-killer line for its pid") {

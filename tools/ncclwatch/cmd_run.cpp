@@ -373,6 +373,7 @@ class LiveWatch {
     }
     if (key == last_key_) return false;  // the same story: no second copy
     if (!at_end && !report.Hang()) return false;  // while running, only hangs are news
+    if (!at_end && StallsAllRecovered(set)) return false;  // over before it could be told: the end tells it
     const bool corrects = !last_key_.empty() && printed_files_ > 0;
     last_key_ = key;
     printed_files_ = files_;
@@ -387,6 +388,19 @@ class LiveWatch {
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
     return true;
+  }
+
+  // Every stall this run's dumps show has a later record of its completion (a loaded machine
+  // can bring the recovery in before the episode's last dumps): no hang to tell while it runs.
+  bool StallsAllRecovered(const analysis::DumpSet& set) const {
+    int stalls = 0;
+    for (const auto* list : {&set.dumps(), &set.history()})
+      for (const auto& d : *list) {
+        if (before_.count(d.file_name) || d.summary.reason != trace::DumpReasonName(trace::DumpReason::Stall)) continue;
+        if (!set.StallOver(d)) return false;
+        ++stalls;
+      }
+    return stalls > 0;
   }
 
   // One line on what was watched, so that a healthy run shows it was (and a job whose NCCL was

@@ -485,6 +485,15 @@ bool DumpSet::StallRecovered(const Dump& d) const {
          CompletedLater(d, d.summary.stalled->comm, d.summary.stalled->seq);
 }
 
+bool DumpSet::StallOver(const Dump& d) const {
+  if (StallRecovered(d)) return true;
+  if (!IsReason(d, trace::DumpReason::Stall) || !d.summary.stalled || d.summary.stalled->seq <= 0) return false;
+  for (const auto* list : {&dumps_, &history_})
+    for (const Dump& other : *list)
+      if (CompletedIn(other, d.summary.stalled->comm, d.summary.stalled->seq)) return true;
+  return false;
+}
+
 bool DumpSet::RequestFromRecoveredStall(const trace::Trigger& t) const {
   if (t.reason != trace::DumpReasonName(trace::DumpReason::Stall)) return false;
   size_t stalls = 0;

@@ -145,6 +145,9 @@ class DumpSet {
   bool CompletedLater(const Dump& d, const std::string& comm, int64_t seq) const;
   // A stall dump whose stalled operation completed later: the stall recovered.
   bool StallRecovered(const Dump& d) const;
+  // The same, or for a collective, any member's dump shows it completed (a collective
+  // completes only once every member is in it: the job went on).
+  bool StallOver(const Dump& d) const;
   // Whether every stall of the process that sent a request (trigger of a peer_request dump)
   // recovered: its answers then show a moment of a job that went on, not a hang.
   bool RequestFromRecoveredStall(const trace::Trigger& t) const;

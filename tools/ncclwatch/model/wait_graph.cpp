@@ -10,7 +10,8 @@ namespace analysis {
 using trace::OpState;
 
 bool StateUnknownToGpu(const trace::Op& op) {
-  return !op.state.known || op.state.Is(OpState::Unmonitored) || op.state.Is(OpState::Captured);
+  return !op.state.known || op.state.Is(OpState::Unmonitored) || op.state.Is(OpState::Captured) ||
+         op.state.Is(OpState::Unknown);
 }
 
 bool NotStarted(const trace::Op& op) {
@@ -224,6 +225,11 @@ void WaitGraph::BuildCollectiveUnit(int ci) {
   u.comm = ci;
   u.seq = s;
   std::map<Signature, std::vector<int>> by_signature;  // -> global ranks
+  bool someone_completed = false;  // then it completed everywhere: a collective ends together
+  for (int r = 0; r < c.size; ++r) {
+    const trace::CommSummary* cs = StateOf(DumpOfMember(c, r), ci);
+    someone_completed = someone_completed || (cs && cs->last_completed >= s);
+  }
   for (int r = 0; r < c.size; ++r) {
     int d = DumpOfMember(c, r);
     const trace::CommSummary* cs = StateOf(d, ci);
@@ -232,6 +238,9 @@ void WaitGraph::BuildCollectiveUnit(int ci) {
     b.global = c.global[r];
     b.dump = d;
     if (cs && cs->last_completed >= s) continue;  // a member that completed it (see BlockedSeq)
+    // One that ended after issuing it owes nothing if it completed anywhere (its own record
+    // may predate its watchdog's last look).
+    if (cs && d >= 0 && KindFromDump(d) != BlockKind::kGpuLag && cs->last_enqueued >= s && someone_completed) continue;
     if (KindFromDump(d) != BlockKind::kGpuLag) {
       b.kind = KindFromDump(d);
       u.blockers.push_back(b);
@@ -332,6 +341,12 @@ void WaitGraph::BuildP2pUnits() {
       u.dst = dst;
       u.seq = op.p2p_seq;
       u.op = &op;
+      // A side that ended owing nothing did its part: the transfer happened, and whoever still
+      // shows it in flight waits on something else (the rest of its group).
+      const int src_dump = DumpOfMember(comms_[u.comm], src), dst_dump = DumpOfMember(comms_[u.comm], dst);
+      if ((src_dump >= 0 && KindFromDump(src_dump) != BlockKind::kGpuLag && EndedOwingNothing(u, src_dump, src, true)) ||
+          (dst_dump >= 0 && KindFromDump(dst_dump) != BlockKind::kGpuLag && EndedOwingNothing(u, dst_dump, dst, false)))
+        continue;
       AddP2pSide(&u, src, true);
       AddP2pSide(&u, dst, false);
       if (u.waiting.empty() && u.blockers.empty()) continue;  // both sides done
@@ -376,6 +391,22 @@ void WaitGraph::AddP2pSide(Unit* u, int comm_rank, bool send) {
   if (issued >= u->seq) return;  // issued and no longer in flight: completed
   b.kind = BlockKind::kHostMissing;
   u->blockers.push_back(b);
+}
+
+bool WaitGraph::EndedOwingNothing(const Unit& u, int dump, int comm_rank, bool send) const {
+  const CommIndex& c = comms_[u.comm];
+  const int other = send ? u.dst : u.src;
+  const trace::CommSummary* cs = StateOf(dump, u.comm);
+  const trace::P2pCounters* pc = cs ? cs->P2pWith(other) : nullptr;
+  if (!pc) return false;
+  if ((send ? pc->send_completed : pc->recv_completed) >= u.seq) return true;
+  if ((send ? pc->send_enqueued : pc->recv_enqueued) < u.seq) return false;
+  // Issued, not seen completed (its record may predate its watchdog's last look): the peer's
+  // side of the same transfer completed, so it happened.
+  const int peer_dump = DumpOfMember(c, other);
+  const trace::CommSummary* ps = StateOf(peer_dump, u.comm);
+  const trace::P2pCounters* pp = ps ? ps->P2pWith(comm_rank) : nullptr;
+  return pp && (send ? pp->recv_completed : pp->send_completed) >= u.seq;
 }
 
 int WaitGraph::UnitOfOp(int dump, const trace::Op& op) const {

@@ -166,6 +166,9 @@ class WaitGraph {
   // from whichever side recorded it.
   void BuildP2pUnits();
   void AddP2pSide(Unit* u, int comm_rank, bool send);
+  // A rank that ended (exited, died) owes nothing to a transfer it completed, or issued while
+  // its peer completed its side: its counts toward the peer say so, whatever its op list says.
+  bool EndedOwingNothing(const Unit& u, int dump, int comm_rank, bool send) const;
   int UnitOfOp(int dump, const trace::Op& op) const;
   // A collective of this rank that the other members completed a while ago: its own GPU (or
   // work queued around the operation on its stream) holds it.

@@ -395,6 +395,10 @@ std::string PositionText(const CulpritPosition& p) {
       if (p.in_nccl_known)
         where += p.was_inside_nccl ? "; last seen inside " + p.function + " (tid " + std::to_string(p.tid) + ")"
                                    : "; last seen outside NCCL";
+      if (p.states_never)
+        where += "; its watchdog never polled: what its GPU did is unknown";
+      else if (p.box_age_s >= 0)
+        where += "; its black box is as of " + FormatSeconds(p.box_age_s) + " before its last sign of life";
       break;
     case State::NcclError: where = "NCCL error: " + (p.detail.empty() ? std::string("an NCCL call failed") : p.detail); break;
     case State::Exited:
@@ -408,14 +412,29 @@ std::string PositionText(const CulpritPosition& p) {
     case State::Count: break;
   }
   const std::string seq = "#" + std::to_string(p.comm_seq);
-  const std::string age = p.issued_age_s >= 0 ? " (issued " + FormatSeconds(p.issued_age_s) + " ago)" : "";
+  const std::string age = p.issued_age_s < 0 ? std::string()
+                          : " (issued " + FormatSeconds(p.issued_age_s) +
+                                (p.box_age_s >= 0 || p.states_never ? " before its last sign of life)" : " ago)");
   switch (p.comm_state) {
     case CommPosition::Unknown: break;
     case CommPosition::NotCreated: where += "; it has not created this communicator"; break;
-    case CommPosition::GpuBehind: where += "; its GPU has not finished " + seq + ", which the others completed"; break;
+    case CommPosition::GpuBehind:
+      where += (p.box_age_s >= 0 ? "; its GPU had not finished " + seq + " at its black box's last update"
+                                 : "; its GPU has not finished " + seq) +
+               ", which the others completed";
+      break;
+    case CommPosition::GpuUnknown:
+      where += "; whether its GPU finished " + seq + " is unknown (issued after its black box's last update)";
+      break;
     case CommPosition::NotCalled: where += "; last call on this communicator " + seq; break;
-    case CommPosition::GpuNotReached: where += "; its GPU has not reached " + seq + age; break;
-    case CommPosition::GpuInside: where += "; its GPU is inside " + seq + age; break;
+    case CommPosition::GpuNotReached:
+      where += (p.box_age_s >= 0 ? "; its GPU had not reached " + seq + " at its black box's last update"
+                                 : "; its GPU has not reached " + seq) + age;
+      break;
+    case CommPosition::GpuInside:
+      where += (p.box_age_s >= 0 ? "; its GPU was inside " + seq + " at its black box's last update"
+                                 : "; its GPU is inside " + seq) + age;
+      break;
     case CommPosition::Count: break;
   }
   if (!p.then.empty()) {

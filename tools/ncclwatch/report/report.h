@@ -46,6 +46,11 @@ struct CulpritPosition {
   // NoDump: it did not answer the newest job-wide request; its latest dump (not used) is this
   // much older. -1: not that.
   double unanswered_behind_s = -1;
+  // Killed, from a black box: how old its op states were at its last sign of life (-1: not a
+  // black box's; the states of a dump it wrote itself are as of the dump); `states_never`: its
+  // watchdog never polled, so no op state in it is known.
+  double box_age_s = -1;
+  bool states_never = false;
 };
 
 // Why a culprit's evidence has no stacks, or what its dump says about a missing one.

@@ -47,7 +47,8 @@ NCCLWATCH_DEFINE_VOCABULARY(CulpritState, kCulpritStateNames, CulpritStateName, 
   X(GpuBehind, "gpu_behind")            /* its GPU has not finished seq, which others did */  \
   X(NotCalled, "not_called")            /* its last call is seq, before the blocked one */    \
   X(GpuNotReached, "gpu_not_reached")   /* it called the blocked op; its GPU is not in it */  \
-  X(GpuInside, "gpu_inside")            /* its GPU is inside the blocked op */
+  X(GpuInside, "gpu_inside")            /* its GPU is inside the blocked op */                \
+  X(GpuUnknown, "gpu_unknown")          /* seq was issued after its black box's last update */
 
 NCCLWATCH_DEFINE_VOCABULARY(CommPosition, kCommPositionNames, CommPositionName, ParseCommPosition,
                             NCCLWATCH_FOR_EACH_COMM_POSITION)

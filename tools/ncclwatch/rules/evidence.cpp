@@ -124,6 +124,9 @@ CulpritPosition Evidence::PositionOf(const Unit* u, int dump) const {
                                             std::to_string(d.gone_gap_s) + " s older"
                                       : s.detail;
     if (d.gone_before_teardown) return p;  // its last dump says what it did long before it went
+    if (s.states_as_of_mono_ns == 0) p.states_never = true;
+    else if (s.states_as_of_mono_ns > 0)
+      p.box_age_s = std::max<int64_t>(0, s.time_mono_ns - s.states_as_of_mono_ns) / 1e9;
     p.in_nccl_known = true;
     p.was_inside_nccl = !s.in_nccl.empty();
     if (p.was_inside_nccl) {
@@ -147,20 +150,32 @@ CulpritPosition Evidence::PositionOf(const Unit* u, int dump) const {
     p.since_s = t.since_s;
     p.tid = t.tid;
   }
+  // A black box's states are as of its watchdog's last poll: what its GPU did with an operation
+  // issued after it is unknown, never "not finished".
+  const bool from_box = s.states_as_of_mono_ns >= 0;
+  auto unknown_to_box = [&](int64_t seq) {
+    if (!from_box) return false;
+    if (p.states_never) return true;
+    const std::string& comm = g_.comms()[u->comm].id;
+    int oi = g_.FindInFlight(dump, comm, seq);
+    return oi < 0 || s.in_flight[oi].state.Is(trace::OpState::Unknown);
+  };
   if (u && !u->p2p) {
     const trace::CommSummary* cs = g_.StateOf(dump, u->comm);
     if (!cs) {
       p.comm_state = Position::NotCreated;
     } else if (cs->last_enqueued < u->seq && cs->last_completed < cs->last_enqueued) {
-      p.comm_state = Position::GpuBehind;
       p.comm_seq = cs->last_completed + 1;
+      p.comm_state = unknown_to_box(p.comm_seq) ? Position::GpuUnknown : Position::GpuBehind;
     } else if (cs->last_enqueued < u->seq) {
       p.comm_state = Position::NotCalled;
       p.comm_seq = cs->last_enqueued;
     } else {
       int oi = g_.FindInFlight(dump, g_.comms()[u->comm].id, u->seq);
       if (oi >= 0 && s.in_flight[oi].age_s >= 0) p.issued_age_s = s.in_flight[oi].age_s;
-      p.comm_state = cs->last_gpu_reached >= u->seq ? Position::GpuInside : Position::GpuNotReached;
+      p.comm_state = cs->last_gpu_reached >= u->seq ? Position::GpuInside
+                     : unknown_to_box(u->seq)          ? Position::GpuUnknown
+                                                       : Position::GpuNotReached;
       p.comm_seq = u->seq;
     }
   }

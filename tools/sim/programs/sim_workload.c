@@ -63,6 +63,8 @@ static const char kUsage[] =
     "                            with status 0 (uneven inputs); the others wait\n"
     "  --quick-exit              with --exit-rank: leave through _exit(0), as a multiprocessing\n"
     "                            child or os._exit does (no exit() handlers)\n"
+    "  --kill-self               with --exit-rank: SIGKILL itself instead (the OOM killer's way),\n"
+    "                            right after synchronizing the last iteration's work\n"
     "  --fork                    the rank forks at start; the child runs the job (and leaves\n"
     "                            through _exit with --exit-rank), the parent waits and exits with\n"
     "                            its status (ranks started by fork, as Python's multiprocessing\n"
@@ -106,7 +108,7 @@ struct Options {
   int mismatch_rank, mismatch_at;
   int p2p_deadlock, cross_comm_deadlock, deadlock_at;
   int graph, nonblocking, abort_after_ms, exit_in_flight, sigterm_handler, get_version_only;
-  int exit_rank, exit_at, no_init_rank, abort_signal, graph_then_loop, quick_exit, fork_rank;
+  int exit_rank, exit_at, no_init_rank, abort_signal, graph_then_loop, quick_exit, fork_rank, kill_self;
   const char* busy_after;
 };
 
@@ -328,7 +330,7 @@ static void parse(int argc, char** argv) {
     FLAG_OPT("--exit-in-flight", exit_in_flight) FLAG_OPT("--sigterm-handler", sigterm_handler)
     FLAG_OPT("--get-version-only", get_version_only) INT_OPT("--exit-rank", exit_rank)
     INT_OPT("--exit-at", exit_at) INT_OPT("--no-init-rank", no_init_rank) FLAG_OPT("--abort-signal", abort_signal)
-    FLAG_OPT("--graph-then-loop", graph_then_loop) FLAG_OPT("--quick-exit", quick_exit) FLAG_OPT("--fork", fork_rank) INT_OPT("--straggler-rank", straggler_rank)
+    FLAG_OPT("--graph-then-loop", graph_then_loop) FLAG_OPT("--quick-exit", quick_exit) FLAG_OPT("--kill-self", kill_self) FLAG_OPT("--fork", fork_rank) INT_OPT("--straggler-rank", straggler_rank)
     INT_OPT("--straggler-ms", straggler_ms) INT_OPT("--straggler-max-ms", straggler_max_ms)
     INT_OPT("--jitter-ms", jitter_ms) INT_OPT("--seed", seed) FLAG_OPT("--cpu-wait", cpu_wait)
     else {
@@ -474,6 +476,7 @@ int main(int argc, char** argv) {
     for (it = 0; it < opt.iters; ++it) {
       if (g_rank == opt.exit_rank && it == opt.exit_at) {
         sync_stream(stream);
+        if (opt.kill_self) raise(SIGKILL);
         printf("ok (left before iteration %d)\n", it);
         fflush(stdout);
         if (opt.quick_exit || opt.fork_rank) _exit(0);
