@@ -260,6 +260,9 @@ constexpr const char* kStartUnixNs = "start_unix_ns";
 constexpr const char* kExitStatus = "exit_status";
 constexpr const char* kFailed = "failed";
 constexpr const char* kErrorResult = "error_result";
+constexpr const char* kException = "exception";  // {type, message, file, line, function}
+constexpr const char* kType = "type";
+constexpr const char* kMessage = "message";
 // communicator (summary.comms[] and communicators[])
 constexpr const char* kId = "id";
 constexpr const char* kSize = "size";

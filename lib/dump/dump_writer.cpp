@@ -73,6 +73,7 @@ trace::Summary SummaryOf(const DumpInput& in) {
   s.start_unix_ns = static_cast<int64_t>(in.identity.start_unix_ns);
   s.exit_status = in.exit_status;
   s.error_result = in.error_result;
+  s.exception = in.exception;
   if (in.failed) s.failed = OpRecordOf(*in.failed);
   return s;
 }

@@ -46,6 +46,7 @@ struct DumpInput {
   std::optional<OpSnapshot> failed;  // reason nccl_error: the call that returned the error
   int exit_status = -1;              // reason exit / exit_in_flight
   int error_result = 0;              // reasons nccl_error, async_error: the ncclResult_t
+  std::optional<trace::UncaughtException> exception;  // reason exit: the Python exception it ended with
   std::vector<Recovery> recoveries;
   // Full detail (absent from light dumps).
   bool light = false;

@@ -668,6 +668,10 @@ Summary SummaryFromJson(const json& j) {
   s.exit_status = GetInt(j, key::kExitStatus, -1);
   if (const json* f = Find(j, key::kFailed); f && f->is_object()) s.failed = OpFromJson(*f);
   s.error_result = GetInt(j, key::kErrorResult, 0);
+  if (const json* e = Find(j, key::kException); e && e->is_object())
+    s.exception = UncaughtException{GetString(*e, key::kType), GetString(*e, key::kMessage),
+                                    GetString(*e, key::kFile), GetInt(*e, key::kLine, 0),
+                                    GetString(*e, key::kFunction)};
   return s;
 }
 

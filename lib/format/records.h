@@ -132,6 +132,18 @@ struct Trigger {
   NCCLWATCH_RECORD_EQUALITY(Trigger)
 };
 
+// The uncaught Python exception a process ended with (reason exit): the interpreter's own last
+// exception, read at its exit.
+struct UncaughtException {
+  std::string type;      // qualified class name ("ValueError", "mypkg.DataError")
+  std::string message;   // str() of it, cut to 512 bytes
+  std::string file;      // innermost frame of its traceback: where it was raised
+  int64_t line = 0;
+  std::string function;
+  auto Tie() const { return std::tie(type, message, file, line, function); }
+  NCCLWATCH_RECORD_EQUALITY(UncaughtException)
+};
+
 struct Summary {
   int rank = kUnknownRank;
   int local_rank = kUnknownRank;
@@ -162,6 +174,8 @@ struct Summary {
   // Reasons nccl_error, async_error: the ncclResult_t reported, whichever call it came from
   // (a group end, a communicator's creation or split have no `failed` operation); 0 absent.
   int64_t error_result = 0;
+  // Reason exit: the uncaught Python exception the process ended with, if any.
+  std::optional<UncaughtException> exception;
 
   const CommSummary* Comm(const std::string& id) const {
     for (const auto& c : comms)
@@ -172,7 +186,7 @@ struct Summary {
     return std::tie(rank, local_rank, world_size, host, pid, dump_seq, reason, detail, trigger, time_unix_ns,
                     time_mono_ns, start_mono_ns, nccl_version, in_nccl, comms, in_flight, stalled,
                     ring_overwritten, process_uid, job_instance, start_unix_ns, exit_status, failed,
-                    error_result);
+                    error_result, exception);
   }
   NCCLWATCH_RECORD_EQUALITY(Summary)
 };

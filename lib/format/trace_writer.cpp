@@ -140,6 +140,15 @@ void WriteSummary(JsonWriter& w, const Summary& s) {
   if (s.failed) WriteOp(w, *s.failed);
   else w.Null();
   if (s.error_result != 0) w.Field(k::kErrorResult, s.error_result);
+  if (s.exception) {
+    w.Key(k::kException).BeginObject();
+    w.Field(k::kType, s.exception->type);
+    w.Field(k::kMessage, s.exception->message);
+    w.Field(k::kFile, s.exception->file);
+    w.Field(k::kLine, s.exception->line);
+    w.Field(k::kFunction, s.exception->function);
+    w.EndObject();
+  }
   w.EndObject();
 }
 

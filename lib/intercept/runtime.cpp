@@ -290,6 +290,8 @@ void Runtime::Finish(int status, int32_t exiting_site, int32_t exiting_tid, bool
   extra.exit_status = status;
   extra.exiting_site = exiting_site;
   extra.exiting_tid = exiting_tid;
+  trace::UncaughtException exception;
+  if (stacks::LastUncaughtException(&exception)) extra.exception = std::move(exception);
   if (!pending.empty()) {
     std::string detail = std::to_string(pending.size()) + " operation(s) still in flight at exit, oldest " +
                          trace::OpKindName(pending.front().op.kind) + " seq " +
@@ -363,6 +365,7 @@ void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const st
   in.failed = extra.failed;
   in.exit_status = extra.exit_status;
   in.error_result = extra.error_result;
+  in.exception = extra.exception;
   in.recoveries = watchdog_->Recoveries();
   in.light = light;
   in.ring_capacity = ring_->capacity();
@@ -592,6 +595,11 @@ void Runtime::OnTick() {
   }
   uint64_t now = MonoNs();
   TendBlackBox(now);
+  if (!python_exit_watched_ && config_.python && config_.exit_record && now >= next_python_exit_try_ns_) {
+    // From here, not the first NCCL call: the GIL may be busy; retried each second until had.
+    python_exit_watched_ = stacks::WatchPythonExit(kBackgroundGilWaitMs);
+    next_python_exit_try_ns_ = now + 1000000000ull;
+  }
   ForgetEndedComms(now);
   if (metrics_) WriteMetrics(now);
   CheckInits(now);

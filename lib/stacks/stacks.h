@@ -181,5 +181,15 @@ std::vector<ThreadStack> CaptureAllThreads(int per_thread_timeout_ms, bool pytho
 constexpr const char* kNotSampledNote =
     "native stack not sampled: only the main thread and the threads that call NCCL are signalled";
 
+// ---- the uncaught exception a Python job ends with ----
+// Registers, once per process, an atexit function of ours with CPython (under the GIL, taken
+// with a bounded wait): CPython runs it early in its finalization, where it keeps the exception
+// the interpreter printed before exiting (sys.last_exc, or sys.last_value before 3.12) for
+// LastUncaughtException; an exit through sys.exit() or os._exit() leaves none. True when done
+// (or there is nothing to do: no CPython); false when the GIL was not had in time (call again).
+bool WatchPythonExit(int gil_timeout_ms);
+// The uncaught exception kept at the interpreter's exit; false when there was none.
+bool LastUncaughtException(trace::UncaughtException* out);
+
 }  // namespace stacks
 }  // namespace ncclwatch

@@ -1319,6 +1319,29 @@ def ending_setup_hang():
 
 
 @case
+def late_rank_then_healthy_is_no_hang():
+    # A rank reaches setup (or its first collective) seconds after the others, past their
+    # deadline, then the job runs healthily: the others' setup-time stall dumps are followed by
+    # newer evidence of the same processes (a finished job's exit records, a healthy stop's
+    # SIGTERM dumps). No hang; the late start is told as a recovered stall, waiting for the late rank.
+    late_setup = ["--late-init-rank", "2", "--late-init-ms", "5000"]
+    late_first = ["--busy-rank", "2", "--busy-at", "0", "--busy-ms", "5000"]
+    for name, args, iters, timeout, op in (
+            ("late setup, job finishes", late_setup, "300", 40, "ncclCommInitRankConfig"),
+            ("late setup, job stopped while healthy", late_setup, "100000000", 12, "ncclCommInitRankConfig"),
+            ("late first collective, job finishes", late_first, "300", 40, "AllReduce")):
+        j = job(4, ["--iters", iters, "--sync-every", "1"] + args, env={"NCCLWATCH_TIMEOUT": "2"}, timeout=timeout)
+        stalls = [r for r in (0, 1, 3) if "stall" in j.reasons(r)]
+        check(stalls, f"{name}: the others reported the late start as a stall: {[j.reasons(r) for r in range(4)]}\n{j.err[-2000:]}")
+        rc, report = analyze_dir(j.dir)
+        v = report["verdicts"][0]
+        check(rc == 0 and v["cause"] == "no_hang", f"{name}: no hang ({rc}): {json.dumps(report['verdicts'])[:1500]}")
+        rs = report["recovered_stalls"]
+        check(len(rs) == 1 and rs[0]["op"] == op and rs[0]["waiting_for"] == [2],
+              f"{name}: one recovered stall, {op} waiting for rank 2: {json.dumps(rs)[:1500]}")
+
+
+@case
 def ending_framework_abort_then_sigabrt():
     # As PyTorch tears down: the waiting ranks abort their communicators, then abort() (SIGABRT:
     # a fatal_signal dump after the abort dump). The busy rank is still the culprit.
@@ -1473,6 +1496,29 @@ def last_words_pipeline_stage_leaves():
     check(report["verdicts"][0]["culprit_ranks"] == [2], f"stage 2 is named:\n{json.dumps(report['verdicts'])[:2000]}")
     dead = [v for v in report["verdicts"] if v["cause"] == "rank_dead"]
     check(not dead, f"no rank is called dead: {dead}")
+
+
+@case
+def recovered_only_when_completed():
+    # A pipeline's later stages wait in Recvs (p2p operations: no collective sequence number).
+    # Only an operation whose completion a later dump saw is a recovered stall: a stage that
+    # stops for good leaves Recvs that never complete (the launcher's SIGTERM dumps show them
+    # still pending), a stage that stops for a while leaves Recvs that complete.
+    for name, stop, finishes in (("stopped for good", [], False), ("stopped 5 s", ["--stop-ms", "5000"], True)):
+        j = job(4, ["--microbatches", "8", "--stop-rank", "1", "--stop-at", "3"] + stop, program="sim_pipeline",
+                env={"NCCLWATCH_TIMEOUT": "2"}, timeout=30 if finishes else 8)
+        stalled_ops = [stalled(j.first(r, "stall"))["op"] for r in (2, 3)]
+        check(stalled_ops == ["Recv", "Recv"], f"{name}: stages 2 and 3 stalled in a Recv: {stalled_ops}\n{j.err[-1500:]}")
+        rc, report = analyze_dir(j.dir)
+        v, rs = report["verdicts"][0], report["recovered_stalls"]
+        if finishes:
+            check(rc == 0 and v["cause"] == "no_hang", f"{name}: no hang ({rc}): {json.dumps(report['verdicts'])[:1500]}")
+            recvs = sorted(r["rank"] for r in rs if r["op"] == "Recv")
+            check(recvs == [2, 3] and all(r["op"] in ("Send", "Recv") for r in rs),
+                  f"{name}: the Recvs that completed (stages 2 and 3) are recovered stalls: {json.dumps(rs)[:1500]}")
+        else:
+            check(rc == 1 and v["culprit_ranks"] == [1], f"{name}: stage 1 is named ({rc}): {json.dumps(report['verdicts'])[:1500]}")
+            check(rs == [], f"{name}: no operation that never completed is a recovered stall: {json.dumps(rs)[:1500]}")
 
 
 @case

@@ -7,7 +7,10 @@ ncclwatch records this file's line as each operation's Python call site. Rank BU
 checkpoint" at step BUSY_STEP; the other ranks wait in an all-reduce.
 Endings: rank DIE_RANK is SIGKILLed at step DIE_STEP (the OOM killer's way); rank EXIT_RANK leaves
 the loop at step EXIT_STEP; FORK=1 runs the job in a child started by multiprocessing's fork
-context, which ends it with os._exit (as launchers built on multiprocessing do).
+context, which ends it with os._exit (as launchers built on multiprocessing do). Rank END_RANK ends
+at step END_STEP by ENDING: `raise` (a DataError from read_sample: a data bug), `raise_builtin` (a
+ValueError), `sysexit` (sys.exit(3)) or `osexit` (os._exit(4)); with ABORT_IN_FINALLY=1 every rank
+aborts its communicator in a `finally:` on its way out (as dist.destroy_process_group() does).
 """
 import concurrent.futures
 import ctypes
@@ -23,6 +26,8 @@ RANK, WORLD = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 BUSY_RANK, BUSY_STEP = int(os.environ.get("BUSY_RANK", "1")), int(os.environ.get("BUSY_STEP", "5"))
 DIE_RANK, DIE_STEP = int(os.environ.get("DIE_RANK", "-1")), int(os.environ.get("DIE_STEP", "-1"))
 EXIT_RANK, EXIT_STEP = int(os.environ.get("EXIT_RANK", "-1")), int(os.environ.get("EXIT_STEP", "-1"))
+END_RANK, END_STEP = int(os.environ.get("END_RANK", "-1")), int(os.environ.get("END_STEP", "-1"))
+ENDING = os.environ.get("ENDING", "")
 
 ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
 ctypes.CDLL("libnccl.so.2", mode=ctypes.RTLD_GLOBAL)
@@ -58,6 +63,33 @@ def save_checkpoint():
     time.sleep(600)  # BUSY-LINE: where the busy rank is when everybody dumps (the behaviour under test)
 
 
+class DataError(Exception):
+    pass
+
+
+def parse_record(raw):
+    return int(raw, 16)  # BUILTIN-RAISE-LINE: ValueError for a bad record
+
+
+def read_sample(index):
+    raise DataError(f"sample {index} of shard {RANK} is corrupt")  # RAISE-LINE
+
+
+def next_batch(step):
+    """Where a rank's own bug ends it (ENDING)."""
+    if RANK != END_RANK or step != END_STEP:
+        return
+    time.sleep(1)  # a moment into the job, as such bugs come
+    if ENDING == "raise":
+        read_sample(17 * step)
+    elif ENDING == "raise_builtin":
+        parse_record("not-hex")
+    elif ENDING == "sysexit":
+        sys.exit(3)
+    elif ENDING == "osexit":
+        os._exit(4)
+
+
 def train_step(comm, buf, count, stream):
     check(api.ncclAllReduce(buf, buf, ctypes.c_size_t(count), 7, 0, comm, stream), "ncclAllReduce")  # CALL-LINE
     check(sync_api.cuStreamSynchronize(stream), "cuStreamSynchronize")
@@ -76,7 +108,16 @@ def main():
     comm = ctypes.c_void_p()
     check(api.ncclCommInitRank(ctypes.byref(comm), WORLD, uid, RANK), "ncclCommInitRank")
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=1) if os.environ.get("POOL") == "1" else None
+    try:
+        loop(comm, buf, count, stream, pool)
+    finally:
+        if os.environ.get("ABORT_IN_FINALLY") == "1":
+            api.ncclCommAbort(comm)
+
+
+def loop(comm, buf, count, stream, pool):
     for step in range(50):
+        next_batch(step)
         if step == BUSY_STEP and RANK == BUSY_RANK:
             save_checkpoint()
         if step == EXIT_STEP and RANK == EXIT_RANK:

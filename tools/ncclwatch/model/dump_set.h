@@ -124,10 +124,12 @@ class DumpSet {
   }
 
 
-  // Whether the process that wrote `d` completed (comm, seq) in one of its later dumps (the
-  // chosen attempt's, evidence or history): an operation in flight in `d` that did finish.
-  bool CompletedLater(const Dump& d, const std::string& comm, int64_t seq) const;
-  // A stall dump whose stalled operation completed later: the stall recovered.
+  // Whether the process that wrote `d` completed `op` (a collective by its sequence number, a
+  // Send/Recv by its p2p one) in one of its later dumps (the chosen attempt's, evidence or
+  // history): an operation in flight in `d` that did finish.
+  bool CompletedLater(const Dump& d, const trace::Op& op) const;
+  // A stall dump whose stall a later dump of its process saw end (its operation completed, or
+  // the communicator it was creating created): the stall recovered.
   bool StallRecovered(const Dump& d) const;
   // Whether every stall of the process that sent a request (trigger of a peer_request dump)
   // recovered: its answers then show a moment of a job that went on, not a hang.

@@ -347,6 +347,17 @@ json OrNull(int64_t v) { return v < 0 ? json(nullptr) : json(v); }
 
 }  // namespace
 
+std::string ExceptionText(const trace::UncaughtException& e) {
+  std::string text = "uncaught " + (e.type.empty() ? std::string("exception") : e.type);
+  if (!e.message.empty()) text += ": " + e.message;
+  if (!e.file.empty()) {
+    const size_t slash = e.file.rfind('/');
+    text += " (raised at " + e.file.substr(slash == std::string::npos ? 0 : slash + 1) + ":" + std::to_string(e.line) +
+            (e.function.empty() ? "" : " in " + e.function) + ")";
+  }
+  return text;
+}
+
 std::string PositionText(const CulpritPosition& p) {
   using State = CulpritState;
   std::string where;
@@ -363,7 +374,8 @@ std::string PositionText(const CulpritPosition& p) {
     case State::NcclError: where = "NCCL error: " + (p.detail.empty() ? std::string("an NCCL call failed") : p.detail); break;
     case State::Exited:
       where = "exited" + (p.exit_status >= 0 ? " with status " + std::to_string(p.exit_status) : std::string()) +
-              (p.exit_in_flight ? " with operations in flight" : "");
+              (p.exit_in_flight ? " with operations in flight" : "") + (p.aborted_first ? " after ncclCommAbort" : "");
+      if (p.exception) where += "; " + ExceptionText(*p.exception);
       break;
     case State::OutsideNccl: where = "not inside NCCL"; break;
     case State::InsideNccl:
@@ -518,6 +530,11 @@ std::string AdviceText(const Verdict& v, const Report& report) {
              ". Rerun with NCCL_DEBUG=WARN (or INFO) for NCCL's own reason; the failing call's "
              "call site is below.";
     case Cause::RankExited:
+      if (v.culprit_position && (v.culprit_position->exception || v.culprit_position->exit_status > 0))
+        return who + " " + PositionText(*v.culprit_position) + " before " + OpLabel(v.op, v.seq) +
+               ", which the others wait in until their timeout: it ended on an error of its own, not in NCCL. " +
+               (v.culprit_position->exception ? "Fix that exception (its full traceback is in that rank's log)."
+                                              : "That rank's log says why it exited.");
       return who + " " + (v.culprit_position ? PositionText(*v.culprit_position) : "") + " before " + OpLabel(v.op, v.seq) +
              ", which the others wait in: uneven inputs (a rank with fewer batches leaves the loop "
              "first: use drop_last, equal shards or DDP's join()), an early return, or a pipeline "
@@ -606,6 +623,13 @@ json ReportToJson(const Report& report) {
       s[rk::kCurrent] = StackFrames(e.current, report.source_lines);
       s[rk::kThreads] = ThreadsJson(e, report.source_lines);
       if (e.stack_note != StackNote::kNone) s[rk::kNote] = StackNoteText(e);
+      if (e.position.state == CulpritState::Exited) {
+        s[rk::kExitStatus] = OrNull(e.position.exit_status);
+        s[rk::kAbortedFirst] = e.position.aborted_first;
+        if (const auto& x = e.position.exception)
+          s[rk::kException] = {{rk::kType, x->type}, {rk::kMessage, x->message}, {rk::kFile, x->file},
+                                {rk::kLine, x->line}, {rk::kFunction, x->function}};
+      }
       stacks[e.rank >= 0 ? std::to_string(e.rank) : "comm:" + std::to_string(e.comm_rank)] = std::move(s);
     }
     j[rk::kCulpritStacks] = std::move(stacks);

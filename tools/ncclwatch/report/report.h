@@ -35,6 +35,8 @@ struct CulpritPosition {
   bool was_inside_nccl = false;
   int64_t exit_status = -1;    // Exited: its status, -1 unknown
   bool exit_in_flight = false;  // Exited with operations in flight
+  bool aborted_first = false;   // Exited: it aborted its communicators on its way out
+  std::optional<trace::UncaughtException> exception;  // Exited: the Python exception it ended with
   std::string function;        // InsideNccl: the NCCL call its first thread inside NCCL is in
   double since_s = 0;          // InsideNccl: for how long
   int64_t tid = 0;             // InsideNccl: that thread

@@ -150,6 +150,11 @@ constexpr const char* kLastIn = "last_in";
 constexpr const char* kLatenessMedianMs = "lateness_median_ms";
 constexpr const char* kLatenessP90Ms = "lateness_p90_ms";
 constexpr const char* kClockSpreadMs = "clock_spread_ms";
+constexpr const char* kExitStatus = "exit_status";
+constexpr const char* kAbortedFirst = "aborted_first";
+constexpr const char* kException = "exception";
+constexpr const char* kType = "type";
+constexpr const char* kMessage = "message";
 }  // namespace report_key
 
 // The analysis output's own identity and version (analyze --json): bump on a change a reader

@@ -133,6 +133,8 @@ CulpritPosition Evidence::PositionOf(const Unit* u, int dump) const {
     p.state = CulpritState::Exited;
     p.exit_status = s.exit_status;
     p.exit_in_flight = g_.Is(dump, trace::DumpReason::ExitInFlight);
+    p.aborted_first = g_.dumps()[dump].aborted_before_exit;
+    p.exception = s.exception;
   } else if (s.in_nccl.empty()) {
     p.state = CulpritState::OutsideNccl;
   } else {
