@@ -1342,6 +1342,26 @@ def late_rank_then_healthy_is_no_hang():
 
 
 @case
+def mid_job_communicator_never_joined():
+    # Before iteration 10 every rank creates a new communicator (a checkpoint group), except rank
+    # 5, busy in host code. Each way of creating one: ncclCommInitRank / ncclCommInitRankConfig
+    # per block of 4 ranks (ranks 0-3 create theirs and wait in the next world collective, 4, 6
+    # and 7 wait inside the creation), ncclCommSplit and ncclCommShrink of the world (the seven
+    # others all wait inside it). Only rank 5 is to blame, as the one that never joined; a blocked
+    # creation is never no_hang.
+    for kind, groups in (("init", "2"), ("config", "2"), ("split", "2"), ("shrink", "1")):
+        j = job(8, ["--iters", "30", "--new-comm-at", "10", "--new-comm-kind", kind, "--new-comm-groups", groups,
+                    "--new-comm-skip-rank", "5"], env={"NCCLWATCH_TIMEOUT": "2"}, timeout=10)
+        rc, report = analyze_dir(j.dir)
+        causes = [(v["cause"], v["culprit_ranks"]) for v in report["verdicts"]]
+        check(rc == 1 and causes[0] == ("init_hang", [5]), f"{kind}: init_hang naming rank 5 first ({rc}): {causes}\n{j.err[-1500:]}")
+        check(all(v["culprit_ranks"] in ([5], []) and v["cause"] != "no_hang" for v in report["verdicts"]),
+              f"{kind}: no other rank blamed, never no_hang: {causes}")
+        s = report["verdicts"][0]["culprit_stacks"].get("5", {})
+        check("not inside NCCL" in s.get("where", "") and s.get("current"), f"{kind}: rank 5's place and stack: {s.get('where')}")
+
+
+@case
 def ending_framework_abort_then_sigabrt():
     # As PyTorch tears down: the waiting ranks abort their communicators, then abort() (SIGABRT:
     # a fatal_signal dump after the abort dump). The busy rank is still the culprit.
