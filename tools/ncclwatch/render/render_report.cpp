@@ -554,6 +554,13 @@ std::string AdviceText(const Verdict& v, const Report& report) {
         return "Every member is inside " + v.op + " and none returns: the bootstrap cannot "
                "connect (MASTER_ADDR/port, firewall, NCCL_SOCKET_IFNAME); rerun with "
                "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,BOOTSTRAP.";
+      if (const CulpritPosition* p = v.evidence.empty() ? nullptr : &v.evidence.front().position;
+          p && (p->state == CulpritState::OutsideNccl || p->state == CulpritState::InsideNccl))
+        return who + " never called " + v.op + " for this communicator, which the others wait in: it runs, " +
+               (p->state == CulpritState::OutsideNccl ? std::string("busy elsewhere (its stack below)")
+                                                      : "inside " + p->function) +
+               ". A communicator created mid-job (a checkpoint or subgroup) must be created by every member: "
+               "look for a rank-dependent branch or a slow step before the creation on that rank.";
       return who + " never called " + v.op + " for this communicator: it did not start, "
              "crashed before it, or took another path (a wrong MASTER_ADDR, a failed launch, a "
              "rank-dependent branch before process-group creation). Check that rank's log.";
