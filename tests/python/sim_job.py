@@ -109,28 +109,24 @@ def main():
     check(api.ncclCommInitRank(ctypes.byref(comm), WORLD, uid, RANK), "ncclCommInitRank")
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=1) if os.environ.get("POOL") == "1" else None
     try:
-        loop(comm, buf, count, stream, pool)
+        for step in range(50):
+            next_batch(step)
+            if step == BUSY_STEP and RANK == BUSY_RANK:
+                save_checkpoint()
+            if step == EXIT_STEP and RANK == EXIT_RANK:
+                print("ok (left early)", flush=True)
+                return
+            if step == DIE_STEP and RANK == DIE_RANK:
+                time.sleep(0.5)  # long enough for ncclwatch's watchdog to have seen this step's call site
+                os.kill(os.getpid(), signal.SIGKILL)
+            if pool:
+                pool.submit(train_step, comm, ctypes.c_void_p(buf.value), count, stream).result()
+            else:
+                train_step(comm, ctypes.c_void_p(buf.value), count, stream)
+        print("ok", flush=True)
     finally:
         if os.environ.get("ABORT_IN_FINALLY") == "1":
             api.ncclCommAbort(comm)
-
-
-def loop(comm, buf, count, stream, pool):
-    for step in range(50):
-        next_batch(step)
-        if step == BUSY_STEP and RANK == BUSY_RANK:
-            save_checkpoint()
-        if step == EXIT_STEP and RANK == EXIT_RANK:
-            print("ok (left early)", flush=True)
-            return
-        if step == DIE_STEP and RANK == DIE_RANK:
-            time.sleep(0.5)  # long enough for ncclwatch's watchdog to have seen this step's call site
-            os.kill(os.getpid(), signal.SIGKILL)
-        if pool:
-            pool.submit(train_step, comm, ctypes.c_void_p(buf.value), count, stream).result()
-        else:
-            train_step(comm, ctypes.c_void_p(buf.value), count, stream)
-    print("ok", flush=True)
 
 
 if __name__ == "__main__":
