@@ -11,6 +11,7 @@ context, which ends it with os._exit (as launchers built on multiprocessing do).
 at step END_STEP by ENDING: `raise` (a DataError from read_sample: a data bug), `raise_builtin` (a
 ValueError), `sysexit` (sys.exit(3)) or `osexit` (os._exit(4)); with ABORT_IN_FINALLY=1 every rank
 aborts its communicator in a `finally:` on its way out (as dist.destroy_process_group() does).
+Rank HOLD_RANK at step HOLD_STEP waits 4 s without the GIL, then in C code that keeps it.
 """
 import concurrent.futures
 import ctypes
@@ -28,6 +29,7 @@ DIE_RANK, DIE_STEP = int(os.environ.get("DIE_RANK", "-1")), int(os.environ.get("
 EXIT_RANK, EXIT_STEP = int(os.environ.get("EXIT_RANK", "-1")), int(os.environ.get("EXIT_STEP", "-1"))
 END_RANK, END_STEP = int(os.environ.get("END_RANK", "-1")), int(os.environ.get("END_STEP", "-1"))
 ENDING = os.environ.get("ENDING", "")
+HOLD_RANK, HOLD_STEP = int(os.environ.get("HOLD_RANK", "-1")), int(os.environ.get("HOLD_STEP", "-1"))
 
 ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
 ctypes.CDLL("libnccl.so.2", mode=ctypes.RTLD_GLOBAL)
@@ -90,6 +92,11 @@ def next_batch(step):
         os._exit(4)
 
 
+def hold_the_gil():
+    time.sleep(4)  # GIL-FREE-LINE: the first dumps of its peers' stall see it here
+    ctypes.PyDLL(None).sleep(600)  # C code that keeps the GIL (a C extension in a loop, a regex)
+
+
 def train_step(comm, buf, count, stream):
     check(api.ncclAllReduce(buf, buf, ctypes.c_size_t(count), 7, 0, comm, stream), "ncclAllReduce")  # CALL-LINE
     check(sync_api.cuStreamSynchronize(stream), "cuStreamSynchronize")
@@ -113,6 +120,8 @@ def main():
             next_batch(step)
             if step == BUSY_STEP and RANK == BUSY_RANK:
                 save_checkpoint()
+            if step == HOLD_STEP and RANK == HOLD_RANK:
+                hold_the_gil()
             if step == EXIT_STEP and RANK == EXIT_RANK:
                 print("ok (left early)", flush=True)
                 return

@@ -514,6 +514,43 @@ const trace::Recovery* DumpSet::RecoveryOf(const Dump& d, const std::string& com
   return nullptr;
 }
 
+namespace {
+
+// Nothing happened in the process between dumps `a` and `b`: the same operations issued and
+// completed on every communicator, the same NCCL calls in progress.
+bool SameState(const Dump& a, const Dump& b) {
+  const trace::Summary &x = a.summary, &y = b.summary;
+  if (x.comms.size() != y.comms.size() || x.in_nccl.size() != y.in_nccl.size()) return false;
+  for (const auto& c : y.comms) {
+    const trace::CommSummary* o = x.Comm(c.id);
+    if (!o || o->state != c.state || o->last_enqueued != c.last_enqueued || o->last_completed != c.last_completed)
+      return false;
+  }
+  for (size_t i = 0; i < y.in_nccl.size(); ++i)
+    if (x.in_nccl[i].tid != y.in_nccl[i].tid || x.in_nccl[i].function != y.in_nccl[i].function) return false;
+  return true;
+}
+
+}  // namespace
+
+std::vector<trace::PythonFrame> DumpSet::EarlierPythonFrames(const Dump& d, int64_t tid, std::string* file) {
+  const auto& all = DumpsOfProcess(d);
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    const Dump* earlier = *it;
+    if (earlier->summary.dump_seq >= d.summary.dump_seq || earlier->path.empty()) continue;
+    if (!SameState(*earlier, d)) break;  // older ones are further from it still
+    Dump full;
+    trace::ReadResult r = trace::ReadDumpFile(earlier->path, trace::ReadDepth::kFull, &full);
+    detail_bytes_read_ += r.bytes_read;
+    const trace::Thread* t = r.usable && full.detail ? full.detail->FindThread(tid) : nullptr;
+    if (t && !t->stack.python.empty()) {
+      *file = earlier->file_name;
+      return t->stack.python;
+    }
+  }
+  return {};
+}
+
 const trace::Detail* DumpSet::JoinedDetail(size_t index) {
   const trace::Detail* base = Detail(index);
   if (!base) return nullptr;

@@ -134,6 +134,11 @@ class DumpSet {
   // Whether every stall of the process that sent a request (trigger of a peer_request dump)
   // recovered: its answers then show a moment of a job that went on, not a hang.
   bool RequestFromRecoveredStall(const trace::Trigger& t) const;
+  // Python frames of thread `tid` from the latest earlier dump of the process of `d` that shows
+  // it in the same state (no operation issued or completed since, the same NCCL calls in
+  // progress) and has them, where `d` has none for it (the thread held the GIL at `d`'s dump);
+  // empty when there is none. *file: that dump's file name.
+  std::vector<trace::PythonFrame> EarlierPythonFrames(const Dump& d, int64_t tid, std::string* file);
   // The recovery record of (comm, seq) in the later dumps of the process of `d`, if any.
   const trace::Recovery* RecoveryOf(const Dump& d, const std::string& comm, int64_t seq) const;
 

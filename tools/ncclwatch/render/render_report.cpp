@@ -82,6 +82,9 @@ std::string StackNoteText(const CulpritEvidence& e) {
       return "no stacks: " + (e.stack_note_text.empty() ? std::string("details unreadable") : e.stack_note_text);
     case StackNote::kThreadNote: return e.stack_note_text;
     case StackNote::kNoThreads: return "no thread stacks in its dump";
+    case StackNote::kPythonFromEarlier:
+      return "Python frames from its earlier dump " + e.stack_note_text +
+             ", in the same state (its latest has none: a thread held the GIL)";
   }
   return "";
 }

@@ -54,6 +54,7 @@ enum class StackNote : uint8_t {
   kDetailsUnreadable,  // its summary was read, its details not (stack_note_text: the reader's reason)
   kThreadNote,         // the thread's own note in the dump (stack_note_text)
   kNoThreads,          // its dump has no thread stacks
+  kPythonFromEarlier,  // its current thread's Python frames come from an earlier dump (stack_note_text: its file)
 };
 
 // One application thread of a culprit at dump time, and why it is shown.

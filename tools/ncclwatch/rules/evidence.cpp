@@ -85,6 +85,17 @@ void Evidence::Fill(const Unit* u, int dump, CulpritEvidence* e) {
     e->stack_note = StackNote::kThreadNote;
     e->stack_note_text = t->note;
   }
+  // A later dump's native-only stack never replaces an earlier Python one of the same thread in
+  // the same state (at the later dump a thread held the GIL: C code, a spin).
+  if (t->stack.python.empty()) {
+    std::string earlier;
+    std::vector<trace::PythonFrame> python = set_.EarlierPythonFrames(dm, t->tid, &earlier);
+    if (!python.empty()) {
+      e->current.python = std::move(python);
+      e->stack_note = StackNote::kPythonFromEarlier;
+      e->stack_note_text = earlier;
+    }
+  }
   for (size_t i = 1; i < order.size(); ++i) {
     const auto& [th, role] = order[i];
     ThreadEvidence te;
