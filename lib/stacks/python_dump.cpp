@@ -3,9 +3,7 @@
 #include <dlfcn.h>
 
 #include <atomic>
-#include <memory>
 #include <mutex>
-#include <new>
 #include <optional>
 #include <unordered_map>
 
@@ -256,21 +254,20 @@ trace::UncaughtException DescribeException(const PythonApi& api, PyObject* excep
   return e;
 }
 
-// atexit function (METH_NOARGS): keeps the exception the interpreter printed, if any.
+// atexit function (METH_NOARGS; registered only where the API was found): keeps the exception
+// the interpreter printed, if any.
 PyObject* AtPythonExit(PyObject*, PyObject*) {
-  const PythonApi* api = GetPythonApi();
-  if (api != nullptr) {
-    PyObject* exception = api->PySys_GetObject("last_exc");  // borrowed; 3.12+
-    if (exception == nullptr || exception == g_exit_api.none) exception = api->PySys_GetObject("last_value");
-    if (exception != nullptr && exception != g_exit_api.none) {
-      PyRef held = Borrowed(*api, exception);
-      trace::UncaughtException e = DescribeException(*api, held.get());
-      std::lock_guard<std::mutex> lock(g_exception_mu);
-      g_exception = std::move(e);
-    }
-    api->PyErr_Clear();
+  const PythonApi& api = *GetPythonApi();
+  PyObject* exception = api.PySys_GetObject("last_exc");  // borrowed; 3.12+
+  if (exception == nullptr || exception == g_exit_api.none) exception = api.PySys_GetObject("last_value");
+  if (exception != nullptr && exception != g_exit_api.none) {
+    PyRef held = Borrowed(api, exception);
+    trace::UncaughtException e = DescribeException(api, held.get());
+    std::lock_guard<std::mutex> lock(g_exception_mu);
+    g_exception = std::move(e);
   }
-  api->Py_IncRef(g_exit_api.none);
+  api.PyErr_Clear();
+  api.Py_IncRef(g_exit_api.none);
   return g_exit_api.none;
 }
 
