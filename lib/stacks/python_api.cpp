@@ -111,7 +111,8 @@ void SetUpFrameWalker(PythonApi* api) {
   } else if (code_type == 0 || frame_type == 0) {
     std::snprintf(api->frames_problem, size, "Python %d.%d: no PyCode_Type or PyFrame_Type", major, minor);
   } else if (minor < 13 || DebugOffsetsAgree(*layout, api->frames_problem, size)) {
-    api->walker = FrameWalker{layout, code_type, frame_type};
+    api->walker = FrameWalker{layout, code_type, frame_type,
+                              reinterpret_cast<uintptr_t>(dlsym(RTLD_DEFAULT, "PyUnicode_Type"))};
     return;
   }
   std::strncat(api->frames_problem, ": call sites show Python frames only where the caller holds the GIL",
@@ -141,6 +142,8 @@ bool ResolvePythonApi() {
             Lookup(&a.PyErr_Restore, "PyErr_Restore") && Lookup(&a.PyCode_Addr2Line, "PyCode_Addr2Line");
   // Optional: newer, or renamed across versions.
   Lookup(&a.PyFrame_GetLasti, "PyFrame_GetLasti");
+  Lookup(&a.PyInterpreterState_Main, "PyInterpreterState_Main");
+  Lookup(&a.PyInterpreterState_ThreadHead, "PyInterpreterState_ThreadHead");
   Lookup(&a.IsFinalizing, "Py_IsFinalizing") || Lookup(&a.IsFinalizing, "_Py_IsFinalizing");
   Lookup(&a.UncheckedThreadState, "PyThreadState_GetUnchecked") ||
       Lookup(&a.UncheckedThreadState, "_PyThreadState_UncheckedGet");

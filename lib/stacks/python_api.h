@@ -56,6 +56,9 @@ struct PythonApi {
   void (*PyErr_Fetch)(PyObject**, PyObject**, PyObject**);
   void (*PyErr_Restore)(PyObject*, PyObject*, PyObject*);
   int (*PyCode_Addr2Line)(PyObject*, int);
+  // Used at dump time without the GIL (plain reads of the runtime's structures); may be null.
+  void* (*PyInterpreterState_Main)() = nullptr;
+  void* (*PyInterpreterState_ThreadHead)(void*) = nullptr;
 
   // Reads the calling thread's frames without the GIL; walker.layout is null when this
   // CPython's layout is not known (then frames_problem says why, once, for the log).
@@ -150,6 +153,14 @@ struct PythonThread {
 // Every Python thread with a frame (sys._current_frames), matched to its native id through
 // threading.enumerate() (GIL held).
 std::vector<PythonThread> CollectPythonThreads(const PythonApi& api, int max_frames);
+
+// When the GIL cannot be had (a thread holds it: spinning in Python, or in C code that keeps
+// it): the Python frames of every thread of the main interpreter, read without the GIL from its
+// thread-state list (python_frames.h: guarded reads, bounded walks, code objects checked live
+// and named only when their names are compact ASCII strings; lines from the code's line table,
+// which is read, never written). `ident` is each thread's pthread_self(). Empty without a frame
+// walker for this CPython.
+std::vector<PythonThread> PythonThreadsWithoutGil(const PythonApi& api, int max_frames);
 
 }  // namespace detail
 }  // namespace stacks

@@ -1,5 +1,5 @@
 // Dump-time Python introspection: everything here runs with the GIL held (see RunWithGil)
-// and uses only the public C API.
+// and uses only the public C API, except PythonThreadsWithoutGil (the GIL cannot be had).
 #include <dlfcn.h>
 
 #include <atomic>
@@ -175,6 +175,43 @@ std::vector<PythonThread> CollectPythonThreads(const PythonApi& api, int max_fra
     const auto native = native_ids.find(thread.ident);
     if (native != native_ids.end()) thread.native_id = native->second;
     thread.frames = WalkFrames(api, frame, max_frames, stdlib_dir);
+    threads.push_back(std::move(thread));
+  }
+  return threads;
+}
+
+std::vector<PythonThread> PythonThreadsWithoutGil(const PythonApi& api, int max_frames) {
+  std::vector<PythonThread> threads;
+  const FrameWalker& walker = api.walker;
+  if (walker.layout == nullptr || api.PyInterpreterState_Main == nullptr ||
+      api.PyInterpreterState_ThreadHead == nullptr || !api.InterpreterUsable()) {
+    return threads;
+  }
+  void* interp = api.PyInterpreterState_Main();
+  if (interp == nullptr) return threads;
+  constexpr int kMaxThreadStates = 1024;  // bounded: a longer list is a corrupt one
+  std::vector<uintptr_t> tstates(kMaxThreadStates);
+  std::vector<uint64_t> idents(kMaxThreadStates);
+  const int count = OtherThreadStates(walker, reinterpret_cast<uintptr_t>(api.PyInterpreterState_ThreadHead(interp)),
+                                      tstates.data(), idents.data(), kMaxThreadStates);
+  std::vector<uintptr_t> code(max_frames);
+  std::vector<int32_t> offset(max_frames);
+  for (int i = 0; i < count; ++i) {
+    const int frames = WalkOtherThreadFrames(walker, tstates[i], code.data(), offset.data(), max_frames);
+    if (frames == 0) continue;
+    PythonThread thread;
+    thread.ident = idents[i];
+    for (int f = 0; f < frames; ++f) {
+      PythonFrame out;
+      // Checked live first: the thread runs on, and a code object it no longer uses may be gone.
+      if (IsLiveCodeObject(walker.code_type, code[f]) &&
+          CodeNamesWithoutGil(walker, code[f], &out.file, &out.function)) {
+        // The line table belongs to the live code object and is only read.
+        out.line = api.PyCode_Addr2Line(reinterpret_cast<PyObject*>(code[f]), offset[f]);
+        out.library = IsLibraryFile(out.file, std::string());
+      }
+      thread.frames.push_back(std::move(out));
+    }
     threads.push_back(std::move(thread));
   }
   return threads;

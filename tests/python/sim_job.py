@@ -11,7 +11,8 @@ context, which ends it with os._exit (as launchers built on multiprocessing do).
 at step END_STEP by ENDING: `raise` (a DataError from read_sample: a data bug), `raise_builtin` (a
 ValueError), `sysexit` (sys.exit(3)) or `osexit` (os._exit(4)); with ABORT_IN_FINALLY=1 every rank
 aborts its communicator in a `finally:` on its way out (as dist.destroy_process_group() does).
-Rank HOLD_RANK at step HOLD_STEP waits 4 s without the GIL, then in C code that keeps it.
+Rank HOLD_RANK at step HOLD_STEP waits 4 s without the GIL, then in C code that keeps it
+(HOLD_HOW=spin: in a pure-Python loop that no other thread can take the GIL from).
 """
 import concurrent.futures
 import ctypes
@@ -94,7 +95,17 @@ def next_batch(step):
 
 def hold_the_gil():
     time.sleep(4)  # GIL-FREE-LINE: the first dumps of its peers' stall see it here
-    ctypes.PyDLL(None).sleep(600)  # C code that keeps the GIL (a C extension in a loop, a regex)
+    if os.environ.get("HOLD_HOW") == "spin":
+        spin_in_python()
+    ctypes.PyDLL(None).sleep(600)  # GIL-HELD-LINE: C code that keeps the GIL (a C extension in a loop, a regex)
+
+
+def spin_in_python():
+    # A switch interval longer than the job: no other thread is given the GIL while this runs.
+    sys.setswitchinterval(3600)
+    n = 0
+    while True:
+        n += 1  # GIL-SPIN-LINE
 
 
 def train_step(comm, buf, count, stream):
