@@ -325,6 +325,7 @@ constexpr const char* kBuildId = "build_id";
 constexpr const char* kModuleOffset = "module_offset";
 constexpr const char* kInterrupted = "interrupted";
 constexpr const char* kOwn = "own";
+constexpr const char* kPythonDrivenFrom = "python_driven_from";  // callsites[]: within version 2
 constexpr const char* kModules = "modules";  // version 2: top level, [{path, build_id}]
 constexpr const char* kPath = "path";
 constexpr const char* kFile = "file";

@@ -727,7 +727,8 @@ Detail DetailFromJson(const json& top) {
     ForEachObject(*r, key::kEntries, [&](const json& o) { d.ring.entries.push_back(OpFromJson(o)); });
   }
   ForEachObject(top, key::kCallsites, [&](const json& c) {
-    d.callsites.push_back({GetInt(c, key::kId, -1), StackFromJson(c), GetString(c, key::kNote)});
+    d.callsites.push_back(
+        {GetInt(c, key::kId, -1), StackFromJson(c), GetString(c, key::kNote), GetString(c, key::kPythonDrivenFrom)});
   });
   ForEachObject(top, key::kThreads, [&](const json& t) {
     d.threads.push_back({GetInt(t, key::kTid, 0), GetString(t, key::kName), StackFromJson(t),

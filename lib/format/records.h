@@ -229,7 +229,10 @@ struct Callsite {
   int64_t id = -1;
   Stack stack;
   std::string note;  // why Python frames are missing
-  auto Tie() const { return std::tie(id, stack, note); }
+  // Set when the issuing thread ran no Python and stack.python is the Python stack of the
+  // thread driving it ("main thread"), read when the call was made.
+  std::string python_driven_from;
+  auto Tie() const { return std::tie(id, stack, note, python_driven_from); }
   NCCLWATCH_RECORD_EQUALITY(Callsite)
 };
 

@@ -198,13 +198,15 @@ void WriteCommunicator(JsonWriter& w, const Communicator& c) {
 
 // `own`: threads only (null for call sites).
 void WriteThreadLike(JsonWriter& w, const char* id_key, int64_t id, const std::string* name, const Stack& stack,
-                     const std::string& note, const bool* own, const ModuleTable& modules) {
+                     const std::string& note, const bool* own, const ModuleTable& modules,
+                     const std::string& python_driven_from = std::string()) {
   w.BeginObject();
   w.Field(id_key, id);
   if (name) w.Field(k::kName, *name);
   WriteStack(w, stack, &modules);
   w.Field(k::kNote, note);
   if (own) w.Field(k::kOwn, *own);
+  if (!python_driven_from.empty()) w.Field(k::kPythonDrivenFrom, python_driven_from);
   w.EndObject();
 }
 
@@ -275,7 +277,7 @@ bool WriteDocument(const Document& doc, const OpSource& ring_entries, const Text
     w.EndArray();
     w.Key(k::kCallsites).BeginArray();
     for (const auto& c : d.callsites) {
-      WriteThreadLike(w, k::kId, c.id, nullptr, c.stack, c.note, nullptr, modules);
+      WriteThreadLike(w, k::kId, c.id, nullptr, c.stack, c.note, nullptr, modules, c.python_driven_from);
       if (!piece_done()) return false;
     }
     w.EndArray();

@@ -392,16 +392,18 @@ void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const st
     for (int32_t id : sites) {
       stacks::Callsite cs;
       if (!stacks::GetCallsite(id, &cs, gil_wait)) continue;
-      in.callsites.push_back({id, {Symbolized(cs.ips), std::move(cs.python)}, cs.note});
+      in.callsites.push_back({id, {Symbolized(cs.ips), std::move(cs.python)}, cs.note, cs.driven_from});
     }
     if (extra.exit_record && config_.stacks) {  // the exiting thread only: no signals to the others
       stacks::Callsite cs;
       // _exit: captured by the exiting thread, written here by the watchdog.
       const bool handed = extra.exiting_tid != 0;
       int32_t id = handed ? extra.exiting_site : stacks::CaptureCallsite(0, stacks::kMaxNativeFrames);
-      if (id >= 0 && stacks::GetCallsite(id, &cs, gil_wait))
+      if (id >= 0 && stacks::GetCallsite(id, &cs, gil_wait)) {
+        if (!cs.driven_from.empty()) cs.python.clear();  // a thread's own stack: not its driver's
         in.threads.push_back({handed ? extra.exiting_tid : CurrentTid(), "exiting thread",
                               {Symbolized(cs.ips), std::move(cs.python)}, cs.note});
+      }
     } else if (config_.stacks) {
       std::string note;
       // The stacks a report shows: the main thread's and those of the threads that call NCCL
@@ -652,7 +654,7 @@ void Runtime::TendBlackBox(uint64_t now) {
     ++box_sites_next_;
     if (!known) continue;  // an id that lost an interning race: never published
     trace::Document one;
-    one.detail.callsites.push_back({id, {Symbolized(cs.ips), std::move(cs.python)}, cs.note});
+    one.detail.callsites.push_back({id, {Symbolized(cs.ips), std::move(cs.python)}, cs.note, cs.driven_from});
     if (!box_->AppendCallsite(trace::WriteDocument(one))) {
       if (!box_full_logged_) LogInfo("black box: no room for call sites past %d", id);
       box_full_logged_ = true;

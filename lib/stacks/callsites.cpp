@@ -53,6 +53,11 @@ static_assert(std::is_trivially_default_constructible<detail::CallsiteEntry>::va
 detail::CallsiteEntry g_entries[kCallsiteCapacity];
 std::atomic<uint64_t> g_cells[2 * kCallsiteCapacity];
 detail::CallsiteTable g_table(g_entries, g_cells, kCallsiteCapacity);
+// Call sites with a driving thread's Python frames: that thread runs on, and its lines could
+// fill the table if it runs Python while a native thread issues calls; past this many, native
+// threads' call sites are interned without them.
+constexpr int kMaxDrivenCallsites = kCallsiteCapacity / 16;
+std::atomic<int> g_driven_callsites{0};
 
 // The Python frames of call sites, keyed by (code object, position), named under the GIL in
 // batches: one GIL acquisition names every frame of every call site published so far.
@@ -140,6 +145,13 @@ __attribute__((noinline)) int32_t CaptureCallsite(int skip, int max_depth) {
   bool gil_held = false;
   key.python_depth =
       static_cast<uint16_t>(detail::CapturePythonFrames(key.py_code, key.py_position, kMaxPythonFrames, &gil_held));
+  key.python_driven = 0;
+  if (key.python_depth == 0 && g_driven_callsites.load(std::memory_order_relaxed) < kMaxDrivenCallsites) {
+    // A thread running no Python: the line of the thread driving it.
+    key.python_depth =
+        static_cast<uint16_t>(detail::CaptureDriverPythonFrames(key.py_code, key.py_position, kMaxPythonFrames));
+    key.python_driven = key.python_depth > 0 ? 1 : 0;
+  }
   // The same native path as before and no Python: its id is known, nothing to copy or hash.
   if (known && known->native_id >= 0 && key.python_depth == 0) {
     ++paths->hits;
@@ -180,8 +192,9 @@ __attribute__((noinline)) int32_t CaptureCallsite(int skip, int max_depth) {
     if (native > 0) key.native_depth = static_cast<uint16_t>(native);
   }
   const detail::CallsiteTable::InternResult result = g_table.Intern(key);
+  if (result.inserted && key.python_driven) g_driven_callsites.fetch_add(1, std::memory_order_relaxed);
   // Under the GIL the code objects can be kept alive right away; otherwise at dump time (stacks.h).
-  if (result.inserted && key.python_depth > 0 && gil_held) detail::RetainCodeObjects(key.py_code, key.python_depth);
+  if (result.inserted && key.python_depth > 0 && gil_held && !key.python_driven) detail::RetainCodeObjects(key.py_code, key.python_depth);
   if (paths && !known && detail::ShouldLearn(*paths)) {
     unw_context_t context;  // taken here: frame 0 of the path is this function
     unw_getcontext(&context);
@@ -197,7 +210,9 @@ bool GetCallsite(int32_t id, Callsite* out, int gil_timeout_ms) {
   out->ips = WithoutOwnFrames(std::vector<uintptr_t>(key.ips, key.ips + key.native_depth));
   out->python.clear();
   out->note.clear();
+  out->driven_from.clear();
   if (key.python_depth == 0) return true;
+  if (key.python_driven) out->driven_from = kDrivenFromMainThread;
 
   // Leaked on purpose: dumps can run while the process exits, after static destructors.
   static std::mutex* mu = new std::mutex;

@@ -301,6 +301,20 @@ const PythonApi* GetPythonApi() {
   return state == kPresent ? &g_api : nullptr;
 }
 
+int CaptureDriverPythonFrames(uintptr_t* code, int32_t* position, int max) {
+  if (!g_python_callsites.load(std::memory_order_relaxed)) return 0;
+  const PythonApi* api = GetPythonApi();
+  if (api == nullptr || api->walker.layout == nullptr || api->PyInterpreterState_Main == nullptr ||
+      api->PyInterpreterState_ThreadHead == nullptr || !api->InterpreterUsable()) {
+    return 0;
+  }
+  void* interp = api->PyInterpreterState_Main();
+  if (interp == nullptr) return 0;
+  const uintptr_t driver = OldestThreadState(reinterpret_cast<uintptr_t>(api->PyInterpreterState_ThreadHead(interp)));
+  if (driver == 0 || driver == reinterpret_cast<uintptr_t>(api->PyGILState_GetThisThreadState())) return 0;
+  return WalkOtherThreadFrames(api->walker, driver, code, position, max);
+}
+
 int CapturePythonFrames(uintptr_t* code, int32_t* position, int max, bool* gil_held) {
   *gil_held = false;
   if (!g_python_callsites.load(std::memory_order_relaxed)) return 0;

@@ -105,6 +105,12 @@ const PythonApi* GetPythonApi();
 // whether it held the GIL. The code pointers are borrowed (alive while the frames are); see
 // RetainCodeObjects.
 int CapturePythonFrames(uintptr_t* code, int32_t* position, int max, bool* gil_held);
+// For a calling thread without Python frames (a C++ thread: autograd's, a library's), in a
+// process running CPython with the frame walker: the Python frames of the thread that drives
+// it, the interpreter's first thread state (the main thread, which e.g. waits in backward()),
+// read without the GIL through guarded reads (that thread runs on). Same output as
+// CapturePythonFrames; 0 when there is none (or it is the caller's own state).
+int CaptureDriverPythonFrames(uintptr_t* code, int32_t* position, int max);
 // Takes one reference on each code object so that it outlives its frames (GIL held).
 void RetainCodeObjects(const uintptr_t* code, int count);
 // Python frames in call sites on (the default) or off, for the whole process.

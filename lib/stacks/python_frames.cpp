@@ -172,7 +172,7 @@ int WalkOtherThreadFrames(const FrameWalker& walker, uintptr_t tstate, uintptr_t
 }
 
 int OtherThreadStates(const FrameWalker& walker, uintptr_t head, uintptr_t* tstates, uint64_t* thread_ids, int max) {
-  constexpr int kTstateNext = 8;  // PyThreadState.next, 3.9 to 3.13
+  constexpr int kTstateNext = 8;  // PyThreadState.next, 3.9 to 3.13 (as OldestThreadState)
   if (walker.layout == nullptr) return 0;
   int count = 0;
   for (uintptr_t tstate = head; count < max && Plausible(tstate);) {
@@ -189,6 +189,17 @@ int OtherThreadStates(const FrameWalker& walker, uintptr_t head, uintptr_t* tsta
     tstate = next;
   }
   return count;
+}
+
+uintptr_t OldestThreadState(uintptr_t head) {
+  constexpr int kTstateNext = 8;        // PyThreadState.next, 3.9 to 3.13
+  constexpr int kMaxThreadStates = 256;  // bounded: a longer list is a corrupt one
+  uintptr_t last = 0;
+  for (int i = 0; i < kMaxThreadStates && Plausible(head); ++i) {
+    last = head;
+    if (!SafeRead(head + kTstateNext, &head, sizeof head)) return 0;
+  }
+  return Plausible(head) ? 0 : last;  // a list that did not end is no answer
 }
 
 bool CodeNamesWithoutGil(const FrameWalker& walker, uintptr_t code, std::string* file, std::string* function) {

@@ -71,6 +71,10 @@ int WalkOtherThreadFrames(const FrameWalker& walker, uintptr_t tstate, uintptr_t
 // with each one's thread_id (its pthread_self()); at most `max`; returns how many.
 int OtherThreadStates(const FrameWalker& walker, uintptr_t head, uintptr_t* tstates, uint64_t* thread_ids, int max);
 
+// The last thread state of the list from `head` (the oldest: the interpreter's first thread,
+// normally the main thread), read through guarded reads; 0 when none.
+uintptr_t OldestThreadState(uintptr_t head);
+
 // File and function name of live code object `code` (IsLiveCodeObject), read without the GIL:
 // compact ASCII strings only (the common case; others would need the GIL to convert); false
 // when either cannot be read.

@@ -106,7 +106,14 @@ struct Callsite {
   std::vector<uintptr_t> ips;         // return addresses, innermost first
   std::vector<PythonFrame> python;    // innermost first; empty when captured without the GIL
   std::string note;                   // set when Python frames exist but could not be named (GIL unavailable)
+  // Set when the calling thread ran no Python code (a C++ thread: autograd's, a library's) and
+  // `python` is the stack of the Python thread driving it, read without the GIL when the call
+  // was captured: which thread that was (kDrivenFromMainThread).
+  std::string driven_from;
 };
+// Callsite::driven_from: the interpreter's first thread (the main thread), which drives the
+// native threads (it waits in backward() while autograd's threads issue the collectives).
+constexpr const char* kDrivenFromMainThread = "main thread";
 
 // Resolves call site `id`, without ncclwatch's own frames at the top (SetOwnModule). The names
 // of its Python frames are read under the GIL, taken on a helper thread with a bounded wait

@@ -37,6 +37,10 @@ ctypes.CDLL("libnccl.so.2", mode=ctypes.RTLD_GLOBAL)
 # NCCL calls keep the GIL (PyDLL) or release it (CDLL): their Python call site is recorded either way.
 api = ctypes.CDLL(None) if os.environ.get("NCCL_API") == "cdll" else ctypes.PyDLL(None)
 sync_api = ctypes.CDLL(None)  # waits release the GIL, as PyTorch does
+# NATIVE_ISSUER=<path of libsim_native_issuer.so>: each step's all-reduce is issued by a C thread.
+NATIVE_ISSUER = ctypes.CDLL(os.environ["NATIVE_ISSUER"]) if os.environ.get("NATIVE_ISSUER") else None
+if NATIVE_ISSUER is not None:
+    NATIVE_ISSUER.sim_all_reduce_on_native_thread.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_size_t, ctypes.c_void_p]
 
 
 def check(r, what):
@@ -109,6 +113,10 @@ def spin_in_python():
 
 
 def train_step(comm, buf, count, stream):
+    if NATIVE_ISSUER is not None:  # the all-reduce comes from a C thread; this one waits for it
+        check(NATIVE_ISSUER.sim_all_reduce_on_native_thread(comm, buf, ctypes.c_size_t(count), stream),  # DRIVER-LINE
+              "all-reduce on a native thread")
+        return
     check(api.ncclAllReduce(buf, buf, ctypes.c_size_t(count), 7, 0, comm, stream), "ncclAllReduce")  # CALL-LINE
     check(sync_api.cuStreamSynchronize(stream), "cuStreamSynchronize")
 

@@ -145,12 +145,32 @@ void RenderStack(std::ostream& out, const Style& st, const trace::Stack& s, cons
   }
 }
 
+// For a call issued by a thread running no Python: "AllReduce #5 on c issued by native_issuer (tid
+// 9) during `train_step` at train.py:31, driven from the main thread"; empty otherwise.
+std::string IssuedByText(const CulpritEvidence& e) {
+  if (e.callsite_driven_from.empty() || e.callsite.python.empty()) return "";
+  const trace::PythonFrame* at = &e.callsite.python.front();
+  for (const auto& f : e.callsite.python) {
+    if (!f.library) {  // the script's own line, not the framework's
+      at = &f;
+      break;
+    }
+  }
+  const size_t slash = at->file.rfind('/');
+  const std::string file = slash == std::string::npos ? at->file : at->file.substr(slash + 1);
+  return (e.callsite_op ? OpRefText(*e.callsite_op) : std::string("its last call")) + " issued by " +
+         e.callsite_thread + " during `" + at->function + "` at " + file + ":" + std::to_string(at->line) +
+         ", driven from the " + e.callsite_driven_from;
+}
+
 void RenderEvidence(std::ostream& out, const Style& st, const CulpritEvidence& e, const SourceLines& lines,
                     bool verbose) {
   std::string who = e.rank >= 0 ? "rank " + std::to_string(e.rank) : "comm rank " + std::to_string(e.comm_rank);
   out << "   " << st.Yellow(who);
   if (!e.host.empty()) out << " (" << Printable(e.host) << ", pid " << e.pid << ")";
   out << ": " << Printable(WhereText(e)) << "\n";
+  const std::string issued_by = IssuedByText(e);
+  if (!issued_by.empty()) out << "     " << Printable(issued_by) << "\n";
   if (!e.current.Empty()) {
     std::string role = RoleText(e.current_role, e);
     if (e.current_role == ThreadRole::IssuedLastCall && e.current_tid == e.pid) role = "the main thread, " + role;
@@ -186,7 +206,9 @@ void RenderEvidence(std::ostream& out, const Style& st, const CulpritEvidence& e
         << "\n";
   }
   if (!e.callsite.Empty()) {
-    out << "     " << Printable(e.callsite_op ? OpRefText(*e.callsite_op) : "") << " was called from:\n";
+    out << "     " << Printable(e.callsite_op ? OpRefText(*e.callsite_op) : "") << " was called from"
+        << (e.callsite_driven_from.empty() ? "" : " (Python frames: driven from the " + e.callsite_driven_from + ")")
+        << ":\n";
     RenderStack(out, st, e.callsite, lines, verbose, "       ");
   }
   if (e.stack_note != StackNote::kNone) out << "     " << st.Dim(Printable(StackNoteText(e))) << "\n";
@@ -629,6 +651,10 @@ json ReportToJson(const Report& report) {
       s[rk::kFile] = e.file;
       s[rk::kCallsiteOp] = e.callsite_op ? OpRefText(*e.callsite_op) : "";
       s[rk::kCallsite] = StackFrames(e.callsite, report.source_lines);
+      if (!e.callsite_driven_from.empty()) {
+        s[rk::kCallsiteDrivenFrom] = e.callsite_driven_from;
+        s[rk::kIssuedBy] = IssuedByText(e);
+      }
       s[rk::kThread] = ThreadLabel(e);
       s[rk::kCurrent] = StackFrames(e.current, report.source_lines);
       s[rk::kThreads] = ThreadsJson(e, report.source_lines);

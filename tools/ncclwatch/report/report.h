@@ -79,6 +79,10 @@ struct CulpritEvidence {
   CulpritPosition position;
   std::optional<OpRef> callsite_op;  // which operation `callsite` belongs to
   trace::Stack callsite;  // call-site stack of its op at the verdict's seq, or its last op
+  // Set when the thread that issued it ran no Python: callsite.python is the stack of the thread
+  // driving it ("main thread"), and callsite_thread names the issuing thread.
+  std::string callsite_driven_from;
+  std::string callsite_thread;
   std::string current_thread;  // name of the thread `current` is, empty: unnamed
   int64_t current_tid = -1;    // -1: no thread
   trace::Stack current;   // its stack at dump time

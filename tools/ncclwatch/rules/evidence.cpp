@@ -48,7 +48,13 @@ void Evidence::Fill(const Unit* u, int dump, CulpritEvidence* e) {
     int ci = g_.CommOf(op->comm);
     e->callsite_op = OpRef{op->OpName(), op->IsP2p() ? op->p2p_seq : op->seq, op->comm,
                            ci < 0 ? "" : g_.comms()[ci].name};
-    if (const trace::Callsite* cs = det->FindCallsite(op->callsite)) e->callsite = cs->stack;
+    if (const trace::Callsite* cs = det->FindCallsite(op->callsite)) {
+      e->callsite = cs->stack;
+      e->callsite_driven_from = cs->python_driven_from;
+      const trace::Thread* issuer = det->FindThread(op->tid);
+      e->callsite_thread = issuer != nullptr && !issuer->name.empty() ? issuer->name : "thread";
+      e->callsite_thread += " (tid " + std::to_string(op->tid) + ")";
+    }
   }
   if (dm.gone_before_teardown) {  // its threads, as its old dump shows them, are not what it did last
     e->stack_note = StackNote::kThreadNote;
