@@ -1,4 +1,6 @@
 // Call sites: capture and intern on the hot path, resolve at dump time.
+#include <time.h>
+
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -58,6 +60,40 @@ detail::CallsiteTable g_table(g_entries, g_cells, kCallsiteCapacity);
 // threads' call sites are interned without them.
 constexpr int kMaxDrivenCallsites = kCallsiteCapacity / 16;
 std::atomic<int> g_driven_callsites{0};
+
+// Reading another thread's frames goes through process_vm_readv, a system call per field (about
+// 100 us for 8 frames): each native thread reuses what it read for kDriverReuseNs, so that a
+// burst of calls (DDP's bucket all-reduces during one backward()) pays it once. The driving
+// thread's line may then be up to that old.
+constexpr int64_t kDriverReuseNs = 200 * 1000 * 1000;
+struct DriverFrames {
+  bool read = false;
+  int64_t read_ns = 0;
+  uint16_t depth = 0;
+  uintptr_t code[kMaxPythonFrames];
+  int32_t position[kMaxPythonFrames];
+};
+thread_local DriverFrames t_driver;
+
+int64_t MonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);  // vDSO, no system call
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
+// The driving thread's Python frames for a calling thread that has none (see above).
+uint16_t DriverPythonFrames(uintptr_t* code, int32_t* position) {
+  DriverFrames& d = t_driver;
+  const int64_t now = MonotonicNs();
+  if (!d.read || now - d.read_ns >= kDriverReuseNs) {
+    d.depth = static_cast<uint16_t>(detail::CaptureDriverPythonFrames(d.code, d.position, kMaxPythonFrames));
+    d.read_ns = now;
+    d.read = true;
+  }
+  std::copy(d.code, d.code + d.depth, code);
+  std::copy(d.position, d.position + d.depth, position);
+  return d.depth;
+}
 
 // The Python frames of call sites, keyed by (code object, position), named under the GIL in
 // batches: one GIL acquisition names every frame of every call site published so far.
@@ -148,8 +184,7 @@ __attribute__((noinline)) int32_t CaptureCallsite(int skip, int max_depth) {
   key.python_driven = 0;
   if (key.python_depth == 0 && g_driven_callsites.load(std::memory_order_relaxed) < kMaxDrivenCallsites) {
     // A thread running no Python: the line of the thread driving it.
-    key.python_depth =
-        static_cast<uint16_t>(detail::CaptureDriverPythonFrames(key.py_code, key.py_position, kMaxPythonFrames));
+    key.python_depth = DriverPythonFrames(key.py_code, key.py_position);
     key.python_driven = key.python_depth > 0 ? 1 : 0;
   }
   // The same native path as before and no Python: its id is known, nothing to copy or hash.
