@@ -40,7 +40,7 @@ int Answer(const json& value, char* out, int size) {
 json CallsiteJson(int id, int gil_timeout_ms) {
   Callsite callsite;
   if (!GetCallsite(id, &callsite, gil_timeout_ms)) return nullptr;
-  return {{"symbols", SymbolsJson(callsite.ips)}, {"python", PythonJson(callsite.python)}, {"note", callsite.note}};
+  return {{"symbols", SymbolsJson(callsite.ips)}, {"python", PythonJson(callsite.python)}, {"note", callsite.note}, {"driven_from", callsite.driven_from}};
 }
 
 }  // namespace
