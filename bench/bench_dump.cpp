@@ -125,7 +125,7 @@ Result MeasureInChild(uint64_t ring_size, bool streamed, int threads, const std:
     in.ring_recorded = ring.recorded();
     in.ring_overwritten = ring.overwritten();
     in.threads = Threads(threads);
-    for (int c = 0; c < 8; ++c) in.callsites.push_back({c, in.threads[0].stack, ""});
+    for (int c = 0; c < 8; ++c) in.callsites.push_back({c, in.threads[0].stack, "", ""});
     DumpDirectory dumps(dir, dir, 1000000);
     const long base_kib = MaxRssKib();
     auto start = std::chrono::steady_clock::now();

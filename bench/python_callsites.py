@@ -86,6 +86,26 @@ def probe_cost(build, iterations=20000, rounds=15):
     return {k: statistics.median(v) for k, v in figures.items()}
 
 
+def native_thread_cost(build, iterations=20000, rounds=15):
+    """CaptureCallsite's CPU ns on a native thread (no Python frames) started from DEPTH Python frames
+    that wait for it: "on" reads the driving thread's Python frames, "off" (Python call sites off)
+    is what a native thread paid before."""
+    probe = ctypes.CDLL(os.path.join(build, "lib", "libstacks_python_probe.so"))
+    probe.nw_native_thread_capture_cost_ns.argtypes = [ctypes.c_int, ctypes.c_int]
+    probe.nw_native_thread_capture_cost_ns.restype = ctypes.c_double
+
+    def nested(levels):
+        return probe.nw_native_thread_capture_cost_ns(iterations, 16) if levels == 0 else nested(levels - 1)
+
+    figures = {"on": [], "off": []}
+    for _ in range(rounds):
+        for setting, enabled in (("off", 0), ("on", 1)):
+            probe.nw_set_python_callsites(enabled)
+            figures[setting].append(nested(DEPTH - 2))
+    probe.nw_set_python_callsites(1)
+    return {k: statistics.median(v) for k, v in figures.items()}
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--job":
         return job(int(sys.argv[2]))
@@ -126,6 +146,12 @@ def main():
     print(f"CaptureCallsite alone (thread CPU ns, median of 15 rounds, 16 native frames, {DEPTH} Python frames, "
           f"GIL released): off {cost['off']:.0f}, on {cost['on']:.0f}: {cost['on'] - cost['off']:+.0f} ns "
           f"(ratio {cost['on'] / cost['off']:.3f})")
+    if len(sys.argv) > 4 and sys.argv[4] == "--native-only" or hasattr(ctypes.CDLL(os.path.join(
+            build, "lib", "libstacks_python_probe.so")), "nw_native_thread_capture_cost_ns"):
+        cost = native_thread_cost(build)
+        print(f"CaptureCallsite on a native thread driven from {DEPTH} Python frames (thread CPU ns, median of 15 "
+              f"rounds): driving thread's Python frames off {cost['off']:.0f}, on {cost['on']:.0f}: "
+              f"{cost['on'] - cost['off']:+.0f} ns (ratio {cost['on'] / cost['off']:.3f})")
 
 
 if __name__ == "__main__":

@@ -266,6 +266,9 @@ constexpr const char* kExitStatus = "exit_status";
 constexpr const char* kFailed = "failed";
 constexpr const char* kErrorResult = "error_result";
 constexpr const char* kStatesAsOfMonoNs = "states_as_of_mono_ns";  // version 3: postmortem dumps
+constexpr const char* kException = "exception";  // {type, message, file, line, function}
+constexpr const char* kType = "type";
+constexpr const char* kMessage = "message";
 // communicator (summary.comms[] and communicators[])
 constexpr const char* kId = "id";
 constexpr const char* kSize = "size";
@@ -328,6 +331,7 @@ constexpr const char* kBuildId = "build_id";
 constexpr const char* kModuleOffset = "module_offset";
 constexpr const char* kInterrupted = "interrupted";
 constexpr const char* kOwn = "own";
+constexpr const char* kPythonDrivenFrom = "python_driven_from";  // callsites[]: within version 2
 constexpr const char* kModules = "modules";  // version 2: top level, [{path, build_id}]
 constexpr const char* kPath = "path";
 constexpr const char* kFile = "file";

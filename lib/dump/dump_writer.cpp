@@ -74,6 +74,7 @@ trace::Summary SummaryOf(const DumpInput& in) {
   s.exit_status = in.exit_status;
   s.error_result = in.error_result;
   s.states_as_of_mono_ns = in.states_as_of_mono_ns;
+  s.exception = in.exception;
   if (in.failed) s.failed = OpRecordOf(*in.failed);
   return s;
 }

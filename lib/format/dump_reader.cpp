@@ -711,6 +711,10 @@ Summary SummaryFromJson(const json& j) {
   if (const json* f = Find(j, key::kFailed); f && f->is_object()) s.failed = OpFromJson(*f);
   s.error_result = GetInt(j, key::kErrorResult, 0);
   s.states_as_of_mono_ns = GetInt(j, key::kStatesAsOfMonoNs, -1);
+  if (const json* e = Find(j, key::kException); e && e->is_object())
+    s.exception = UncaughtException{GetString(*e, key::kType), GetString(*e, key::kMessage),
+                                    GetString(*e, key::kFile), GetInt(*e, key::kLine, 0),
+                                    GetString(*e, key::kFunction)};
   return s;
 }
 
@@ -766,7 +770,8 @@ Detail DetailFromJson(const json& top) {
     ForEachObject(*r, key::kEntries, [&](const json& o) { d.ring.entries.push_back(OpFromJson(o)); });
   }
   ForEachObject(top, key::kCallsites, [&](const json& c) {
-    d.callsites.push_back({GetInt(c, key::kId, -1), StackFromJson(c), GetString(c, key::kNote)});
+    d.callsites.push_back(
+        {GetInt(c, key::kId, -1), StackFromJson(c), GetString(c, key::kNote), GetString(c, key::kPythonDrivenFrom)});
   });
   ForEachObject(top, key::kThreads, [&](const json& t) {
     d.threads.push_back({GetInt(t, key::kTid, 0), GetString(t, key::kName), StackFromJson(t),

@@ -132,6 +132,18 @@ struct Trigger {
   NCCLWATCH_RECORD_EQUALITY(Trigger)
 };
 
+// The uncaught Python exception a process ended with (reason exit): the interpreter's own last
+// exception, read at its exit.
+struct UncaughtException {
+  std::string type;      // qualified class name ("ValueError", "mypkg.DataError")
+  std::string message;   // str() of it, cut to 512 bytes
+  std::string file;      // innermost frame of its traceback: where it was raised
+  int64_t line = 0;
+  std::string function;
+  auto Tie() const { return std::tie(type, message, file, line, function); }
+  NCCLWATCH_RECORD_EQUALITY(UncaughtException)
+};
+
 struct Summary {
   int rank = kUnknownRank;
   int local_rank = kUnknownRank;
@@ -167,6 +179,8 @@ struct Summary {
   // and the communicators' gpu_reached / completed counts are as of then. -1: absent (a dump
   // written by the process itself, whose states are as of its time).
   int64_t states_as_of_mono_ns = -1;
+  // Reason exit: the uncaught Python exception the process ended with, if any.
+  std::optional<UncaughtException> exception;
 
   const CommSummary* Comm(const std::string& id) const {
     for (const auto& c : comms)
@@ -177,7 +191,7 @@ struct Summary {
     return std::tie(rank, local_rank, world_size, host, pid, dump_seq, reason, detail, trigger, time_unix_ns,
                     time_mono_ns, start_mono_ns, nccl_version, in_nccl, comms, in_flight, stalled,
                     ring_overwritten, process_uid, job_instance, start_unix_ns, exit_status, failed,
-                    error_result, states_as_of_mono_ns);
+                    error_result, states_as_of_mono_ns, exception);
   }
   NCCLWATCH_RECORD_EQUALITY(Summary)
 };
@@ -220,7 +234,10 @@ struct Callsite {
   int64_t id = -1;
   Stack stack;
   std::string note;  // why Python frames are missing
-  auto Tie() const { return std::tie(id, stack, note); }
+  // Set when the issuing thread ran no Python and stack.python is the Python stack of the
+  // thread driving it ("main thread"), read when the call was made.
+  std::string python_driven_from;
+  auto Tie() const { return std::tie(id, stack, note, python_driven_from); }
   NCCLWATCH_RECORD_EQUALITY(Callsite)
 };
 

@@ -141,6 +141,15 @@ void WriteSummary(JsonWriter& w, const Summary& s) {
   else w.Null();
   if (s.error_result != 0) w.Field(k::kErrorResult, s.error_result);
   if (s.states_as_of_mono_ns >= 0) w.Field(k::kStatesAsOfMonoNs, s.states_as_of_mono_ns);
+  if (s.exception) {
+    w.Key(k::kException).BeginObject();
+    w.Field(k::kType, s.exception->type);
+    w.Field(k::kMessage, s.exception->message);
+    w.Field(k::kFile, s.exception->file);
+    w.Field(k::kLine, s.exception->line);
+    w.Field(k::kFunction, s.exception->function);
+    w.EndObject();
+  }
   w.EndObject();
 }
 
@@ -190,13 +199,15 @@ void WriteCommunicator(JsonWriter& w, const Communicator& c) {
 
 // `own`: threads only (null for call sites).
 void WriteThreadLike(JsonWriter& w, const char* id_key, int64_t id, const std::string* name, const Stack& stack,
-                     const std::string& note, const bool* own, const ModuleTable& modules) {
+                     const std::string& note, const bool* own, const ModuleTable& modules,
+                     const std::string& python_driven_from = std::string()) {
   w.BeginObject();
   w.Field(id_key, id);
   if (name) w.Field(k::kName, *name);
   WriteStack(w, stack, &modules);
   w.Field(k::kNote, note);
   if (own) w.Field(k::kOwn, *own);
+  if (!python_driven_from.empty()) w.Field(k::kPythonDrivenFrom, python_driven_from);
   w.EndObject();
 }
 
@@ -267,7 +278,7 @@ bool WriteDocument(const Document& doc, const OpSource& ring_entries, const Text
     w.EndArray();
     w.Key(k::kCallsites).BeginArray();
     for (const auto& c : d.callsites) {
-      WriteThreadLike(w, k::kId, c.id, nullptr, c.stack, c.note, nullptr, modules);
+      WriteThreadLike(w, k::kId, c.id, nullptr, c.stack, c.note, nullptr, modules, c.python_driven_from);
       if (!piece_done()) return false;
     }
     w.EndArray();

@@ -2,8 +2,12 @@
 // declarations, real-symbol lookup and ABI check come from NCCLWATCH_FOR_EACH_MANAGED.
 #include <unistd.h>
 
+#include <climits>
 #include <cstddef>
 #include <cstring>
+#include <iterator>
+#include <optional>
+#include <set>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -99,11 +103,19 @@ CommInfo* Known(Runtime& rt, ncclComm_t comm) {
   return c || !comm ? c : rt.AdoptUnknown(comm);
 }
 
+// A creation in progress as dumps show it (`initializing`): who must call it and as which rank.
+struct Creation {
+  uint64_t id = 0;
+  int size = 0, rank = -1;
+};
+
 // ncclCommSplit / ncclCommShrink: the child is named by its parent and the parent's child
 // counter, which every member advances (NOCOLOR ones included), so ids agree across ranks.
-template <typename Call, typename ChildId>
+// While the call blocks, dumps show the creation (`creation`): a member that never calls it
+// holds the others there, as in ncclCommInitRank.
+template <typename Call, typename ChildId, typename CreationOf>
 ncclResult_t CreateChild(const char* function, ncclComm_t comm, ncclComm_t* newcomm, ncclConfig_t* config,
-                         CommKind kind, int color, int key, Call&& call, ChildId&& child_id) {
+                         CommKind kind, int color, int key, Call&& call, ChildId&& child_id, CreationOf&& creation) {
   CommInfo* parent = nullptr;
   uint32_t child = 0;
   return Managed(
@@ -112,6 +124,11 @@ ncclResult_t CreateChild(const char* function, ncclComm_t comm, ncclComm_t* newc
         if (Runtime* rt = Runtime::IfActive()) {
           Quietly(function, [&] { parent = Known(*rt, comm); });
           if (parent) child = parent->children.fetch_add(1);
+        }
+        std::optional<PendingScope> pending;
+        if (parent) {
+          const Creation c = creation(*parent, child);
+          pending.emplace(function, c.id, c.size, c.rank);
         }
         return call();
       },
@@ -210,7 +227,12 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
   return CreateChild(
       "ncclCommSplit", comm, newcomm, config, CommKind::Split, color, key,
       [&] { return real(comm, color, key, newcomm, config); },
-      [&](uint64_t parent_id, uint32_t child) { return CommIdForSplit(parent_id, child, color); });
+      [&](uint64_t parent_id, uint32_t child) { return CommIdForSplit(parent_id, child, color); },
+      [&](const CommInfo& parent, uint32_t child) {
+        // Every member of the parent takes part (whatever its color): one id for the split
+        // itself, no child's (a color no call can pass).
+        return Creation{CommIdForSplit(parent.id, child, INT_MIN), parent.size, parent.rank};
+      });
 }
 
 ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm,
@@ -221,6 +243,15 @@ ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeR
       [&] { return real(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags); },
       [&](uint64_t parent_id, uint32_t child) {
         return CommIdForShrink(parent_id, child, excludeRanksList, excludeRanksCount);
+      },
+      [&](const CommInfo& parent, uint32_t child) {
+        // The ranks left take part, renumbered past the excluded ones: the child itself.
+        std::set<int> excluded;
+        for (int i = 0; excludeRanksList && i < excludeRanksCount; ++i)
+          if (excludeRanksList[i] >= 0 && excludeRanksList[i] < parent.size) excluded.insert(excludeRanksList[i]);
+        const int below = static_cast<int>(std::distance(excluded.begin(), excluded.lower_bound(parent.rank)));
+        return Creation{CommIdForShrink(parent.id, child, excludeRanksList, excludeRanksCount),
+                        parent.size - static_cast<int>(excluded.size()), parent.rank - below};
       });
 }
 

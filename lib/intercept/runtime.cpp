@@ -340,6 +340,8 @@ void Runtime::Finish(int status, int32_t exiting_site, int32_t exiting_tid, bool
   extra.exit_status = status;
   extra.exiting_site = exiting_site;
   extra.exiting_tid = exiting_tid;
+  trace::UncaughtException exception;
+  if (stacks::LastUncaughtException(&exception)) extra.exception = std::move(exception);
   if (!pending.empty()) {
     std::string detail = std::to_string(pending.size()) + " operation(s) still in flight at exit, oldest " +
                          trace::OpKindName(pending.front().op.kind) + " seq " +
@@ -413,6 +415,7 @@ void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const st
   in.failed = extra.failed;
   in.exit_status = extra.exit_status;
   in.error_result = extra.error_result;
+  in.exception = extra.exception;
   in.recoveries = watchdog_->Recoveries();
   in.light = light;
   in.ring_capacity = ring_->capacity();
@@ -439,16 +442,18 @@ void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const st
     for (int32_t id : sites) {
       stacks::Callsite cs;
       if (!stacks::GetCallsite(id, &cs, gil_wait)) continue;
-      in.callsites.push_back({id, {Symbolized(cs.ips), std::move(cs.python)}, cs.note});
+      in.callsites.push_back({id, {Symbolized(cs.ips), std::move(cs.python)}, cs.note, cs.driven_from});
     }
     if (extra.exit_record && config_.stacks) {  // the exiting thread only: no signals to the others
       stacks::Callsite cs;
       // _exit: captured by the exiting thread, written here by the watchdog.
       const bool handed = extra.exiting_tid != 0;
       int32_t id = handed ? extra.exiting_site : stacks::CaptureCallsite(0, stacks::kMaxNativeFrames);
-      if (id >= 0 && stacks::GetCallsite(id, &cs, gil_wait))
+      if (id >= 0 && stacks::GetCallsite(id, &cs, gil_wait)) {
+        if (!cs.driven_from.empty()) cs.python.clear();  // a thread's own stack: not its driver's
         in.threads.push_back({handed ? extra.exiting_tid : CurrentTid(), "exiting thread",
                               {Symbolized(cs.ips), std::move(cs.python)}, cs.note});
+      }
     } else if (config_.stacks) {
       std::string note;
       // The stacks a report shows: the main thread's and those of the threads that call NCCL
@@ -661,6 +666,11 @@ void Runtime::OnTick() {
   }
   uint64_t now = MonoNs();
   TendBlackBox(now);
+  if (!python_exit_watched_ && config_.python && config_.exit_record && now >= next_python_exit_try_ns_) {
+    // From here, not the first NCCL call: the GIL may be busy; retried each second until had.
+    python_exit_watched_ = stacks::WatchPythonExit(kBackgroundGilWaitMs);
+    next_python_exit_try_ns_ = now + 1000000000ull;
+  }
   ForgetEndedComms(now);
   if (metrics_) WriteMetrics(now);
   CheckInits(now);
@@ -727,7 +737,7 @@ void Runtime::TendBlackBox(uint64_t now) {
     ++box_sites_next_;
     if (!known) continue;  // an id that lost an interning race: never published
     trace::Document one;
-    one.detail.callsites.push_back({id, {Symbolized(cs.ips), std::move(cs.python)}, cs.note});
+    one.detail.callsites.push_back({id, {Symbolized(cs.ips), std::move(cs.python)}, cs.note, cs.driven_from});
     if (!box_->AppendCallsite(trace::WriteDocument(one))) {
       if (!box_full_logged_) LogInfo("black box: no room for call sites past %d", id);
       box_full_logged_ = true;

@@ -46,6 +46,7 @@ struct DumpExtra {
   std::optional<OpSnapshot> failed;  // the call that returned an NCCL error
   int32_t exiting_site = -1;         // exit record: the exiting thread's stack, when captured by that thread
   int32_t exiting_tid = 0;
+  std::optional<trace::UncaughtException> exception;  // exit record: the Python exception it ended with
 };
 
 // The runtime's state, read first by every wrapper: disabled (NCCLWATCH_DISABLE, a forked
@@ -152,6 +153,9 @@ class Runtime {
   std::atomic<bool> finished_{false};
   std::atomic<bool> final_dump_written_{false};  // a dump of this process's own end (fatal signal, SIGTERM)
   uint64_t next_metrics_ns_ = 0;
+  // The Python exit hook that keeps the job's uncaught exception (watchdog thread).
+  bool python_exit_watched_ = false;
+  uint64_t next_python_exit_try_ns_ = 0;
   bool metrics_warned_ = false;
   std::atomic<uint64_t> stalls_{0};
 

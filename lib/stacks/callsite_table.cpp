@@ -19,6 +19,7 @@ inline uint64_t Mix(uint64_t h, uint64_t word) {
 void CopyKey(CallsiteKey* dst, const CallsiteKey& src) {
   dst->native_depth = src.native_depth;
   dst->python_depth = src.python_depth;
+  dst->python_driven = src.python_driven;
   std::memcpy(dst->ips, src.ips, src.native_depth * sizeof(src.ips[0]));
   std::memcpy(dst->py_code, src.py_code, src.python_depth * sizeof(src.py_code[0]));
   std::memcpy(dst->py_position, src.py_position, src.python_depth * sizeof(src.py_position[0]));
@@ -29,7 +30,7 @@ void CopyKey(CallsiteKey* dst, const CallsiteKey& src) {
 uint64_t CallsiteKey::Hash() const {
   // Two independent lanes: the multiply chain is the cost, and they run in parallel.
   uint64_t even = 0x6a09e667f3bcc909ull ^ native_depth;
-  uint64_t odd = 0xbb67ae8584caa73bull ^ python_depth;
+  uint64_t odd = 0xbb67ae8584caa73bull ^ python_depth ^ (uint64_t{python_driven} << 32);
   int i = 0;
   for (; i + 1 < native_depth; i += 2) {
     even = Mix(even, ips[i]);
@@ -47,6 +48,7 @@ uint64_t CallsiteKey::Hash() const {
 
 bool CallsiteKey::operator==(const CallsiteKey& other) const {
   return native_depth == other.native_depth && python_depth == other.python_depth &&
+         python_driven == other.python_driven &&
          std::memcmp(ips, other.ips, native_depth * sizeof(ips[0])) == 0 &&
          std::memcmp(py_code, other.py_code, python_depth * sizeof(py_code[0])) == 0 &&
          std::memcmp(py_position, other.py_position, python_depth * sizeof(py_position[0])) == 0;

@@ -24,6 +24,9 @@ namespace detail {
 struct CallsiteKey {
   uint16_t native_depth;
   uint16_t python_depth;
+  // 1: the Python frames are not the calling thread's (it had none) but those of the thread
+  // driving it (stacks.h, Callsite::driven_from).
+  uint16_t python_driven;
   uintptr_t ips[kMaxNativeFrames];
   uintptr_t py_code[kMaxPythonFrames];  // PyCodeObject*, innermost first
   // Where each frame is in its code: the last instruction's offset (PyFrame_GetLasti, Python

@@ -1,4 +1,6 @@
 // Call sites: capture and intern on the hot path, resolve at dump time.
+#include <time.h>
+
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -53,6 +55,45 @@ static_assert(std::is_trivially_default_constructible<detail::CallsiteEntry>::va
 detail::CallsiteEntry g_entries[kCallsiteCapacity];
 std::atomic<uint64_t> g_cells[2 * kCallsiteCapacity];
 detail::CallsiteTable g_table(g_entries, g_cells, kCallsiteCapacity);
+// Call sites with a driving thread's Python frames: that thread runs on, and its lines could
+// fill the table if it runs Python while a native thread issues calls; past this many, native
+// threads' call sites are interned without them.
+constexpr int kMaxDrivenCallsites = kCallsiteCapacity / 16;
+std::atomic<int> g_driven_callsites{0};
+
+// Reading another thread's frames goes through process_vm_readv, a system call per field (about
+// 100 us for 8 frames): each native thread reuses what it read for kDriverReuseNs, so that a
+// burst of calls (DDP's bucket all-reduces during one backward()) pays it once. The driving
+// thread's line may then be up to that old.
+constexpr int64_t kDriverReuseNs = 200 * 1000 * 1000;
+struct DriverFrames {
+  bool read = false;
+  int64_t read_ns = 0;
+  uint16_t depth = 0;
+  uintptr_t code[kMaxPythonFrames];
+  int32_t position[kMaxPythonFrames];
+};
+thread_local DriverFrames t_driver;
+
+int64_t MonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);  // vDSO, no system call
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
+// The driving thread's Python frames for a calling thread that has none (see above).
+uint16_t DriverPythonFrames(uintptr_t* code, int32_t* position) {
+  DriverFrames& d = t_driver;
+  const int64_t now = MonotonicNs();
+  if (!d.read || now - d.read_ns >= kDriverReuseNs) {
+    d.depth = static_cast<uint16_t>(detail::CaptureDriverPythonFrames(d.code, d.position, kMaxPythonFrames));
+    d.read_ns = now;
+    d.read = true;
+  }
+  std::copy(d.code, d.code + d.depth, code);
+  std::copy(d.position, d.position + d.depth, position);
+  return d.depth;
+}
 
 // The Python frames of call sites, keyed by (code object, position), named under the GIL in
 // batches: one GIL acquisition names every frame of every call site published so far.
@@ -152,6 +193,12 @@ __attribute__((noinline)) int32_t CaptureCallsite(int skip, int max_depth) {
   bool gil_held = false;
   key.python_depth =
       static_cast<uint16_t>(detail::CapturePythonFrames(key.py_code, key.py_position, kMaxPythonFrames, &gil_held));
+  key.python_driven = 0;
+  if (key.python_depth == 0 && g_driven_callsites.load(std::memory_order_relaxed) < kMaxDrivenCallsites) {
+    // A thread running no Python: the line of the thread driving it.
+    key.python_depth = DriverPythonFrames(key.py_code, key.py_position);
+    key.python_driven = key.python_depth > 0 ? 1 : 0;
+  }
   // The same native path as before and no Python: its id is known, nothing to copy or hash.
   if (known && known->native_id >= 0 && key.python_depth == 0) {
     ++paths->hits;
@@ -192,8 +239,9 @@ __attribute__((noinline)) int32_t CaptureCallsite(int skip, int max_depth) {
     if (native > 0) key.native_depth = static_cast<uint16_t>(native);
   }
   const detail::CallsiteTable::InternResult result = g_table.Intern(key);
+  if (result.inserted && key.python_driven) g_driven_callsites.fetch_add(1, std::memory_order_relaxed);
   // Under the GIL the code objects can be kept alive right away; otherwise at dump time (stacks.h).
-  if (result.inserted && key.python_depth > 0 && gil_held) detail::RetainCodeObjects(key.py_code, key.python_depth);
+  if (result.inserted && key.python_depth > 0 && gil_held && !key.python_driven) detail::RetainCodeObjects(key.py_code, key.python_depth);
   if (result.inserted)
     if (NewCallsiteHook hook = g_new_callsite_hook.load(std::memory_order_acquire))
       hook(result.id, key.ips, key.native_depth, key.python_depth);
@@ -212,7 +260,9 @@ bool GetCallsite(int32_t id, Callsite* out, int gil_timeout_ms) {
   out->ips = WithoutOwnFrames(std::vector<uintptr_t>(key.ips, key.ips + key.native_depth));
   out->python.clear();
   out->note.clear();
+  out->driven_from.clear();
   if (key.python_depth == 0) return true;
+  if (key.python_driven) out->driven_from = kDrivenFromMainThread;
 
   // Leaked on purpose: dumps can run while the process exits, after static destructors.
   static std::mutex* mu = new std::mutex;

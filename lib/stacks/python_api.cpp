@@ -111,7 +111,8 @@ void SetUpFrameWalker(PythonApi* api) {
   } else if (code_type == 0 || frame_type == 0) {
     std::snprintf(api->frames_problem, size, "Python %d.%d: no PyCode_Type or PyFrame_Type", major, minor);
   } else if (minor < 13 || DebugOffsetsAgree(*layout, api->frames_problem, size)) {
-    api->walker = FrameWalker{layout, code_type, frame_type};
+    api->walker = FrameWalker{layout, code_type, frame_type,
+                              reinterpret_cast<uintptr_t>(dlsym(RTLD_DEFAULT, "PyUnicode_Type"))};
     return;
   }
   std::strncat(api->frames_problem, ": call sites show Python frames only where the caller holds the GIL",
@@ -141,6 +142,8 @@ bool ResolvePythonApi() {
             Lookup(&a.PyErr_Restore, "PyErr_Restore") && Lookup(&a.PyCode_Addr2Line, "PyCode_Addr2Line");
   // Optional: newer, or renamed across versions.
   Lookup(&a.PyFrame_GetLasti, "PyFrame_GetLasti");
+  Lookup(&a.PyInterpreterState_Main, "PyInterpreterState_Main");
+  Lookup(&a.PyInterpreterState_ThreadHead, "PyInterpreterState_ThreadHead");
   Lookup(&a.IsFinalizing, "Py_IsFinalizing") || Lookup(&a.IsFinalizing, "_Py_IsFinalizing");
   Lookup(&a.UncheckedThreadState, "PyThreadState_GetUnchecked") ||
       Lookup(&a.UncheckedThreadState, "_PyThreadState_UncheckedGet");
@@ -296,6 +299,20 @@ const PythonApi* GetPythonApi() {
     state = g_api_state.load(std::memory_order_acquire);
   }
   return state == kPresent ? &g_api : nullptr;
+}
+
+int CaptureDriverPythonFrames(uintptr_t* code, int32_t* position, int max) {
+  if (!g_python_callsites.load(std::memory_order_relaxed)) return 0;
+  const PythonApi* api = GetPythonApi();
+  if (api == nullptr || api->walker.layout == nullptr || api->PyInterpreterState_Main == nullptr ||
+      api->PyInterpreterState_ThreadHead == nullptr || !api->InterpreterUsable()) {
+    return 0;
+  }
+  void* interp = api->PyInterpreterState_Main();
+  if (interp == nullptr) return 0;
+  const uintptr_t driver = OldestThreadState(reinterpret_cast<uintptr_t>(api->PyInterpreterState_ThreadHead(interp)));
+  if (driver == 0 || driver == reinterpret_cast<uintptr_t>(api->PyGILState_GetThisThreadState())) return 0;
+  return WalkOtherThreadFrames(api->walker, driver, code, position, max);
 }
 
 int CapturePythonFrames(uintptr_t* code, int32_t* position, int max, bool* gil_held) {

@@ -56,6 +56,9 @@ struct PythonApi {
   void (*PyErr_Fetch)(PyObject**, PyObject**, PyObject**);
   void (*PyErr_Restore)(PyObject*, PyObject*, PyObject*);
   int (*PyCode_Addr2Line)(PyObject*, int);
+  // Used at dump time without the GIL (plain reads of the runtime's structures); may be null.
+  void* (*PyInterpreterState_Main)() = nullptr;
+  void* (*PyInterpreterState_ThreadHead)(void*) = nullptr;
 
   // Reads the calling thread's frames without the GIL; walker.layout is null when this
   // CPython's layout is not known (then frames_problem says why, once, for the log).
@@ -102,6 +105,12 @@ const PythonApi* GetPythonApi();
 // whether it held the GIL. The code pointers are borrowed (alive while the frames are); see
 // RetainCodeObjects.
 int CapturePythonFrames(uintptr_t* code, int32_t* position, int max, bool* gil_held);
+// For a calling thread without Python frames (a C++ thread: autograd's, a library's), in a
+// process running CPython with the frame walker: the Python frames of the thread that drives
+// it, the interpreter's first thread state (the main thread, which e.g. waits in backward()),
+// read without the GIL through guarded reads (that thread runs on). Same output as
+// CapturePythonFrames; 0 when there is none (or it is the caller's own state).
+int CaptureDriverPythonFrames(uintptr_t* code, int32_t* position, int max);
 // Takes one reference on each code object so that it outlives its frames (GIL held).
 void RetainCodeObjects(const uintptr_t* code, int count);
 // Python frames in call sites on (the default) or off, for the whole process.
@@ -150,6 +159,14 @@ struct PythonThread {
 // Every Python thread with a frame (sys._current_frames), matched to its native id through
 // threading.enumerate() (GIL held).
 std::vector<PythonThread> CollectPythonThreads(const PythonApi& api, int max_frames);
+
+// When the GIL cannot be had (a thread holds it: spinning in Python, or in C code that keeps
+// it): the Python frames of every thread of the main interpreter, read without the GIL from its
+// thread-state list (python_frames.h: guarded reads, bounded walks, code objects checked live
+// and named only when their names are compact ASCII strings; lines from the code's line table,
+// which is read, never written). `ident` is each thread's pthread_self(). Empty without a frame
+// walker for this CPython.
+std::vector<PythonThread> PythonThreadsWithoutGil(const PythonApi& api, int max_frames);
 
 }  // namespace detail
 }  // namespace stacks

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string>
 #include <mutex>
 
 namespace ncclwatch {
@@ -22,16 +23,18 @@ namespace {
 // changed within a minor version.
 constexpr FrameLayout kLayouts[] = {
     // 3.9: PyThreadState.frame; PyFrameObject f_back, f_code, f_lasti (bytes).
-    {9, 24, -1, true, 24, 32, 104, 1, -1, -1, -1},
+    // The last four (thread_id, co_filename, co_name, sizeof(PyASCIIObject)) are read at dump
+    // time for other threads only.
+    {9, 24, -1, true, 24, 32, 104, 1, -1, -1, -1, 176, 104, 112, 48},
     // 3.10: as 3.9, f_lasti moved and counts 2-byte code units.
-    {10, 24, -1, true, 24, 32, 96, 2, -1, -1, -1},
+    {10, 24, -1, true, 24, 32, 96, 2, -1, -1, -1, 176, 104, 112, 48},
     // 3.11: PyThreadState.cframe -> _PyCFrame.current_frame; _PyInterpreterFrame previous,
     // f_code, prev_instr, owner; PyCodeObject.co_code_adaptive.
-    {11, 56, 8, false, 48, 32, 56, 0, 69, -1, 184},
+    {11, 56, 8, false, 48, 32, 56, 0, 69, -1, 184, 152, 112, 120, 48},
     // 3.12: the frame's fields reordered; C-stack shim frames (owner FRAME_OWNED_BY_CSTACK = 3).
-    {12, 56, 0, false, 8, 0, 56, 0, 70, 3, 192},
+    {12, 56, 0, false, 8, 0, 56, 0, 70, 3, 192, 136, 112, 120, 40},
     // 3.13: PyThreadState.current_frame; f_executable, instr_ptr (the current instruction).
-    {13, 72, -1, false, 8, 0, 56, 0, 70, 3, 200},
+    {13, 72, -1, false, 8, 0, 56, 0, 70, 3, 200, 152, 112, 120, 40},
 };
 
 // A walk longer than this is a corrupt chain (skipped shim frames included).
@@ -76,36 +79,135 @@ const FrameLayout* FrameLayoutFor(int major, int minor) {
   return nullptr;
 }
 
-int WalkPythonFrames(const FrameWalker& walker, uintptr_t tstate, uintptr_t* code, int32_t* offset, int max) {
+namespace {
+
+// Reads of the calling thread's own, unchanging chain: plain loads.
+struct DirectReader {
+  template <typename T>
+  bool operator()(uintptr_t address, T* out) const {
+    *out = Load<T>(address);
+    return true;
+  }
+};
+// Reads of a running thread's chain: false where the memory is gone.
+struct GuardedReader {
+  template <typename T>
+  bool operator()(uintptr_t address, T* out) const {
+    return SafeRead(address, out, sizeof(T));
+  }
+};
+
+template <typename Reader>
+int Walk(const FrameWalker& walker, const Reader& read, uintptr_t tstate, uintptr_t* code, int32_t* offset, int max) {
   const FrameLayout* layout = walker.layout;
   if (layout == nullptr || !Plausible(tstate)) return 0;
-  uintptr_t frame = Load<uintptr_t>(tstate + layout->tstate_frame);
+  uintptr_t frame = 0;
+  if (!read(tstate + layout->tstate_frame, &frame)) return 0;
   if (layout->cframe_current_frame >= 0) {
-    if (!Plausible(frame)) return 0;
-    frame = Load<uintptr_t>(frame + layout->cframe_current_frame);
+    if (!Plausible(frame) || !read(frame + layout->cframe_current_frame, &frame)) return 0;
   }
   int count = 0;
-  for (int step = 0; count < max && step < kMaxWalkSteps && Plausible(frame);
-       ++step, frame = Load<uintptr_t>(frame + layout->frame_back)) {
-    if (layout->frame_is_object && Load<uintptr_t>(frame + kObType) != walker.frame_type) break;
+  for (int step = 0; count < max && step < kMaxWalkSteps && Plausible(frame); ++step) {
+    const uintptr_t here = frame;
+    if (!read(here + layout->frame_back, &frame)) break;
+    uintptr_t type = 0;
+    if (layout->frame_is_object && (!read(here + kObType, &type) || type != walker.frame_type)) break;
     // The interpreter's entry shims run no Python code of the user's (PyEval_GetFrame skips them).
-    if (layout->owner_cstack >= 0 && Load<char>(frame + layout->frame_owner) == layout->owner_cstack) continue;
-    const uintptr_t co = Load<uintptr_t>(frame + layout->frame_code);
-    if (!Plausible(co) || Load<uintptr_t>(co + kObType) != walker.code_type) break;
+    char owner = 0;
+    if (layout->owner_cstack >= 0) {
+      if (!read(here + layout->frame_owner, &owner)) break;
+      if (owner == layout->owner_cstack) continue;
+    }
+    uintptr_t co = 0;
+    if (!read(here + layout->frame_code, &co) || !Plausible(co) || !read(co + kObType, &type) ||
+        type != walker.code_type) {
+      break;
+    }
     int64_t bytes;
     if (layout->lasti_unit > 0) {
-      bytes = int64_t{Load<int>(frame + layout->frame_instr)} * layout->lasti_unit;  // -1: not started
+      int lasti = 0;
+      if (!read(here + layout->frame_instr, &lasti)) break;
+      bytes = int64_t{lasti} * layout->lasti_unit;  // -1: not started
     } else {
-      bytes = static_cast<int64_t>(Load<uintptr_t>(frame + layout->frame_instr) - (co + layout->code_adaptive));
+      uintptr_t instr = 0;
+      int64_t units = 0;
+      if (!read(here + layout->frame_instr, &instr) || !read(co + kObSize, &units)) break;
+      bytes = static_cast<int64_t>(instr - (co + layout->code_adaptive));
       // A frame still in its prologue points before its first instruction: CPython skips
       // such "incomplete" frames too.
-      if (bytes < 0 || bytes >= 2 * Load<int64_t>(co + kObSize)) continue;
+      if (bytes < 0 || bytes >= 2 * units) continue;
     }
     code[count] = co;
     offset[count] = static_cast<int32_t>(bytes);
     ++count;
   }
   return count;
+}
+
+// A compact ASCII str object's characters (at most 4096); false otherwise.
+bool AsciiString(const FrameWalker& walker, uintptr_t object, std::string* out) {
+  struct {
+    uint64_t refcnt, type;
+    int64_t length;
+    int64_t hash;
+    uint32_t state;
+  } header;
+  if (!Plausible(object) || !SafeRead(object, &header, sizeof header)) return false;
+  const bool compact = (header.state >> 5) & 1, ascii = (header.state >> 6) & 1;  // same bits 3.9 to 3.13
+  if (header.type != walker.unicode_type || !compact || !ascii || header.length < 0 || header.length > 4096) {
+    return false;
+  }
+  out->resize(static_cast<size_t>(header.length));
+  return header.length == 0 || SafeRead(object + walker.layout->ascii_data, &(*out)[0], out->size());
+}
+
+}  // namespace
+
+int WalkPythonFrames(const FrameWalker& walker, uintptr_t tstate, uintptr_t* code, int32_t* offset, int max) {
+  return Walk(walker, DirectReader{}, tstate, code, offset, max);
+}
+
+int WalkOtherThreadFrames(const FrameWalker& walker, uintptr_t tstate, uintptr_t* code, int32_t* offset, int max) {
+  return Walk(walker, GuardedReader{}, tstate, code, offset, max);
+}
+
+int OtherThreadStates(const FrameWalker& walker, uintptr_t head, uintptr_t* tstates, uint64_t* thread_ids, int max) {
+  constexpr int kTstateNext = 8;  // PyThreadState.next, 3.9 to 3.13 (as OldestThreadState)
+  if (walker.layout == nullptr) return 0;
+  int count = 0;
+  for (uintptr_t tstate = head; count < max && Plausible(tstate);) {
+    uint64_t id = 0;
+    uintptr_t next = 0;
+    if (!SafeRead(tstate + walker.layout->tstate_thread_id, &id, sizeof id) ||
+        !SafeRead(tstate + kTstateNext, &next, sizeof next)) {
+      break;
+    }
+    tstates[count] = tstate;
+    thread_ids[count] = id;
+    ++count;
+    if (next == head) break;  // a corrupt, circular list
+    tstate = next;
+  }
+  return count;
+}
+
+uintptr_t OldestThreadState(uintptr_t head) {
+  constexpr int kTstateNext = 8;        // PyThreadState.next, 3.9 to 3.13
+  constexpr int kMaxThreadStates = 256;  // bounded: a longer list is a corrupt one
+  uintptr_t last = 0;
+  for (int i = 0; i < kMaxThreadStates && Plausible(head); ++i) {
+    last = head;
+    if (!SafeRead(head + kTstateNext, &head, sizeof head)) return 0;
+  }
+  return Plausible(head) ? 0 : last;  // a list that did not end is no answer
+}
+
+bool CodeNamesWithoutGil(const FrameWalker& walker, uintptr_t code, std::string* file, std::string* function) {
+  if (walker.layout == nullptr || walker.unicode_type == 0) return false;
+  uintptr_t file_object = 0, name_object = 0;
+  return SafeRead(code + walker.layout->code_filename, &file_object, sizeof file_object) &&
+         SafeRead(code + walker.layout->code_name, &name_object, sizeof name_object) &&
+         AsciiString(walker, file_object, file) && AsciiString(walker, name_object, function);
 }
 
 bool IsLiveCodeObject(uintptr_t code_type, uintptr_t address) {

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace ncclwatch {
 namespace stacks {
@@ -36,6 +37,11 @@ struct FrameLayout {
   int frame_owner;           // _PyInterpreterFrame.owner (char), -1: none
   int owner_cstack;          // owner value of C-stack shim frames (3.12+), skipped; -1: none
   int code_adaptive;         // PyCodeObject.co_code_adaptive (3.11+: instructions), -1: none
+  // Dump time, for other threads' states (read without the GIL):
+  int tstate_thread_id;      // PyThreadState.thread_id (the thread's pthread_self())
+  int code_filename;         // PyCodeObject.co_filename
+  int code_name;             // PyCodeObject.co_name
+  int ascii_data;            // sizeof(PyASCIIObject): where a compact ASCII string's characters start
 };
 
 // The table for 3.<minor>, or null when it has none.
@@ -46,12 +52,33 @@ struct FrameWalker {
   const FrameLayout* layout = nullptr;  // null: no walker
   uintptr_t code_type = 0;              // &PyCode_Type
   uintptr_t frame_type = 0;             // &PyFrame_Type
+  uintptr_t unicode_type = 0;           // &PyUnicode_Type (0: code objects are not named without the GIL)
 };
 
 // Walks from thread state `tstate` (PyThreadState*, may be null) outwards and stores up to `max`
 // frames as (code object, offset in bytes of the frame's current instruction); returns how
 // many. Reads only; no allocation, no lock, no call into CPython.
 int WalkPythonFrames(const FrameWalker& walker, uintptr_t tstate, uintptr_t* code, int32_t* offset, int max);
+
+// ---- dump time, other threads (the GIL is held by someone else: what out-of-process samplers
+// do, in-process). The thread runs while we read, so every read goes through process_vm_readv:
+// a frame popped (and its memory unmapped) under us ends the walk, it does not fault.
+
+// As WalkPythonFrames, for the thread state of another, running thread.
+int WalkOtherThreadFrames(const FrameWalker& walker, uintptr_t tstate, uintptr_t* code, int32_t* offset, int max);
+
+// The interpreter's thread states from `head` (PyInterpreterState_ThreadHead) along ->next,
+// with each one's thread_id (its pthread_self()); at most `max`; returns how many.
+int OtherThreadStates(const FrameWalker& walker, uintptr_t head, uintptr_t* tstates, uint64_t* thread_ids, int max);
+
+// The last thread state of the list from `head` (the oldest: the interpreter's first thread,
+// normally the main thread), read through guarded reads; 0 when none.
+uintptr_t OldestThreadState(uintptr_t head);
+
+// File and function name of live code object `code` (IsLiveCodeObject), read without the GIL:
+// compact ASCII strings only (the common case; others would need the GIL to convert); false
+// when either cannot be read.
+bool CodeNamesWithoutGil(const FrameWalker& walker, uintptr_t code, std::string* file, std::string* function);
 
 // Dump time: whether `address` is, right now, a live code object: its header can be read
 // (checked with process_vm_readv, so that an unmapped address is an answer, not a fault), its

@@ -129,7 +129,14 @@ struct Callsite {
   std::vector<uintptr_t> ips;         // return addresses, innermost first
   std::vector<PythonFrame> python;    // innermost first; empty when captured without the GIL
   std::string note;                   // set when Python frames exist but could not be named (GIL unavailable)
+  // Set when the calling thread ran no Python code (a C++ thread: autograd's, a library's) and
+  // `python` is the stack of the Python thread driving it, read without the GIL when the call
+  // was captured: which thread that was (kDrivenFromMainThread).
+  std::string driven_from;
 };
+// Callsite::driven_from: the interpreter's first thread (the main thread), which drives the
+// native threads (it waits in backward() while autograd's threads issue the collectives).
+constexpr const char* kDrivenFromMainThread = "main thread";
 
 // Resolves call site `id`, without ncclwatch's own frames at the top (SetOwnModule). The names
 // of its Python frames are read under the GIL, taken on a helper thread with a bounded wait
@@ -203,6 +210,16 @@ std::vector<ThreadStack> CaptureAllThreads(int per_thread_timeout_ms, bool pytho
 // The note of a thread CaptureAllThreads did not sample.
 constexpr const char* kNotSampledNote =
     "native stack not sampled: only the main thread and the threads that call NCCL are signalled";
+
+// ---- the uncaught exception a Python job ends with ----
+// Registers, once per process, an atexit function of ours with CPython (under the GIL, taken
+// with a bounded wait): CPython runs it early in its finalization, where it keeps the exception
+// the interpreter printed before exiting (sys.last_exc, or sys.last_value before 3.12) for
+// LastUncaughtException; an exit through sys.exit() or os._exit() leaves none. True when done
+// (or there is nothing to do: no CPython); false when the GIL was not had in time (call again).
+bool WatchPythonExit(int gil_timeout_ms);
+// The uncaught exception kept at the interpreter's exit; false when there was none.
+bool LastUncaughtException(trace::UncaughtException* out);
 
 }  // namespace stacks
 }  // namespace ncclwatch

@@ -315,7 +315,23 @@ void AddPythonStacks(std::vector<ThreadStack>* threads, int gil_timeout_ms, std:
       },
       gil_timeout_ms);
   if (status == detail::GilResult::kNoPython) return;
-  if (status != detail::GilResult::kRan) {
+  // `collected` only once the work ran: after a timeout it may still run and write it.
+  std::vector<detail::PythonThread> found;
+  if (status == detail::GilResult::kRan) found = std::move(*collected);
+  if (status == detail::GilResult::kTimedOut) {
+    // Another thread keeps the GIL (spinning in Python, or in C code that holds it): read every
+    // thread's frames from the interpreter's structures instead, as a sampler outside would.
+    found = detail::PythonThreadsWithoutGil(*detail::GetPythonApi(), kMaxThreadPythonFrames);
+    if (!found.empty()) {
+      const std::string message = "python frames read without the GIL (not had within " +
+                                  std::to_string(gil_timeout_ms) + " ms: another thread holds it)";
+      for (ThreadStack& thread : *threads) {
+        if (thread.tid == getpid()) AppendNote(&thread.note, message);
+      }
+      if (note != nullptr) AppendNote(note, message);
+    }
+  }
+  if (status != detail::GilResult::kRan && found.empty()) {
     std::string message = std::string("python stacks unavailable: ") + detail::GilResultText(status);
     if (status == detail::GilResult::kTimedOut) message += " (timeout " + std::to_string(gil_timeout_ms) + " ms)";
     for (ThreadStack& thread : *threads) {
@@ -334,7 +350,7 @@ void AddPythonStacks(std::vector<ThreadStack>* threads, int gil_timeout_ms, std:
     if (thread.pthread_id != 0) by_pthread[thread.pthread_id] = &thread;
   }
   std::vector<ThreadStack> unmatched;
-  for (detail::PythonThread& python : *collected) {
+  for (detail::PythonThread& python : found) {
     ThreadStack* match = nullptr;
     const auto by_ident = by_pthread.find(python.ident);
     if (by_ident != by_pthread.end()) {

@@ -86,7 +86,7 @@ TEST_CASE("an NCCL error names the call that failed, not ranks that only heard o
   Document err = Dump(2, 4, {Comm(kWorld, 4, 2, 12, 11, 11)}, {}, Name(R::NcclError));
   err.summary.failed = failed;
   err.summary.detail = "ncclAllReduce returned 2 (unhandled system error) on comm " + kWorld;
-  err.detail.callsites.push_back({0, {{}, {{"train.py", 88, "train_step", false}}}, ""});
+  err.detail.callsites.push_back({0, {{}, {{"train.py", 88, "train_step", false}}}, "", ""});
   Document exit = Then(err, R::Exit);
   exit.summary.exit_status = 3;
   Document remote = Dump(3, 4, {Comm(kWorld, 4, 3, 12, 12, 11)}, {}, Name(R::AsyncError));

@@ -1461,6 +1461,49 @@ def ending_setup_hang():
 
 
 @case
+def late_rank_then_healthy_is_no_hang():
+    # A rank reaches setup (or its first collective) seconds after the others, past their
+    # deadline, then the job runs healthily: the others' setup-time stall dumps are followed by
+    # newer evidence of the same processes (a finished job's exit records, a healthy stop's
+    # SIGTERM dumps). No hang; the late start is told as a recovered stall, waiting for the late rank.
+    late_setup = ["--late-init-rank", "2", "--late-init-ms", "5000"]
+    late_first = ["--busy-rank", "2", "--busy-at", "0", "--busy-ms", "5000"]
+    for name, args, iters, timeout, op in (
+            ("late setup, job finishes", late_setup, "300", 40, "ncclCommInitRankConfig"),
+            ("late setup, job stopped while healthy", late_setup, "100000000", 12, "ncclCommInitRankConfig"),
+            ("late first collective, job finishes", late_first, "300", 40, "AllReduce")):
+        j = job(4, ["--iters", iters, "--sync-every", "1"] + args, env={"NCCLWATCH_TIMEOUT": "2"}, timeout=timeout)
+        stalls = [r for r in (0, 1, 3) if "stall" in j.reasons(r)]
+        check(stalls, f"{name}: the others reported the late start as a stall: {[j.reasons(r) for r in range(4)]}\n{j.err[-2000:]}")
+        rc, report = analyze_dir(j.dir)
+        v = report["verdicts"][0]
+        check(rc == 0 and v["cause"] == "no_hang", f"{name}: no hang ({rc}): {json.dumps(report['verdicts'])[:1500]}")
+        rs = report["recovered_stalls"]
+        check(len(rs) == 1 and rs[0]["op"] == op and rs[0]["waiting_for"] == [2],
+              f"{name}: one recovered stall, {op} waiting for rank 2: {json.dumps(rs)[:1500]}")
+
+
+@case
+def mid_job_communicator_never_joined():
+    # Before iteration 10 every rank creates a new communicator (a checkpoint group), except rank
+    # 5, busy in host code. Each way of creating one: ncclCommInitRank / ncclCommInitRankConfig
+    # per block of 4 ranks (ranks 0-3 create theirs and wait in the next world collective, 4, 6
+    # and 7 wait inside the creation), ncclCommSplit and ncclCommShrink of the world (the seven
+    # others all wait inside it). Only rank 5 is to blame, as the one that never joined; a blocked
+    # creation is never no_hang.
+    for kind, groups in (("init", "2"), ("config", "2"), ("split", "2"), ("shrink", "1")):
+        j = job(8, ["--iters", "30", "--new-comm-at", "10", "--new-comm-kind", kind, "--new-comm-groups", groups,
+                    "--new-comm-skip-rank", "5"], env={"NCCLWATCH_TIMEOUT": "2"}, timeout=10)
+        rc, report = analyze_dir(j.dir)
+        causes = [(v["cause"], v["culprit_ranks"]) for v in report["verdicts"]]
+        check(rc == 1 and causes[0] == ("init_hang", [5]), f"{kind}: init_hang naming rank 5 first ({rc}): {causes}\n{j.err[-1500:]}")
+        check(all(v["culprit_ranks"] in ([5], []) and v["cause"] != "no_hang" for v in report["verdicts"]),
+              f"{kind}: no other rank blamed, never no_hang: {causes}")
+        s = report["verdicts"][0]["culprit_stacks"].get("5", {})
+        check("not inside NCCL" in s.get("where", "") and s.get("current"), f"{kind}: rank 5's place and stack: {s.get('where')}")
+
+
+@case
 def ending_framework_abort_then_sigabrt():
     # As PyTorch tears down: the waiting ranks abort their communicators, then abort() (SIGABRT:
     # a fatal_signal dump after the abort dump). The busy rank is still the culprit.
@@ -1769,6 +1812,29 @@ def ended_rank_owing_nothing_is_not_blamed():
     check(verdicts and verdicts[0]["culprit_ranks"] == [2], f"stage 2 is named first:\n{json.dumps(verdicts)[:2000]}")
     blamed = [v for v in verdicts if 0 in v["culprit_ranks"]]
     check(not blamed, f"stage 0, which owed nothing, is never named: {json.dumps(blamed)[:1500]}")
+
+
+@case
+def recovered_only_when_completed():
+    # A pipeline's later stages wait in Recvs (p2p operations: no collective sequence number).
+    # Only an operation whose completion a later dump saw is a recovered stall: a stage that
+    # stops for good leaves Recvs that never complete (the launcher's SIGTERM dumps show them
+    # still pending), a stage that stops for a while leaves Recvs that complete.
+    for name, stop, finishes in (("stopped for good", [], False), ("stopped 5 s", ["--stop-ms", "5000"], True)):
+        j = job(4, ["--microbatches", "8", "--stop-rank", "1", "--stop-at", "3"] + stop, program="sim_pipeline",
+                env={"NCCLWATCH_TIMEOUT": "2"}, timeout=30 if finishes else 8)
+        stalled_ops = [stalled(j.first(r, "stall"))["op"] for r in (2, 3)]
+        check(stalled_ops == ["Recv", "Recv"], f"{name}: stages 2 and 3 stalled in a Recv: {stalled_ops}\n{j.err[-1500:]}")
+        rc, report = analyze_dir(j.dir)
+        v, rs = report["verdicts"][0], report["recovered_stalls"]
+        if finishes:
+            check(rc == 0 and v["cause"] == "no_hang", f"{name}: no hang ({rc}): {json.dumps(report['verdicts'])[:1500]}")
+            recvs = sorted(r["rank"] for r in rs if r["op"] == "Recv")
+            check(recvs == [2, 3] and all(r["op"] in ("Send", "Recv") for r in rs),
+                  f"{name}: the Recvs that completed (stages 2 and 3) are recovered stalls: {json.dumps(rs)[:1500]}")
+        else:
+            check(rc == 1 and v["culprit_ranks"] == [1], f"{name}: stage 1 is named ({rc}): {json.dumps(report['verdicts'])[:1500]}")
+            check(rs == [], f"{name}: no operation that never completed is a recovered stall: {json.dumps(rs)[:1500]}")
 
 
 @case

@@ -173,7 +173,7 @@ Document RandomDocument(Random& r) {
   t.ring.recorded = r.Any();
   t.ring.overwritten = r.Any();
   t.ring.entries = r.List<Op>(6, [&] { return RandomOp(r, false); });
-  t.callsites = r.List<Callsite>(3, [&] { return Callsite{r.Any(), RandomStack(r), r.Text()}; });
+  t.callsites = r.List<Callsite>(3, [&] { return Callsite{r.Any(), RandomStack(r), r.Text(), r.Text()}; });
   t.threads = r.List<Thread>(3, [&] { return Thread{r.Any(), r.Text(), RandomStack(r), r.Text(), r.Coin()}; });
   return d;
 }

@@ -8,7 +8,12 @@ checkpoint" at step BUSY_STEP; the other ranks wait in an all-reduce.
 Endings: rank DIE_RANK is SIGKILLed at step DIE_STEP (the OOM killer's way; half a second after
 its last step, or right after it with DIE_NOW=1); rank EXIT_RANK leaves
 the loop at step EXIT_STEP; FORK=1 runs the job in a child started by multiprocessing's fork
-context, which ends it with os._exit (as launchers built on multiprocessing do).
+context, which ends it with os._exit (as launchers built on multiprocessing do). Rank END_RANK ends
+at step END_STEP by ENDING: `raise` (a DataError from read_sample: a data bug), `raise_builtin` (a
+ValueError), `sysexit` (sys.exit(3)) or `osexit` (os._exit(4)); with ABORT_IN_FINALLY=1 every rank
+aborts its communicator in a `finally:` on its way out (as dist.destroy_process_group() does).
+Rank HOLD_RANK at step HOLD_STEP waits 4 s without the GIL, then in C code that keeps it
+(HOLD_HOW=spin: in a pure-Python loop that no other thread can take the GIL from).
 """
 import concurrent.futures
 import ctypes
@@ -24,12 +29,19 @@ RANK, WORLD = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 BUSY_RANK, BUSY_STEP = int(os.environ.get("BUSY_RANK", "1")), int(os.environ.get("BUSY_STEP", "5"))
 DIE_RANK, DIE_STEP = int(os.environ.get("DIE_RANK", "-1")), int(os.environ.get("DIE_STEP", "-1"))
 EXIT_RANK, EXIT_STEP = int(os.environ.get("EXIT_RANK", "-1")), int(os.environ.get("EXIT_STEP", "-1"))
+END_RANK, END_STEP = int(os.environ.get("END_RANK", "-1")), int(os.environ.get("END_STEP", "-1"))
+ENDING = os.environ.get("ENDING", "")
+HOLD_RANK, HOLD_STEP = int(os.environ.get("HOLD_RANK", "-1")), int(os.environ.get("HOLD_STEP", "-1"))
 
 ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
 ctypes.CDLL("libnccl.so.2", mode=ctypes.RTLD_GLOBAL)
 # NCCL calls keep the GIL (PyDLL) or release it (CDLL): their Python call site is recorded either way.
 api = ctypes.CDLL(None) if os.environ.get("NCCL_API") == "cdll" else ctypes.PyDLL(None)
 sync_api = ctypes.CDLL(None)  # waits release the GIL, as PyTorch does
+# NATIVE_ISSUER=<path of libsim_native_issuer.so>: each step's all-reduce is issued by a C thread.
+NATIVE_ISSUER = ctypes.CDLL(os.environ["NATIVE_ISSUER"]) if os.environ.get("NATIVE_ISSUER") else None
+if NATIVE_ISSUER is not None:
+    NATIVE_ISSUER.sim_all_reduce_on_native_thread.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_size_t, ctypes.c_void_p]
 
 
 def check(r, what):
@@ -59,7 +71,53 @@ def save_checkpoint():
     time.sleep(600)  # BUSY-LINE: where the busy rank is when everybody dumps (the behaviour under test)
 
 
+class DataError(Exception):
+    pass
+
+
+def parse_record(raw):
+    return int(raw, 16)  # BUILTIN-RAISE-LINE: ValueError for a bad record
+
+
+def read_sample(index):
+    raise DataError(f"sample {index} of shard {RANK} is corrupt")  # RAISE-LINE
+
+
+def next_batch(step):
+    """Where a rank's own bug ends it (ENDING)."""
+    if RANK != END_RANK or step != END_STEP:
+        return
+    time.sleep(1)  # a moment into the job, as such bugs come
+    if ENDING == "raise":
+        read_sample(17 * step)
+    elif ENDING == "raise_builtin":
+        parse_record("not-hex")
+    elif ENDING == "sysexit":
+        sys.exit(3)
+    elif ENDING == "osexit":
+        os._exit(4)
+
+
+def hold_the_gil():
+    time.sleep(4)  # GIL-FREE-LINE: the first dumps of its peers' stall see it here
+    if os.environ.get("HOLD_HOW") == "spin":
+        spin_in_python()
+    ctypes.PyDLL(None).sleep(600)  # GIL-HELD-LINE: C code that keeps the GIL (a C extension in a loop, a regex)
+
+
+def spin_in_python():
+    # A switch interval longer than the job: no other thread is given the GIL while this runs.
+    sys.setswitchinterval(3600)
+    n = 0
+    while True:
+        n += 1  # GIL-SPIN-LINE
+
+
 def train_step(comm, buf, count, stream):
+    if NATIVE_ISSUER is not None:  # the all-reduce comes from a C thread; this one waits for it
+        check(NATIVE_ISSUER.sim_all_reduce_on_native_thread(comm, buf, ctypes.c_size_t(count), stream),  # DRIVER-LINE
+              "all-reduce on a native thread")
+        return
     check(api.ncclAllReduce(buf, buf, ctypes.c_size_t(count), 7, 0, comm, stream), "ncclAllReduce")  # CALL-LINE
     check(sync_api.cuStreamSynchronize(stream), "cuStreamSynchronize")
 
@@ -77,21 +135,28 @@ def main():
     comm = ctypes.c_void_p()
     check(api.ncclCommInitRank(ctypes.byref(comm), WORLD, uid, RANK), "ncclCommInitRank")
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=1) if os.environ.get("POOL") == "1" else None
-    for step in range(50):
-        if step == BUSY_STEP and RANK == BUSY_RANK:
-            save_checkpoint()
-        if step == EXIT_STEP and RANK == EXIT_RANK:
-            print("ok (left early)", flush=True)
-            return
-        if step == DIE_STEP and RANK == DIE_RANK:
-            if os.environ.get("DIE_NOW") != "1":
-                time.sleep(0.5)  # long enough for ncclwatch's watchdog to have seen this step's call site
-            os.kill(os.getpid(), signal.SIGKILL)
-        if pool:
-            pool.submit(train_step, comm, ctypes.c_void_p(buf.value), count, stream).result()
-        else:
-            train_step(comm, ctypes.c_void_p(buf.value), count, stream)
-    print("ok", flush=True)
+    try:
+        for step in range(50):
+            next_batch(step)
+            if step == BUSY_STEP and RANK == BUSY_RANK:
+                save_checkpoint()
+            if step == HOLD_STEP and RANK == HOLD_RANK:
+                hold_the_gil()
+            if step == EXIT_STEP and RANK == EXIT_RANK:
+                print("ok (left early)", flush=True)
+                return
+            if step == DIE_STEP and RANK == DIE_RANK:
+                if os.environ.get("DIE_NOW") != "1":
+                    time.sleep(0.5)  # long enough for ncclwatch's watchdog to have seen this step's call site
+                os.kill(os.getpid(), signal.SIGKILL)
+            if pool:
+                pool.submit(train_step, comm, ctypes.c_void_p(buf.value), count, stream).result()
+            else:
+                train_step(comm, ctypes.c_void_p(buf.value), count, stream)
+        print("ok", flush=True)
+    finally:
+        if os.environ.get("ABORT_IN_FINALLY") == "1":
+            api.ncclCommAbort(comm)
 
 
 if __name__ == "__main__":

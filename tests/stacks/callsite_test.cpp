@@ -37,6 +37,7 @@ detail::CallsiteKey SyntheticKey(uintptr_t seed, int depth) {
   detail::CallsiteKey key;
   key.native_depth = static_cast<uint16_t>(depth);
   key.python_depth = 0;
+  key.python_driven = 0;
   for (int i = 0; i < depth; ++i) key.ips[i] = seed * 1000 + i;
   return key;
 }

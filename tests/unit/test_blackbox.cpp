@@ -78,7 +78,7 @@ pid_t RecordingChild(const std::string& boxes, const std::string& dumps, Ending 
   frame.ip = 0x1234;
   frame.module = "/opt/train/bin/train";
   frame.symbol = "train_step";
-  site.detail.callsites.push_back({0, {{frame}, {{"train.py", 88, "train_step", false}}}, ""});
+  site.detail.callsites.push_back({0, {{frame}, {{"train.py", 88, "train_step", false}}}, "", ""});
   box->AppendCallsite(trace::WriteDocument(site));
 
   for (uint64_t seq = 1; seq <= 12; ++seq) {

@@ -113,7 +113,7 @@ struct Sample {
     in.inflight = {v};
     in.stalled = v;
     in.in_nccl = {{99, "ncclAllGather", 0, 0, false}};
-    in.callsites = {{0, {{{0x1000, "/lib/libx.so", "train_step", 16, "", 0}}, {{"train.py", 88, "step", false}}}, ""}};
+    in.callsites = {{0, {{{0x1000, "/lib/libx.so", "train_step", 16, "", 0}}, {{"train.py", 88, "step", false}}}, "", ""}};
     in.threads = {{99, "python", {{{0x2000, "/lib/liby.so", "wait", 4, "", 0}}, {{"train.py", 90, "main", false}}}, ""}};
     in.environment = {{"NCCL_DEBUG", "WARN"}};
     in.recoveries = {{comm.id, 40, trace::OpKind::AllReduce, 10, 14}};

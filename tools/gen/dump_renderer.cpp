@@ -301,7 +301,7 @@ DumpRenderer::DumpRenderer(const Topology& topo, int ring_capacity, uint64_t see
   for (int c : callsites)
     if (c >= 0 && static_cast<size_t>(c) < stacks.size() && callsite_index_[c] < 0) {
       callsite_index_[c] = static_cast<int>(callsites_.size());
-      callsites_.push_back({static_cast<int64_t>(callsites_.size()), ToStack(stacks[c]), ""});
+      callsites_.push_back({static_cast<int64_t>(callsites_.size()), ToStack(stacks[c]), "", ""});
     }
   // Enough whole steps that the ring is full and has overflowed.
   int64_t steps = (capacity_ + 8) / static_cast<int64_t>(step_.size()) + 2;

@@ -10,6 +10,10 @@
 namespace ncclwatch {
 namespace analysis {
 
+// Below this, the framework did not abort because of a hang: an ncclCommAbort with only younger
+// operations in flight is a shutdown (frameworks tear down with abort), not a timeout.
+constexpr double kFrameworkTimeoutMinS = 1.0;
+
 struct Dump : trace::LoadedDump {
   std::string path;
   std::string file_name;
@@ -17,6 +21,10 @@ struct Dump : trace::LoadedDump {
   // (a SIGABRT after the framework's ncclCommAbort, an exit after an NCCL error): this dump,
   // the state when the teardown began, is the evidence.
   std::vector<std::string> then;
+  // An exit record whose process aborted its communicators on its way out (a `finally:` with
+  // dist.destroy_process_group()) with nothing waiting: the exit is the evidence, the abort
+  // part of it.
+  bool aborted_before_exit = false;
   int attempt = 0;  // the attempt of the job it belongs to (DumpSet::attempts)
   // Its process answered no SIGTERM of the job's teardown that every other rank answered, and
   // this, its latest dump, is older than that teardown: the process was gone before it (killed

@@ -182,6 +182,13 @@ bool StartsTeardown(const Dump& d) {
          IsReason(d, R::AsyncError);
 }
 
+// An abort with an operation in flight for longer than a shutdown takes: the framework's
+// reaction to a hang (its timeout), not the process's own way out.
+bool AbortOfAHang(const Dump& d) {
+  return std::any_of(d.summary.in_flight.begin(), d.summary.in_flight.end(),
+                     [](const trace::Op& op) { return op.age_s >= kFrameworkTimeoutMinS; });
+}
+
 class UnionFind {
  public:
   explicit UnionFind(size_t n) : parent_(n) {
@@ -197,11 +204,43 @@ class UnionFind {
   std::vector<size_t> parent_;
 };
 
-// Whether `d` shows (comm, seq) completed. An aborted communicator counts its operations as
-// ended: that is the teardown, not the operation completing.
-bool CompletedIn(const Dump& d, const std::string& comm, int64_t seq) {
-  const trace::CommSummary* c = d.summary.Comm(comm);
-  return c && c->last_completed >= seq && c->state != trace::CommStateName(trace::CommState::Aborted);
+// Whether `d` shows operation `op` completed: a collective by its sequence number, a Send/Recv
+// by the count of completed transfers with its peer (its p2p sequence number). An aborted
+// communicator counts its operations as ended: that is the teardown, not the operation
+// completing. An operation it cannot place (no sequence number) did not complete.
+bool CompletedIn(const Dump& d, const trace::Op& op) {
+  const trace::CommSummary* c = d.summary.Comm(op.comm);
+  if (!c || c->state == trace::CommStateName(trace::CommState::Aborted)) return false;
+  if (!op.IsP2p()) return op.seq > 0 && c->last_completed >= op.seq;
+  if (op.p2p_seq <= 0) return false;
+  for (const auto& p : c->p2p)
+    if (p.peer == op.peer)
+      return (op.op == trace::OpKind::Send ? p.send_completed : p.recv_completed) >= op.p2p_seq;
+  return false;
+}
+
+// A stall dump of a communicator's creation (no `stalled` operation): the communicators it was
+// creating.
+std::vector<const trace::CommSummary*> CreationsOf(const Dump& d) {
+  std::vector<const trace::CommSummary*> out;
+  const std::string initializing = trace::CommStateName(trace::CommState::Initializing);
+  for (const auto& c : d.summary.comms)
+    if (c.state == initializing) out.push_back(&c);
+  return out;
+}
+
+// Whether `later`, a later dump of the same process, saw the stall of `stall` end: its
+// operation completed, or the creations it was in returned (the communicator created, or a
+// split's own id gone). A black box's postmortem does not list creations: it tells nothing.
+bool StallEndedIn(const Dump& stall, const Dump& later) {
+  if (stall.summary.stalled) return CompletedIn(later, *stall.summary.stalled);
+  const auto creating = CreationsOf(stall);
+  const std::string initializing = trace::CommStateName(trace::CommState::Initializing);
+  return !creating.empty() && !IsReason(later, trace::DumpReason::Postmortem) &&
+         std::all_of(creating.begin(), creating.end(), [&](const trace::CommSummary* c) {
+           const trace::CommSummary* now = later.summary.Comm(c->id);
+           return !now || now->state != initializing;
+         });
 }
 
 int64_t StartOf(const Dump& d) { return d.summary.start_unix_ns > 0 ? d.summary.start_unix_ns : d.summary.time_unix_ns; }
@@ -335,12 +374,19 @@ void DumpSet::Select(std::vector<Dump> usable, int attempt) {
       while (evidence > begin &&
              (FollowsTeardown(at(evidence)) || IsReason(at(evidence), trace::DumpReason::PeerRequest)))
         --evidence;
+    // Its own way out: an abort with nothing waiting (a `finally:` that destroys the process
+    // group as an exception passes, a shutdown), then its exit: the exit says how it ended.
+    bool aborted_before_exit = false;
+    if (IsReason(at(evidence), trace::DumpReason::Abort) && !AbortOfAHang(at(evidence)) &&
+        (IsReason(at(end - 1), trace::DumpReason::Exit) || IsReason(at(end - 1), trace::DumpReason::ExitInFlight))) {
+      evidence = end - 1;
+      aborted_before_exit = true;
+    }
     // A stall whose operation completed in a later dump recovered: it started no teardown.
     auto recovered = [&](size_t i) {
-      const auto& st = at(i).summary.stalled;
-      if (!IsReason(at(i), trace::DumpReason::Stall) || !st) return false;
+      if (!IsReason(at(i), trace::DumpReason::Stall)) return false;
       for (size_t j = i + 1; j < end; ++j)
-        if (CompletedIn(at(j), st->comm, st->seq)) return true;
+        if (StallEndedIn(at(i), at(j))) return true;
       return false;
     };
     if (!StartsTeardown(at(evidence)) || recovered(evidence)) {
@@ -359,6 +405,7 @@ void DumpSet::Select(std::vector<Dump> usable, int attempt) {
     for (size_t i = begin; i < end; ++i)
       if (i != evidence && !duplicate[i - begin]) history_.push_back(std::move(at(i)));
     at(evidence).then = std::move(then);
+    at(evidence).aborted_before_exit = aborted_before_exit;
     latest_per_process.push_back(order[evidence]);
     begin = end;
   }
@@ -473,16 +520,18 @@ const std::vector<const Dump*>& DumpSet::DumpsOfProcess(const Dump& d) const {
   return it == by_process_.end() ? kNone : it->second;
 }
 
-bool DumpSet::CompletedLater(const Dump& d, const std::string& comm, int64_t seq) const {
+bool DumpSet::CompletedLater(const Dump& d, const trace::Op& op) const {
   for (const Dump* later : DumpsOfProcess(d)) {
-    if (later->summary.dump_seq > d.summary.dump_seq && CompletedIn(*later, comm, seq)) return true;
+    if (later->summary.dump_seq > d.summary.dump_seq && CompletedIn(*later, op)) return true;
   }
   return false;
 }
 
 bool DumpSet::StallRecovered(const Dump& d) const {
-  return IsReason(d, trace::DumpReason::Stall) && d.summary.stalled &&
-         CompletedLater(d, d.summary.stalled->comm, d.summary.stalled->seq);
+  if (!IsReason(d, trace::DumpReason::Stall)) return false;
+  for (const Dump* later : DumpsOfProcess(d))
+    if (later->summary.dump_seq > d.summary.dump_seq && StallEndedIn(d, *later)) return true;
+  return false;
 }
 
 bool DumpSet::StallOver(const Dump& d) const {
@@ -515,6 +564,43 @@ const trace::Recovery* DumpSet::RecoveryOf(const Dump& d, const std::string& com
       if (r.comm == comm && r.seq == seq) return &r;
   }
   return nullptr;
+}
+
+namespace {
+
+// Nothing happened in the process between dumps `a` and `b`: the same operations issued and
+// completed on every communicator, the same NCCL calls in progress.
+bool SameState(const Dump& a, const Dump& b) {
+  const trace::Summary &x = a.summary, &y = b.summary;
+  if (x.comms.size() != y.comms.size() || x.in_nccl.size() != y.in_nccl.size()) return false;
+  for (const auto& c : y.comms) {
+    const trace::CommSummary* o = x.Comm(c.id);
+    if (!o || o->state != c.state || o->last_enqueued != c.last_enqueued || o->last_completed != c.last_completed)
+      return false;
+  }
+  for (size_t i = 0; i < y.in_nccl.size(); ++i)
+    if (x.in_nccl[i].tid != y.in_nccl[i].tid || x.in_nccl[i].function != y.in_nccl[i].function) return false;
+  return true;
+}
+
+}  // namespace
+
+std::vector<trace::PythonFrame> DumpSet::EarlierPythonFrames(const Dump& d, int64_t tid, std::string* file) {
+  const auto& all = DumpsOfProcess(d);
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    const Dump* earlier = *it;
+    if (earlier->summary.dump_seq >= d.summary.dump_seq || earlier->path.empty()) continue;
+    if (!SameState(*earlier, d)) break;  // older ones are further from it still
+    Dump full;
+    trace::ReadResult r = trace::ReadDumpFile(earlier->path, trace::ReadDepth::kFull, &full);
+    detail_bytes_read_ += r.bytes_read;
+    const trace::Thread* t = r.usable && full.detail ? full.detail->FindThread(tid) : nullptr;
+    if (t && !t->stack.python.empty()) {
+      *file = earlier->file_name;
+      return t->stack.python;
+    }
+  }
+  return {};
 }
 
 const trace::Detail* DumpSet::JoinedDetail(size_t index) {

@@ -140,10 +140,12 @@ class DumpSet {
   }
 
 
-  // Whether the process that wrote `d` completed (comm, seq) in one of its later dumps (the
-  // chosen attempt's, evidence or history): an operation in flight in `d` that did finish.
-  bool CompletedLater(const Dump& d, const std::string& comm, int64_t seq) const;
-  // A stall dump whose stalled operation completed later: the stall recovered.
+  // Whether the process that wrote `d` completed `op` (a collective by its sequence number, a
+  // Send/Recv by its p2p one) in one of its later dumps (the chosen attempt's, evidence or
+  // history): an operation in flight in `d` that did finish.
+  bool CompletedLater(const Dump& d, const trace::Op& op) const;
+  // A stall dump whose stall a later dump of its process saw end (its operation completed, or
+  // the communicator it was creating created): the stall recovered.
   bool StallRecovered(const Dump& d) const;
   // The same, or for a collective, any member's dump shows it completed (a collective
   // completes only once every member is in it: the job went on).
@@ -151,6 +153,11 @@ class DumpSet {
   // Whether every stall of the process that sent a request (trigger of a peer_request dump)
   // recovered: its answers then show a moment of a job that went on, not a hang.
   bool RequestFromRecoveredStall(const trace::Trigger& t) const;
+  // Python frames of thread `tid` from the latest earlier dump of the process of `d` that shows
+  // it in the same state (no operation issued or completed since, the same NCCL calls in
+  // progress) and has them, where `d` has none for it (the thread held the GIL at `d`'s dump);
+  // empty when there is none. *file: that dump's file name.
+  std::vector<trace::PythonFrame> EarlierPythonFrames(const Dump& d, int64_t tid, std::string* file);
   // The recovery record of (comm, seq) in the later dumps of the process of `d`, if any.
   const trace::Recovery* RecoveryOf(const Dump& d, const std::string& comm, int64_t seq) const;
 

@@ -454,6 +454,15 @@ void WaitGraph::ResolveBlockers(int ui) {
       // Its host is held by its oldest blocked operation, if any; an old operation that its
       // peers completed means its own GPU is stuck; with neither it is busy elsewhere.
       bool stuck_alone = false;
+      // Inside the creation of another communicator (a checkpoint group made mid-job, a
+      // split): held by the members that never joined it.
+      const std::string initializing = trace::CommStateName(trace::CommState::Initializing);
+      for (const auto& cs : dumps_[b.dump].summary.comms) {
+        const int ci = cs.state == initializing ? CommOf(cs.id) : -1;
+        for (size_t t = 0; ci >= 0 && b.target < 0 && t < units_.size(); ++t)
+          if (units_[t].init && units_[t].comm == ci && static_cast<int>(t) != ui) b.target = static_cast<int>(t);
+      }
+      if (b.target >= 0) continue;
       for (const trace::Op& op : ops) {
         if (op.state.Is(OpState::Completed)) continue;
         int t = UnitOfOp(b.dump, op);

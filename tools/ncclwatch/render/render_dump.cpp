@@ -189,7 +189,10 @@ std::string RenderDumpText(const Dump& dump, const ShowOptions& options) {
   }
   out << "\n" << st.Bold("callsites") << "\n";
   for (const auto& c : d->callsites) {
-    out << "  #" << c.id << "\n";
+    out << "  #" << c.id;
+    if (!c.python_driven_from.empty())
+      out << "  " << st.Dim(Printable("Python frames: driven from the " + c.python_driven_from));
+    out << "\n";
     RenderStack(out, st, c.stack, options.source_lines, "      ");
   }
   if (!d->recoveries.empty()) {

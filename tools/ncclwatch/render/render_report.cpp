@@ -83,6 +83,9 @@ std::string StackNoteText(const CulpritEvidence& e) {
       return "no stacks: " + (e.stack_note_text.empty() ? std::string("details unreadable") : e.stack_note_text);
     case StackNote::kThreadNote: return e.stack_note_text;
     case StackNote::kNoThreads: return "no thread stacks in its dump";
+    case StackNote::kPythonFromEarlier:
+      return "Python frames from its earlier dump " + e.stack_note_text +
+             ", in the same state (its latest has none: a thread held the GIL)";
   }
   return "";
 }
@@ -174,12 +177,32 @@ void RenderStack(std::ostream& out, const Style& st, const trace::Stack& s, cons
   }
 }
 
+// For a call issued by a thread running no Python: "AllReduce #5 on c issued by native_issuer (tid
+// 9) during `train_step` at train.py:31, driven from the main thread"; empty otherwise.
+std::string IssuedByText(const CulpritEvidence& e) {
+  if (e.callsite_driven_from.empty() || e.callsite.python.empty()) return "";
+  const trace::PythonFrame* at = &e.callsite.python.front();
+  for (const auto& f : e.callsite.python) {
+    if (!f.library) {  // the script's own line, not the framework's
+      at = &f;
+      break;
+    }
+  }
+  const size_t slash = at->file.rfind('/');
+  const std::string file = slash == std::string::npos ? at->file : at->file.substr(slash + 1);
+  return (e.callsite_op ? OpRefText(*e.callsite_op) : std::string("its last call")) + " issued by " +
+         e.callsite_thread + " during `" + at->function + "` at " + file + ":" + std::to_string(at->line) +
+         ", driven from the " + e.callsite_driven_from;
+}
+
 void RenderEvidence(std::ostream& out, const Style& st, const CulpritEvidence& e, const SourceLines& lines,
                     bool verbose) {
   std::string who = e.rank >= 0 ? "rank " + std::to_string(e.rank) : "comm rank " + std::to_string(e.comm_rank);
   out << "   " << st.Yellow(who);
   if (!e.host.empty()) out << " (" << Printable(e.host) << ", pid " << e.pid << ")";
   out << ": " << Printable(WhereText(e)) << "\n";
+  const std::string issued_by = IssuedByText(e);
+  if (!issued_by.empty()) out << "     " << Printable(issued_by) << "\n";
   if (!e.current.Empty()) {
     std::string role = RoleText(e.current_role, e);
     if (e.current_role == ThreadRole::IssuedLastCall && e.current_tid == e.pid) role = "the main thread, " + role;
@@ -215,7 +238,9 @@ void RenderEvidence(std::ostream& out, const Style& st, const CulpritEvidence& e
         << "\n";
   }
   if (!e.callsite.Empty()) {
-    out << "     " << Printable(e.callsite_op ? OpRefText(*e.callsite_op) : "") << " was called from:\n";
+    out << "     " << Printable(e.callsite_op ? OpRefText(*e.callsite_op) : "") << " was called from"
+        << (e.callsite_driven_from.empty() ? "" : " (Python frames: driven from the " + e.callsite_driven_from + ")")
+        << ":\n";
     RenderStack(out, st, e.callsite, lines, verbose, "       ");
   }
   if (e.stack_note != StackNote::kNone) out << "     " << st.Dim(Printable(StackNoteText(e))) << "\n";
@@ -379,6 +404,17 @@ json OrNull(int64_t v) { return v < 0 ? json(nullptr) : json(v); }
 
 }  // namespace
 
+std::string ExceptionText(const trace::UncaughtException& e) {
+  std::string text = "uncaught " + (e.type.empty() ? std::string("exception") : e.type);
+  if (!e.message.empty()) text += ": " + e.message;
+  if (!e.file.empty()) {
+    const size_t slash = e.file.rfind('/');
+    text += " (raised at " + e.file.substr(slash == std::string::npos ? 0 : slash + 1) + ":" + std::to_string(e.line) +
+            (e.function.empty() ? "" : " in " + e.function) + ")";
+  }
+  return text;
+}
+
 std::string PositionText(const CulpritPosition& p) {
   using State = CulpritState;
   std::string where;
@@ -403,7 +439,8 @@ std::string PositionText(const CulpritPosition& p) {
     case State::NcclError: where = "NCCL error: " + (p.detail.empty() ? std::string("an NCCL call failed") : p.detail); break;
     case State::Exited:
       where = "exited" + (p.exit_status >= 0 ? " with status " + std::to_string(p.exit_status) : std::string()) +
-              (p.exit_in_flight ? " with operations in flight" : "");
+              (p.exit_in_flight ? " with operations in flight" : "") + (p.aborted_first ? " after ncclCommAbort" : "");
+      if (p.exception) where += "; " + ExceptionText(*p.exception);
       break;
     case State::OutsideNccl: where = "not inside NCCL"; break;
     case State::InsideNccl:
@@ -596,6 +633,11 @@ std::string AdviceText(const Verdict& v, const Report& report) {
              ". Rerun with NCCL_DEBUG=WARN (or INFO) for NCCL's own reason; the failing call's "
              "call site is below.";
     case Cause::RankExited:
+      if (v.culprit_position && (v.culprit_position->exception || v.culprit_position->exit_status > 0))
+        return who + " " + PositionText(*v.culprit_position) + " before " + OpLabel(v.op, v.seq) +
+               ", which the others wait in until their timeout: it ended on an error of its own, not in NCCL. " +
+               (v.culprit_position->exception ? "Fix that exception (its full traceback is in that rank's log)."
+                                              : "That rank's log says why it exited.");
       return who + " " + (v.culprit_position ? PositionText(*v.culprit_position) : "") + " before " + OpLabel(v.op, v.seq) +
              ", which the others wait in: uneven inputs (a rank with fewer batches leaves the loop "
              "first: use drop_last, equal shards or DDP's join()), an early return, or a pipeline "
@@ -615,6 +657,13 @@ std::string AdviceText(const Verdict& v, const Report& report) {
         return "Every member is inside " + v.op + " and none returns: the bootstrap cannot "
                "connect (MASTER_ADDR/port, firewall, NCCL_SOCKET_IFNAME); rerun with "
                "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,BOOTSTRAP.";
+      if (const CulpritPosition* p = v.evidence.empty() ? nullptr : &v.evidence.front().position;
+          p && (p->state == CulpritState::OutsideNccl || p->state == CulpritState::InsideNccl))
+        return who + " never called " + v.op + " for this communicator, which the others wait in: it runs, " +
+               (p->state == CulpritState::OutsideNccl ? std::string("busy elsewhere (its stack below)")
+                                                      : "inside " + p->function) +
+               ". A communicator created mid-job (a checkpoint or subgroup) must be created by every member: "
+               "look for a rank-dependent branch or a slow step before the creation on that rank.";
       return who + " never called " + v.op + " for this communicator: it did not start, "
              "crashed before it, or took another path (a wrong MASTER_ADDR, a failed launch, a "
              "rank-dependent branch before process-group creation). Check that rank's log.";
@@ -702,10 +751,21 @@ json ReportToJson(const Report& report) {
       s[rk::kFile] = e.file;
       s[rk::kCallsiteOp] = e.callsite_op ? OpRefText(*e.callsite_op) : "";
       s[rk::kCallsite] = StackFrames(e.callsite, report.source_lines);
+      if (!e.callsite_driven_from.empty()) {
+        s[rk::kCallsiteDrivenFrom] = e.callsite_driven_from;
+        s[rk::kIssuedBy] = IssuedByText(e);
+      }
       s[rk::kThread] = ThreadLabel(e);
       s[rk::kCurrent] = StackFrames(e.current, report.source_lines);
       s[rk::kThreads] = ThreadsJson(e, report.source_lines);
       if (e.stack_note != StackNote::kNone) s[rk::kNote] = StackNoteText(e);
+      if (e.position.state == CulpritState::Exited) {
+        s[rk::kExitStatus] = OrNull(e.position.exit_status);
+        s[rk::kAbortedFirst] = e.position.aborted_first;
+        if (const auto& x = e.position.exception)
+          s[rk::kException] = {{rk::kType, x->type}, {rk::kMessage, x->message}, {rk::kFile, x->file},
+                                {rk::kLine, x->line}, {rk::kFunction, x->function}};
+      }
       stacks[e.rank >= 0 ? std::to_string(e.rank) : "comm:" + std::to_string(e.comm_rank)] = std::move(s);
     }
     j[rk::kCulpritStacks] = std::move(stacks);

@@ -35,6 +35,8 @@ struct CulpritPosition {
   bool was_inside_nccl = false;
   int64_t exit_status = -1;    // Exited: its status, -1 unknown
   bool exit_in_flight = false;  // Exited with operations in flight
+  bool aborted_first = false;   // Exited: it aborted its communicators on its way out
+  std::optional<trace::UncaughtException> exception;  // Exited: the Python exception it ended with
   std::string function;        // InsideNccl: the NCCL call its first thread inside NCCL is in
   double since_s = 0;          // InsideNccl: for how long
   int64_t tid = 0;             // InsideNccl: that thread
@@ -60,6 +62,7 @@ enum class StackNote : uint8_t {
   kDetailsUnreadable,  // its summary was read, its details not (stack_note_text: the reader's reason)
   kThreadNote,         // the thread's own note in the dump (stack_note_text)
   kNoThreads,          // its dump has no thread stacks
+  kPythonFromEarlier,  // its current thread's Python frames come from an earlier dump (stack_note_text: its file)
 };
 
 // One application thread of a culprit at dump time, and why it is shown.
@@ -84,6 +87,10 @@ struct CulpritEvidence {
   CulpritPosition position;
   std::optional<OpRef> callsite_op;  // which operation `callsite` belongs to
   trace::Stack callsite;  // call-site stack of its op at the verdict's seq, or its last op
+  // Set when the thread that issued it ran no Python: callsite.python is the stack of the thread
+  // driving it ("main thread"), and callsite_thread names the issuing thread.
+  std::string callsite_driven_from;
+  std::string callsite_thread;
   std::string current_thread;  // name of the thread `current` is, empty: unnamed
   int64_t current_tid = -1;    // -1: no thread
   trace::Stack current;   // its stack at dump time

@@ -85,6 +85,8 @@ constexpr const char* kWaitedS = "waited_s";
 constexpr const char* kCulpritStacks = "culprit_stacks";
 constexpr const char* kCallsite = "callsite";
 constexpr const char* kCallsiteOp = "callsite_op";
+constexpr const char* kCallsiteDrivenFrom = "callsite_driven_from";  // whose Python stack `callsite` has
+constexpr const char* kIssuedBy = "issued_by";  // the sentence of a native thread's call driven from Python
 constexpr const char* kCurrent = "current";
 constexpr const char* kThread = "thread";
 constexpr const char* kThreads = "threads";
@@ -153,6 +155,11 @@ constexpr const char* kLastIn = "last_in";
 constexpr const char* kLatenessMedianMs = "lateness_median_ms";
 constexpr const char* kLatenessP90Ms = "lateness_p90_ms";
 constexpr const char* kClockSpreadMs = "clock_spread_ms";
+constexpr const char* kExitStatus = "exit_status";
+constexpr const char* kAbortedFirst = "aborted_first";
+constexpr const char* kException = "exception";
+constexpr const char* kType = "type";
+constexpr const char* kMessage = "message";
 }  // namespace report_key
 
 // The analysis output's own identity and version (analyze --json): bump on a change a reader

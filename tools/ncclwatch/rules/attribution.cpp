@@ -23,9 +23,6 @@ using trace::OpState;
 
 namespace {
 
-// Below this, the framework did not abort because of a hang: an ncclCommAbort with only younger
-// operations in flight is a shutdown (frameworks tear down with abort), not a timeout.
-constexpr double kFrameworkTimeoutMinS = 1.0;
 // Evidence this much older than the newest dump of the attempt may describe an earlier state.
 constexpr double kStaleEvidenceS = 60.0;
 // A wait this much longer than the spread of the dumps' times is not explained by dumps taken
@@ -215,7 +212,7 @@ class Attributor {
       if (g_.Is(d, R::Stall) && !set_.StallRecovered(dump)) return true;
       if (s.trigger && s.trigger->reason == stall && !set_.RequestFromRecoveredStall(*s.trigger)) return true;
       for (const auto& op : s.in_flight) {
-        if (set_.CompletedLater(dump, op.comm, op.seq)) continue;
+        if (set_.CompletedLater(dump, op)) continue;
         if (op.deadline_s > 0 && op.age_s >= op.deadline_s) return true;
         if (g_.Is(d, R::Abort) && op.age_s >= kFrameworkTimeoutMinS) return true;
       }

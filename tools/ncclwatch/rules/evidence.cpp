@@ -53,7 +53,13 @@ void Evidence::Fill(const Unit* u, int dump, CulpritEvidence* e) {
     int ci = g_.CommOf(op->comm);
     e->callsite_op = OpRef{op->OpName(), op->IsP2p() ? op->p2p_seq : op->seq, op->comm,
                            ci < 0 ? "" : g_.comms()[ci].name};
-    if (const trace::Callsite* cs = det->FindCallsite(op->callsite)) e->callsite = cs->stack;
+    if (const trace::Callsite* cs = det->FindCallsite(op->callsite)) {
+      e->callsite = cs->stack;
+      e->callsite_driven_from = cs->python_driven_from;
+      const trace::Thread* issuer = det->FindThread(op->tid);
+      e->callsite_thread = issuer != nullptr && !issuer->name.empty() ? issuer->name : "thread";
+      e->callsite_thread += " (tid " + std::to_string(op->tid) + ")";
+    }
   }
   if (dm.gone_before_teardown) {  // its threads, as its old dump shows them, are not what it did last
     e->stack_note = StackNote::kThreadNote;
@@ -89,6 +95,17 @@ void Evidence::Fill(const Unit* u, int dump, CulpritEvidence* e) {
   if (t->stack.Empty() && !t->note.empty()) {
     e->stack_note = StackNote::kThreadNote;
     e->stack_note_text = t->note;
+  }
+  // A later dump's native-only stack never replaces an earlier Python one of the same thread in
+  // the same state (at the later dump a thread held the GIL: C code, a spin).
+  if (t->stack.python.empty()) {
+    std::string earlier;
+    std::vector<trace::PythonFrame> python = set_.EarlierPythonFrames(dm, t->tid, &earlier);
+    if (!python.empty()) {
+      e->current.python = std::move(python);
+      e->stack_note = StackNote::kPythonFromEarlier;
+      e->stack_note_text = earlier;
+    }
   }
   for (size_t i = 1; i < order.size(); ++i) {
     const auto& [th, role] = order[i];
@@ -141,6 +158,8 @@ CulpritPosition Evidence::PositionOf(const Unit* u, int dump) const {
     p.state = CulpritState::Exited;
     p.exit_status = s.exit_status;
     p.exit_in_flight = g_.Is(dump, trace::DumpReason::ExitInFlight);
+    p.aborted_first = g_.dumps()[dump].aborted_before_exit;
+    p.exception = s.exception;
   } else if (s.in_nccl.empty()) {
     p.state = CulpritState::OutsideNccl;
   } else {

@@ -14,11 +14,36 @@ namespace {
 
 bool IsReason(const Dump& d, trace::DumpReason r) { return d.summary.reason == trace::DumpReasonName(r); }
 
+// The stalled operation of a stall dump; for a communicator's creation (no `stalled`
+// operation), the creation call: its communicator, sequence number 0, the function it is in.
+trace::Op StalledOp(const Dump& d) {
+  if (d.summary.stalled) return *d.summary.stalled;
+  trace::Op op;
+  op.op_name = "communicator creation";
+  const std::string initializing = trace::CommStateName(trace::CommState::Initializing);
+  for (const auto& c : d.summary.comms)
+    if (c.state == initializing) {
+      op.comm = c.id;
+      break;
+    }
+  for (const auto& t : d.summary.in_nccl)
+    if (t.function.rfind("ncclComm", 0) == 0) {
+      op.op_name = t.function;
+      op.age_s = t.since_s;
+      break;
+    }
+  return op;
+}
+
+// One stalled operation, whichever rank reported it.
+using StallKey = std::tuple<std::string, int64_t, std::string, int, int64_t>;
+StallKey KeyOf(const trace::Op& op) { return {op.comm, op.seq, op.OpName(), op.peer, op.p2p_seq}; }
+
 // The dumps of the stall's moment: the stall itself, and of every other process the first
 // answer to a request from the stalled rank (its own stall dump of the same operation when it
 // answered none). Later dumps, which saw the operation complete, are left out.
 std::vector<Dump> EpisodeOf(const DumpSet& set, const Dump& stall) {
-  const trace::Op& op = *stall.summary.stalled;
+  const StallKey key = KeyOf(StalledOp(stall));
   std::map<std::string, const Dump*> chosen;  // process -> its dump of that moment
   chosen[stall.ProcessKey()] = &stall;
   auto consider = [&](const Dump& d) {
@@ -26,8 +51,7 @@ std::vector<Dump> EpisodeOf(const DumpSet& set, const Dump& stall) {
     bool answer = d.summary.trigger && d.summary.trigger->origin_rank == stall.summary.rank &&
                   d.summary.trigger->origin_host == stall.summary.host &&
                   d.summary.trigger->reason == trace::DumpReasonName(trace::DumpReason::Stall);
-    bool same_stall = IsReason(d, trace::DumpReason::Stall) && d.summary.stalled &&
-                      d.summary.stalled->comm == op.comm && d.summary.stalled->seq == op.seq;
+    bool same_stall = IsReason(d, trace::DumpReason::Stall) && KeyOf(StalledOp(d)) == key;
     if (!answer && !same_stall) return;
     auto [it, inserted] = chosen.emplace(d.ProcessKey(), &d);
     if (inserted) return;
@@ -50,10 +74,10 @@ std::vector<RecoveredStall> FindRecoveredStalls(DumpSet& set, size_t* more) {
   *more = 0;
   // One entry per stalled operation: the ranks that reported it, the lowest rank's dump as the
   // episode's origin.
-  std::map<std::tuple<std::string, int64_t>, std::vector<const Dump*>> stalls;
+  std::map<StallKey, std::vector<const Dump*>> stalls;
   for (const auto* list : {&set.dumps(), &set.history()})
     for (const auto& d : *list)
-      if (set.StallRecovered(d)) stalls[{d.summary.stalled->comm, d.summary.stalled->seq}].push_back(&d);
+      if (set.StallRecovered(d)) stalls[KeyOf(StalledOp(d))].push_back(&d);
   std::vector<std::vector<const Dump*>> ordered;
   for (auto& [key, ds] : stalls) {
     std::sort(ds.begin(), ds.end(), [](const Dump* a, const Dump* b) { return a->summary.rank < b->summary.rank; });
@@ -70,7 +94,7 @@ std::vector<RecoveredStall> FindRecoveredStalls(DumpSet& set, size_t* more) {
       continue;
     }
     const Dump& origin = *ds.front();
-    const trace::Op& op = *origin.summary.stalled;
+    const trace::Op op = StalledOp(origin);
     RecoveredStall r;
     r.rank = origin.summary.rank;
     r.host = origin.summary.host;

@@ -2,9 +2,9 @@
  * each stage first receives every microbatch from the stage before it, then sends them all to
  * the stage after it, so the first stage can finish its sends and leave while a later stage
  * still works (as the first stages of a pipeline-parallel job do at the end of a step).
- *   sim_pipeline [--microbatches K] [--stop-rank R --stop-at M] [--quick-exit]
+ *   sim_pipeline [--microbatches K] [--stop-rank R --stop-at M [--stop-ms T]] [--quick-exit]
  * --stop-rank R --stop-at M: stage R stops for good (sleeps until killed) before receiving
- * microbatch M. --quick-exit: a stage that is done leaves through _exit(0) (no exit() handlers,
+ * microbatch M; with --stop-ms T, for T ms only, then goes on. --quick-exit: a stage that is done leaves through _exit(0) (no exit() handlers,
  * as a multiprocessing child does), else returns from main. --skip: stage 0 also sends each
  * microbatch straight to the last stage (a skip connection), in one group with its send to stage
  * 1; the last stage receives both in one group; the middle stages pass each microbatch on as it
@@ -17,7 +17,7 @@
 
 int main(int argc, char** argv) {
   const int rank = simutil_env_int("RANK", 0), n = simutil_env_int("WORLD_SIZE", 1);
-  int microbatches = 8, stop_rank = -1, stop_at = 0, quick_exit = 0, skip = 0, i, m;
+  int microbatches = 8, stop_rank = -1, stop_at = 0, stop_ms = -1, quick_exit = 0, skip = 0, i, m;
   const size_t count = 1024;
   ncclUniqueId id;
   ncclComm_t comm;
@@ -28,10 +28,11 @@ int main(int argc, char** argv) {
     if (strcmp(argv[i], "--microbatches") == 0 && i + 1 < argc) microbatches = atoi(argv[++i]);
     else if (strcmp(argv[i], "--stop-rank") == 0 && i + 1 < argc) stop_rank = atoi(argv[++i]);
     else if (strcmp(argv[i], "--stop-at") == 0 && i + 1 < argc) stop_at = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--stop-ms") == 0 && i + 1 < argc) stop_ms = atoi(argv[++i]);
     else if (strcmp(argv[i], "--quick-exit") == 0) quick_exit = 1;
     else if (strcmp(argv[i], "--skip") == 0) skip = 1;
     else {
-      fprintf(stderr, "usage: sim_pipeline [--microbatches K] [--stop-rank R --stop-at M] [--quick-exit] [--skip]\n");
+      fprintf(stderr, "usage: sim_pipeline [--microbatches K] [--stop-rank R --stop-at M [--stop-ms T]] [--quick-exit] [--skip]\n");
       return SIMUTIL_EXIT_USAGE;
     }
   }
@@ -65,8 +66,11 @@ int main(int argc, char** argv) {
   }
   if (rank > 0)
     for (m = 0; m < microbatches; ++m) {
-      if (rank == stop_rank && m == stop_at)
-        for (;;) simutil_sleep_ms(1000);
+      if (rank == stop_rank && m == stop_at) {
+        if (stop_ms >= 0) simutil_sleep_ms(stop_ms);
+        else
+          for (;;) simutil_sleep_ms(1000);
+      }
       NCCLCHECK(ncclRecv((void*)buf, count, ncclFloat32, rank - 1, comm, stream));
       CUCHECK(cuStreamSynchronize(stream));
     }

@@ -71,6 +71,16 @@ static const char kUsage[] =
     "                            fork context does)\n"
     "  --no-init-rank R          rank R never calls ncclCommInitRank (sleeps until killed): a\n"
     "                            setup hang\n"
+    "  --new-comm-at I --new-comm-kind K [--new-comm-groups G] [--new-comm-skip-rank R]\n"
+    "                            before iteration I every rank creates a new communicator (a\n"
+    "                            checkpoint group): K init (ncclCommInitRank) or config\n"
+    "                            (ncclCommInitRankConfig) of G blocks of consecutive ranks (default\n"
+    "                            1), split (ncclCommSplit of the world, color = block) or shrink\n"
+    "                            (ncclCommShrink of the world, excluding nobody); rank R never\n"
+    "                            calls it (busy in host code until killed)\n"
+    "  --late-init-rank R --late-init-ms T\n"
+    "                            rank R calls ncclCommInitRank T ms after the others (a rank late\n"
+    "                            to setup), then runs normally\n"
     "  --graph-then-loop         with --graph: after the replays, run the plain iterations too\n"
     "                            (with their options, --busy-rank included)\n"
     "  --abort-signal            with --abort-after-ms: abort() (SIGABRT) after ncclCommAbort,\n"
@@ -108,6 +118,9 @@ struct Options {
   int mismatch_rank, mismatch_at;
   int p2p_deadlock, cross_comm_deadlock, deadlock_at;
   int graph, nonblocking, abort_after_ms, exit_in_flight, sigterm_handler, get_version_only;
+  int late_init_rank, late_init_ms;
+  int new_comm_at, new_comm_groups, new_comm_skip_rank;
+  const char* new_comm_kind;
   int exit_rank, exit_at, no_init_rank, abort_signal, graph_then_loop, quick_exit, fork_rank, kill_self;
   const char* busy_after;
 };
@@ -271,6 +284,30 @@ static ncclComm_t split(ncclComm_t parent, int color, int key, ncclConfig_t* cfg
   return child;
 }
 
+/* A communicator created mid-job by every rank but one (--new-comm-*). */
+static ncclComm_t g_new_comm;
+static void create_new_comm(ncclComm_t world, ncclConfig_t* cfg) {
+  const int groups = opt.new_comm_groups > 0 ? opt.new_comm_groups : 1;
+  const int gsize = (g_world + groups - 1) / groups, group = g_rank / gsize, grank = g_rank % gsize;
+  const int size = group == groups - 1 ? g_world - group * gsize : gsize;
+  if (g_rank == opt.new_comm_skip_rank)
+    for (;;) simutil_sleep_ms(1000); /* busy in host code: never calls it */
+  if (strcmp(opt.new_comm_kind, "split") == 0) {
+    g_new_comm = split(world, group, g_rank, NULL);
+  } else if (strcmp(opt.new_comm_kind, "shrink") == 0) {
+    call(ncclCommShrink(world, NULL, 0, &g_new_comm, NULL, 0), world, "ncclCommShrink");
+  } else {
+    char name[64];
+    ncclUniqueId id;
+    snprintf(name, sizeof name, "newcomm-%d", group);
+    simutil_exchange_id(name, grank, &id);
+    if (strcmp(opt.new_comm_kind, "config") == 0)
+      call(ncclCommInitRankConfig(&g_new_comm, size, id, grank, cfg), NULL, "ncclCommInitRankConfig");
+    else
+      call(ncclCommInitRank(&g_new_comm, size, id, grank), NULL, "ncclCommInitRank");
+  }
+}
+
 static int parse_int(int argc, char** argv, int* i) {
   char* end;
   long v;
@@ -294,7 +331,10 @@ static void parse(int argc, char** argv) {
   opt.comms = 1;
   opt.sync_every = 1;
   opt.busy_rank = opt.extra_rank = opt.mismatch_rank = opt.slow_kernel_rank = -1;
-  opt.exit_rank = opt.no_init_rank = -1;
+  opt.exit_rank = opt.no_init_rank = opt.late_init_rank = -1;
+  opt.new_comm_at = opt.new_comm_skip_rank = -1;
+  opt.new_comm_groups = 1;
+  opt.new_comm_kind = "init";
   opt.straggler_rank = -1;
   opt.deadlock_at = 1;
   for (i = 1; i < argc; ++i) {
@@ -329,7 +369,11 @@ static void parse(int argc, char** argv) {
     FLAG_OPT("--graph", graph) FLAG_OPT("--nonblocking", nonblocking)
     FLAG_OPT("--exit-in-flight", exit_in_flight) FLAG_OPT("--sigterm-handler", sigterm_handler)
     FLAG_OPT("--get-version-only", get_version_only) INT_OPT("--exit-rank", exit_rank)
-    INT_OPT("--exit-at", exit_at) INT_OPT("--no-init-rank", no_init_rank) FLAG_OPT("--abort-signal", abort_signal)
+    INT_OPT("--exit-at", exit_at) INT_OPT("--no-init-rank", no_init_rank)
+    INT_OPT("--new-comm-at", new_comm_at) INT_OPT("--new-comm-groups", new_comm_groups)
+    INT_OPT("--new-comm-skip-rank", new_comm_skip_rank)
+    else if (strcmp(a, "--new-comm-kind") == 0 && i + 1 < argc) opt.new_comm_kind = argv[++i];
+    INT_OPT("--late-init-rank", late_init_rank) INT_OPT("--late-init-ms", late_init_ms) FLAG_OPT("--abort-signal", abort_signal)
     FLAG_OPT("--graph-then-loop", graph_then_loop) FLAG_OPT("--quick-exit", quick_exit) FLAG_OPT("--kill-self", kill_self) FLAG_OPT("--fork", fork_rank) INT_OPT("--straggler-rank", straggler_rank)
     INT_OPT("--straggler-ms", straggler_ms) INT_OPT("--straggler-max-ms", straggler_max_ms)
     INT_OPT("--jitter-ms", jitter_ms) INT_OPT("--seed", seed) FLAG_OPT("--cpu-wait", cpu_wait)
@@ -444,6 +488,7 @@ int main(int argc, char** argv) {
   if (g_rank == opt.no_init_rank)
     for (;;) simutil_sleep_ms(1000); /* never joins: the others wait inside ncclCommInitRank */
   simutil_exchange_id("world", g_rank, &id);
+  if (g_rank == opt.late_init_rank) simutil_sleep_ms(opt.late_init_ms); /* late to setup, then healthy */
   {
     ncclResult_t r = ncclCommInitRankConfig(&g_comms[0].comm, g_world, id, g_rank, &cfg);
     call(r, g_comms[0].comm, "ncclCommInitRankConfig");
@@ -499,6 +544,10 @@ int main(int argc, char** argv) {
         struct Comm* w = &g_comms[0];
         call(ncclAllGather((void*)w->send, (void*)w->recv, 1, ncclFloat32, w->comm, stream), w->comm,
              "extra ncclAllGather");
+      }
+      if (it == opt.new_comm_at) {
+        sync_stream(stream);
+        create_new_comm(g_comms[0].comm, &cfg);
       }
       if (opt.p2p_deadlock && it == opt.deadlock_at) p2p_deadlock(stream);
       if (opt.cross_comm_deadlock && it == opt.deadlock_at) cross_comm_deadlock(stream, stream_b);
