@@ -539,7 +539,7 @@ bool DumpSet::StallOver(const Dump& d) const {
   if (!IsReason(d, trace::DumpReason::Stall) || !d.summary.stalled || d.summary.stalled->seq <= 0) return false;
   for (const auto* list : {&dumps_, &history_})
     for (const Dump& other : *list)
-      if (CompletedIn(other, d.summary.stalled->comm, d.summary.stalled->seq)) return true;
+      if (CompletedIn(other, *d.summary.stalled)) return true;
   return false;
 }
 

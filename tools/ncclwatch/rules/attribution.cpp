@@ -311,7 +311,7 @@ class Attributor {
       if (d < 0) continue;
       const Dump& dm = g_.dumps()[d];
       int oi = g_.FindInFlight(d, c.id, u.seq);
-      if (oi < 0 || dm.last_time_unix_ns <= dm.summary.time_unix_ns || set_.CompletedLater(dm, c.id, u.seq)) continue;
+      if (oi < 0 || dm.last_time_unix_ns <= dm.summary.time_unix_ns || set_.CompletedLater(dm, dm.summary.in_flight[oi])) continue;
       const double later = static_cast<double>(dm.last_time_unix_ns - dm.summary.time_unix_ns) / 1e9;
       waited = std::max(waited, dm.summary.in_flight[oi].age_s + later);
     }
