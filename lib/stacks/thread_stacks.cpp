@@ -76,6 +76,12 @@ void ResetCapturesInChild() {
 
 pid_t CurrentTid() { return static_cast<pid_t>(syscall(SYS_gettid)); }
 
+// The main thread's pthread_self() (Python's ident of its main thread), taken when the library is
+// loaded on it: a main thread that answers no sampling signal (waiting in our own signal handler,
+// unwound without one) still has its Python frames matched. 0 when loaded on another thread.
+uint64_t MainPthreadAtLoad() { return CurrentTid() == getpid() ? static_cast<uint64_t>(pthread_self()) : 0; }
+const uint64_t g_main_pthread = MainPthreadAtLoad();
+
 // Async-signal-safe: atomics, gettid, unw_step into static storage; errno preserved.
 void OnStackSignal(int, siginfo_t*, void* ucontext) {
   const int saved_errno = errno;
@@ -346,6 +352,7 @@ void AddPythonStacks(std::vector<ThreadStack>* threads, int gil_timeout_ms, std:
   std::unordered_map<uint64_t, ThreadStack*> by_pthread;
   std::unordered_map<int, ThreadStack*> by_tid;
   for (ThreadStack& thread : *threads) {
+    if (thread.tid == getpid() && thread.pthread_id == 0) thread.pthread_id = g_main_pthread;
     by_tid[thread.tid] = &thread;
     if (thread.pthread_id != 0) by_pthread[thread.pthread_id] = &thread;
   }

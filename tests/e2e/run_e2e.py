@@ -809,7 +809,13 @@ def run_prints_no_live_verdict_after_recovery():
     check(len(replay) == 3, f"rank 0's stall and recovery, rank 2's stall: {names}")
     again = os.path.join(tmp, "again")
     os.makedirs(again)
-    run(again, ["sh", "-c", 'sleep 1; cp "$@" ' + again + '/; sleep 8', "sh"] + [os.path.join(dumps, n) for n in replay])
+    # The replayed dumps become the second run's own: a run reads only its job's dumps (its
+    # NCCLWATCH_RUN_ID, which its command inherits, in place of the first run's).
+    first = json.load(open(os.path.join(dumps, replay[0])))["summary"]["job_instance"]
+    check(first.startswith("run-"), f"the first run named its job: {first!r}")
+    copy = 'sleep 1; for f in "$@"; do sed "s#' + first + '#$NCCLWATCH_RUN_ID#g" "$f" > ' + again + '/.t && mv ' + \
+        again + '/.t ' + again + '/"$(basename "$f")"; done; sleep 8'
+    run(again, ["sh", "-c", copy, "sh"] + [os.path.join(dumps, n) for n in replay])
 
 
 @case
