@@ -337,17 +337,27 @@ std::string DumpDirectory::RequestPath() {
   return first + "/" + trace::kDumpRequestFile;
 }
 
+namespace {
+
+// The request file at `path` (a regular file, not a link, read without blocking), parsed; false
+// where there is none or it is being replaced.
+bool ReadRequestFile(const std::string& path, PeerRequest* r) {
+  int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[4096];
+  ssize_t n = read(fd, buf, sizeof buf);
+  close(fd);
+  return n > 0 && trace::ParseRequest(std::string(buf, static_cast<size_t>(n)), r);
+}
+
+}  // namespace
+
 std::optional<PeerRequest> DumpDirectory::CurrentRequest() {
   const std::string path = RequestPath();
   struct stat st;
   if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
-  int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  char buf[4096];
-  ssize_t n = read(fd, buf, sizeof buf);
-  close(fd);
   PeerRequest r;
-  if (n <= 0 || !trace::ParseRequest(std::string(buf, static_cast<size_t>(n)), &r)) return std::nullopt;
+  if (!ReadRequestFile(path, &r)) return std::nullopt;
   if (r.time_unix_ns <= 0) r.time_unix_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   return r;
 }
@@ -363,14 +373,8 @@ std::optional<PeerRequest> RequestFileWatch::Poll(const std::string& path, const
   if (own_files_only && st.st_uid != getuid()) return std::nullopt;
   int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   if (mtime == seen_mtime_ns_ && st.st_size == seen_size_ && st.st_ino == seen_ino_) return std::nullopt;
-  int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  char buf[4096];
-  ssize_t n = read(fd, buf, sizeof buf);
-  close(fd);
   PeerRequest r;
-  if (n <= 0 || !trace::ParseRequest(std::string(buf, static_cast<size_t>(n)), &r))
-    return std::nullopt;  // being replaced: retry next poll
+  if (!ReadRequestFile(path, &r)) return std::nullopt;  // being replaced: retry next poll
   seen_mtime_ns_ = mtime;
   seen_size_ = st.st_size;
   seen_ino_ = st.st_ino;

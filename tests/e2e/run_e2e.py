@@ -1843,16 +1843,23 @@ def recovered_only_when_completed():
             check(rs == [], f"{name}: no operation that never completed is a recovered stall: {json.dumps(rs)[:1500]}")
 
 
+def host_dirs():
+    # A host of its own for a case about what jobs leave on it: black box and relay directories
+    # that no other case uses, and the settings that point a job at them (deadline 2 s).
+    shared = temp_dir("ncclwatch-e2e-host-")
+    boxes_dir, relay_dir = os.path.join(shared, "boxes"), os.path.join(shared, "relay")
+    os.makedirs(boxes_dir)
+    os.makedirs(relay_dir)
+    return boxes_dir, relay_dir, {"NCCLWATCH_BLACKBOX_DIR": boxes_dir, "NCCLWATCH_RELAY_DIR": relay_dir,
+                                  "NCCLWATCH_TIMEOUT": "2"}
+
+
 @case
 def last_words_whole_job_killed_then_next_job():
     # Every rank of a job is SIGKILLed: nobody is left on the host to read their black boxes.
     # The next job's caretaker on the host converts them into the first job's dump directory and
     # removes them and the first job's relay files: nothing accumulates.
-    shared = temp_dir("ncclwatch-e2e-host-")
-    boxes_dir, relay_dir = os.path.join(shared, "boxes"), os.path.join(shared, "relay")
-    os.makedirs(boxes_dir)
-    os.makedirs(relay_dir)
-    host = {"NCCLWATCH_BLACKBOX_DIR": boxes_dir, "NCCLWATCH_RELAY_DIR": relay_dir, "NCCLWATCH_TIMEOUT": "2"}
+    boxes_dir, relay_dir, host = host_dirs()
 
     def kill_all(p):
         pids = wait_for_ranks(p, 3)
@@ -1878,11 +1885,7 @@ def hung_job_killed_then_next_job_leaves_nothing():
     # A job hangs (rank 1 stops; the others stall, dump and relay the job-wide request), then
     # every rank is SIGKILLed, and one healthy job runs on the host right after: the black box and
     # relay directories are empty afterwards (nothing of the hung job, nothing of the healthy one).
-    shared = temp_dir("ncclwatch-e2e-host-")
-    boxes_dir, relay_dir = os.path.join(shared, "boxes"), os.path.join(shared, "relay")
-    os.makedirs(boxes_dir)
-    os.makedirs(relay_dir)
-    host = {"NCCLWATCH_BLACKBOX_DIR": boxes_dir, "NCCLWATCH_RELAY_DIR": relay_dir, "NCCLWATCH_TIMEOUT": "2"}
+    boxes_dir, relay_dir, host = host_dirs()
 
     def kill_when_hung(p):
         pids = wait_for_ranks(p, 3)
@@ -2080,11 +2083,7 @@ def run_prints_the_changed_story():
 def caretaker_says_only_its_jobs_deaths():
     # Job A's ranks are all SIGKILLed; job B, another job on the host, converts their black boxes
     # (into A's directory) but says nothing of A's deaths in its own output.
-    shared = temp_dir("ncclwatch-e2e-host-")
-    boxes_dir, relay_dir = os.path.join(shared, "boxes"), os.path.join(shared, "relay")
-    os.makedirs(boxes_dir)
-    os.makedirs(relay_dir)
-    host = {"NCCLWATCH_BLACKBOX_DIR": boxes_dir, "NCCLWATCH_RELAY_DIR": relay_dir, "NCCLWATCH_TIMEOUT": "2"}
+    boxes_dir, relay_dir, host = host_dirs()
 
     def kill_all(p):
         pids = wait_for_ranks(p, 2)
