@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <mutex>
 #include <string>
 
@@ -31,27 +32,11 @@ std::mutex g_prepare_mu;
 using AccessMem = int (*)(unw_addr_space_t, unw_word_t, unw_word_t*, int, void*);
 AccessMem g_libunwind_access_mem = nullptr;
 
-// Reads one word of this process's memory, or fails on an address that is not readable: the
-// kernel checks it (process_vm_readv on ourselves), with no file descriptor. libunwind's own
-// check of the addresses it doubts writes them into a pipe it keeps open for good: once the
-// application closed that pipe's descriptors and opened files of its own under the same
-// numbers, the check read from and wrote raw memory into the application's files.
+// Reads one word of this process's memory, or fails on an address that is not readable
+// (ReadOwnMemory: never through libunwind's own memory-check pipe).
 int CheckedAccessMem(unw_addr_space_t as, unw_word_t addr, unw_word_t* val, int write, void* arg) {
   if (write) return g_libunwind_access_mem(as, addr, val, write, arg);
-  iovec local{val, sizeof *val};
-  iovec remote{reinterpret_cast<void*>(addr), sizeof *val};
-  const int saved_errno = errno;  // called in signal handlers too
-  const ssize_t n = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
-  const int why = errno;
-  errno = saved_errno;
-  if (n == static_cast<ssize_t>(sizeof *val)) return 0;
-  if (n >= 0 || why == EFAULT) return -UNW_EINVAL;
-  // Not allowed here (a seccomp filter): the page must at least be mapped; then a plain read,
-  // as libunwind itself reads the frames it trusts.
-  const uintptr_t page = static_cast<uintptr_t>(addr) & ~static_cast<uintptr_t>(4095);
-  if (msync(reinterpret_cast<void*>(page), 4096, MS_ASYNC) != 0) return -UNW_EINVAL;
-  *val = *reinterpret_cast<const unw_word_t*>(addr);
-  return 0;
+  return detail::ReadOwnMemory(static_cast<uintptr_t>(addr), val, sizeof *val) ? 0 : -UNW_EINVAL;
 }
 
 struct PipeSearch {
@@ -147,6 +132,32 @@ int UnwindContext(unw_context_t* context, bool signal_frame, uintptr_t* out, int
     if (unw_step(&cursor) <= 0) break;
   }
   return count;
+}
+
+// The kernel checks the addresses (process_vm_readv on ourselves), with no file descriptor:
+// libunwind's own check writes doubted addresses into a pipe it keeps open for good, and once the
+// application closed that pipe's descriptors and opened files of its own under the same
+// numbers, the check read from and wrote raw memory into the application's files.
+bool ReadOwnMemory(uintptr_t address, void* out, size_t size) {
+  iovec local{out, size};
+  iovec remote{reinterpret_cast<void*>(address), size};
+  const int saved_errno = errno;
+  const ssize_t n = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+  const int why = errno;
+  errno = saved_errno;
+  if (n == static_cast<ssize_t>(size)) return true;
+  if (n >= 0 || why == EFAULT) return false;
+  // Not allowed here (a seccomp filter): every page must at least be mapped; then a plain copy.
+  constexpr uintptr_t kPageMask = ~static_cast<uintptr_t>(4095);
+  for (uintptr_t page = address & kPageMask; page < address + size; page += 4096) {
+    if (msync(reinterpret_cast<void*>(page), 4096, MS_ASYNC) != 0) {
+      errno = saved_errno;
+      return false;
+    }
+  }
+  errno = saved_errno;
+  std::memcpy(out, reinterpret_cast<const void*>(address), size);
+  return true;
 }
 
 int FindFrame(const uintptr_t* ips, int count, uintptr_t ip, int window) {

@@ -21,6 +21,10 @@ int UnwindContext(unw_context_t* context, bool signal_frame, uintptr_t* out, int
 // Index of the first of `ips[0, count)` equal to `ip` among the first `window`, or -1.
 int FindFrame(const uintptr_t* ips, int count, uintptr_t ip, int window);
 
+// Copies `size` bytes of this process's memory at `address` into `out`; false where any of it is
+// not readable. No fault, no file descriptor, errno kept (signal handlers use it too).
+bool ReadOwnMemory(uintptr_t address, void* out, size_t size);
+
 }  // namespace detail
 }  // namespace stacks
 }  // namespace ncclwatch

@@ -1,13 +1,12 @@
 #include "python_frames.h"
 
-#include <fcntl.h>
-#include <sys/uio.h>
+#include "native_unwind.h"
+
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <string>
-#include <mutex>
 
 namespace ncclwatch {
 namespace stacks {
@@ -54,20 +53,7 @@ constexpr int kObType = 8;   // PyObject.ob_type (all versions, without Py_TRACE
 constexpr int kObSize = 16;  // PyVarObject.ob_size: a code object's length in 2-byte units (3.11+)
 
 // Reads `size` bytes at `address` of this process without faulting: false where unmapped.
-bool SafeRead(uintptr_t address, void* out, size_t size) {
-  iovec local{out, size};
-  iovec remote{reinterpret_cast<void*>(address), size};
-  const ssize_t n = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
-  if (n == static_cast<ssize_t>(size)) return true;
-  if (n >= 0 || errno == EFAULT) return false;
-  // process_vm_readv refused (a seccomp filter): a pipe's write says EFAULT just the same.
-  static std::mutex* mu = new std::mutex;
-  static int fds[2] = {-1, -1};
-  std::lock_guard<std::mutex> lock(*mu);
-  if (fds[0] < 0 && pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) return false;
-  if (write(fds[1], reinterpret_cast<const void*>(address), size) != static_cast<ssize_t>(size)) return false;
-  return read(fds[0], out, size) == static_cast<ssize_t>(size);
-}
+bool SafeRead(uintptr_t address, void* out, size_t size) { return ReadOwnMemory(address, out, size); }
 
 }  // namespace
 
