@@ -68,14 +68,16 @@ def job(batches):
     print(json.dumps({"cpu_ns": statistics.median(cpu), "wall_ns": statistics.median(wall)}), flush=True)
 
 
-def probe_cost(build, iterations=20000, rounds=15):
-    """CaptureCallsite's CPU ns from DEPTH Python frames, GIL released, Python call sites on/off."""
+def _capture_cost(build, function, iterations, rounds):
+    """Median CPU ns of the probe's `function` (a capture loop) called from DEPTH Python frames,
+    with Python call sites off and on, alternated."""
     probe = ctypes.CDLL(os.path.join(build, "lib", "libstacks_python_probe.so"))
-    probe.nw_capture_cost_ns.argtypes = [ctypes.c_int, ctypes.c_int]
-    probe.nw_capture_cost_ns.restype = ctypes.c_double
+    measure = getattr(probe, function)
+    measure.argtypes = [ctypes.c_int, ctypes.c_int]
+    measure.restype = ctypes.c_double
 
     def nested(levels):
-        return probe.nw_capture_cost_ns(iterations, 16) if levels == 0 else nested(levels - 1)
+        return measure(iterations, 16) if levels == 0 else nested(levels - 1)
 
     figures = {"on": [], "off": []}
     for _ in range(rounds):
@@ -84,26 +86,18 @@ def probe_cost(build, iterations=20000, rounds=15):
             figures[setting].append(nested(DEPTH - 2))
     probe.nw_set_python_callsites(1)
     return {k: statistics.median(v) for k, v in figures.items()}
+
+
+def probe_cost(build, iterations=20000, rounds=15):
+    """CaptureCallsite's CPU ns from DEPTH Python frames, GIL released, Python call sites on/off."""
+    return _capture_cost(build, "nw_capture_cost_ns", iterations, rounds)
 
 
 def native_thread_cost(build, iterations=20000, rounds=15):
     """CaptureCallsite's CPU ns on a native thread (no Python frames) started from DEPTH Python frames
     that wait for it: "on" reads the driving thread's Python frames, "off" (Python call sites off)
     is what a native thread paid before."""
-    probe = ctypes.CDLL(os.path.join(build, "lib", "libstacks_python_probe.so"))
-    probe.nw_native_thread_capture_cost_ns.argtypes = [ctypes.c_int, ctypes.c_int]
-    probe.nw_native_thread_capture_cost_ns.restype = ctypes.c_double
-
-    def nested(levels):
-        return probe.nw_native_thread_capture_cost_ns(iterations, 16) if levels == 0 else nested(levels - 1)
-
-    figures = {"on": [], "off": []}
-    for _ in range(rounds):
-        for setting, enabled in (("off", 0), ("on", 1)):
-            probe.nw_set_python_callsites(enabled)
-            figures[setting].append(nested(DEPTH - 2))
-    probe.nw_set_python_callsites(1)
-    return {k: statistics.median(v) for k, v in figures.items()}
+    return _capture_cost(build, "nw_native_thread_capture_cost_ns", iterations, rounds)
 
 
 def main():
