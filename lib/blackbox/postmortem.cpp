@@ -213,7 +213,8 @@ struct Converted {
   std::string problem;
 };
 
-Converted WritePostmortem(const BoxCopy& box, const BoxIdentity& id) {
+// `text`: the dump is put there, not written (a reader's copy).
+Converted WritePostmortem(const BoxCopy& box, const BoxIdentity& id, std::string* text = nullptr) {
   const Header& h = *box.header;
   const Layout& l = h.layout;
   DumpInput in;
@@ -299,6 +300,13 @@ Converted WritePostmortem(const BoxCopy& box, const BoxIdentity& id) {
   in.environment = id.environment;
 
   Converted result;
+  if (text) {
+    StreamDump(in, [&](std::string* piece) {
+      text->append(*piece);
+      return true;
+    });
+    return result;
+  }
   if (id.dump_dir.empty() && id.dump_fallback.empty()) {
     result.problem = "its dump directory is not known";
     return result;
@@ -450,6 +458,51 @@ std::string KernelOomLine(int pid) {
 std::string HowItEnded(const std::string& oom_line) {
   if (!oom_line.empty()) return "killed by the kernel's OOM killer (" + oom_line + ")";
   return "ended without a word: SIGKILL or the OOM killer";
+}
+
+std::vector<LeftBox> ReadDeadBoxes(const std::string& box_dir) {
+  std::vector<LeftBox> out;
+  if (box_dir.empty() || box_dir == "none") return out;
+  const std::string prefix = BoxPrefix(getuid());
+  for (const std::string& name : Names(box_dir)) {
+    if (!StartsWith(name, prefix)) continue;  // hidden ones are being created: nothing in them
+    const std::string path = box_dir + "/" + name;
+    const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) continue;
+    struct stat st;
+    // Whether its process holds its lock, asked without taking it.
+    struct flock lock {};
+    lock.l_type = F_WRLCK;
+    lock.l_whence = SEEK_SET;
+    lock.l_len = 1;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != getuid() || fcntl(fd, F_GETLK, &lock) != 0 ||
+        lock.l_type != F_UNLCK) {
+      close(fd);
+      continue;
+    }
+    LeftBox left;
+    left.box = path;
+    BoxCopy box;
+    if (!ReadBox(fd, &box, &left.problem)) {
+      close(fd);
+      out.push_back(std::move(left));
+      continue;
+    }
+    close(fd);
+    const Header& h = *box.header;
+    BoxIdentity id;
+    ParseIdentity(TextAt(box, h.layout.identity_offset, h.layout.identity_capacity, h.identity_bytes.load()), &id);
+    left.pid = h.pid;
+    left.rank = h.global_rank.load();
+    left.job_instance = id.job_instance;
+    left.dump_dir = !id.dump_dir.empty() ? id.dump_dir
+                    : id.dump_fallback.empty() ? std::string()
+                    : id.cwd.empty() ? id.dump_fallback : id.cwd + "/" + id.dump_fallback;
+    const int64_t final_dump = h.final_dump_mono_ns.load();
+    if (!(final_dump && h.alive_mono_ns.load() - final_dump < kFinalDumpMarginNs)) WritePostmortem(box, id, &left.dump);
+    out.push_back(std::move(left));
+  }
+  return out;
 }
 
 CaretakerPass ConvertDeadBoxes(const std::string& box_dir, const std::string& relay_dir, const std::string& own_box) {

@@ -5,9 +5,10 @@
 //
 // Who does it: the host's caretaker (one process per user per black-box directory, elected with
 // flock; the next one takes over when it dies) on every job-wide-request poll, so within about a
-// second; `ncclwatch run` when its job has ended and `ncclwatch analyze` for what no caretaker
+// second; `ncclwatch run` when its job has ended and `ncclwatch collect` for what no caretaker
 // was left to convert. The same pass removes what dead processes left: hidden black boxes of a
-// process killed while creating one, and relay files no live process watches.
+// process killed while creating one, and relay files no live process watches. Commands that
+// only read (`ncclwatch analyze`) read what is left in memory (ReadDeadBoxes) and change nothing.
 #pragma once
 
 #include <cstdint>
@@ -54,6 +55,20 @@ struct CaretakerPass {
 // `own_box`: the caller's own black box file name, never touched ("" none). Never throws.
 CaretakerPass ConvertDeadBoxes(const std::string& box_dir, const std::string& relay_dir,
                                const std::string& own_box = "");
+
+// A dead process's black box as it lies, read by a command that must change nothing: no lock
+// taken, nothing written or removed.
+struct LeftBox {
+  std::string box;  // the black box file
+  int pid = 0, rank = -1;
+  std::string job_instance;
+  std::string dump_dir;  // where its postmortem dump goes (absolute), "" unknown
+  std::string dump;      // that dump (JSON, as the caretaker would write it); "" when none is due
+  std::string problem;   // why it could not be read ("" none)
+};
+// The black boxes in `box_dir` of this user's processes that are gone. A box whose process
+// dumped at its end has no dump (nothing to add). Never throws.
+std::vector<LeftBox> ReadDeadBoxes(const std::string& box_dir);
 
 // What the kernel log says about how `pid` ended: its OOM-killer line, "" when the log says
 // nothing of it or cannot be read (/dev/kmsg needs privileges on most systems).

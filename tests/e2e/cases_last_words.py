@@ -1,13 +1,15 @@
 """Last words: what a rank knew survives SIGKILL (its black box, read by the host's caretaker)
 and _exit (the same exit record as exit())."""
 import glob
+import hashlib
 import json
 import os
 import re
 import signal
+import subprocess
 import time
 
-from e2e_common import (analyze, case, first_verdict, host_dirs, job, rank_pid, ring_entries)
+from e2e_common import (analyze, built, case, first_verdict, host_dirs, job, rank_pid, ring_entries)
 from ncclwatch_testing import (check, wait_for, wait_for_ranks)
 
 
@@ -300,3 +302,105 @@ def last_words_gone_before_teardown():
     check("postmortem" not in j.reasons(1) and "peer_request" in j.reasons(1), f"rank 1: {j.reasons(1)}")
     v = first_verdict(j, "rank_dead", [1])
     check("gone before the job's teardown" in v["culprit_stacks"]["1"]["where"], f"where: {v['culprit_stacks']['1']}")
+
+
+def snapshot(*dirs):
+    """Every file under `dirs`: its path and a hash of its bytes (a directory that is missing
+    is recorded as missing)."""
+    seen = {}
+    for top in dirs:
+        if not os.path.isdir(top):
+            seen[top] = "missing"
+            continue
+        for root, subdirs, names in os.walk(top):
+            seen[root] = "dir"
+            for n in names:
+                p = os.path.join(root, n)
+                with open(p, "rb") as f:
+                    seen[p] = hashlib.sha256(f.read()).hexdigest()
+    return seen
+
+
+@case
+def reading_commands_change_nothing():
+    # Every rank of a job on a host is SIGKILLed at once (torchrun's workers killed, an OOM-killed
+    # node): no caretaker is left to turn the black boxes into dumps. `analyze`, `timeline` and
+    # `dump`'s analysis read; they change nothing (the dump directory, the black boxes and the
+    # relay files are byte for byte what they were) and still tell the dead ranks' story, from
+    # the boxes read in memory, saying so in one line. `ncclwatch collect` then writes the dumps.
+    boxes_dir, relay_dir, host = host_dirs()
+    stop_at = 6
+
+    def hang_then_kill_all(p):
+        pids = wait_for_ranks(p, 3)
+        dumps = os.path.join(os.path.realpath(f"/proc/{p.pid}/cwd"), "dumps")
+        # Rank 1 stops before collective #stop_at; the others stall and dump, then all are killed.
+        wait_for(lambda: len(glob.glob(os.path.join(dumps, "rank*-stall.json"))) >= 2, "the others' stall dumps")
+        time.sleep(0.5)
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+    j = job(3, ["--iters", "100", "--busy-rank", "1", "--busy-at", str(stop_at), "--busy-ms", "-1"], env=host,
+            timeout=20, after_start=hang_then_kill_all)
+    check(len(glob.glob(os.path.join(boxes_dir, "ncclwatch-box-*"))) == 3, f"the job's black boxes are left: "
+          f"{files_in(boxes_dir)}\n{j.err[-1500:]}")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NCCLWATCH_")}
+    env.update(NCCLWATCH_BLACKBOX_DIR=boxes_dir, NCCLWATCH_RELAY_DIR=relay_dir)
+    nw = built("bin", "ncclwatch")
+    before = snapshot(j.dir, boxes_dir, relay_dir)
+    a = subprocess.run([nw, "analyze", "--json", j.dir], env=env, capture_output=True, text=True)
+    t = subprocess.run([nw, "timeline", j.dir, "-o", "-"], env=env, capture_output=True, text=True)
+    text = subprocess.run([nw, "analyze", "--no-color", j.dir], env=env, capture_output=True, text=True)
+    after = snapshot(j.dir, boxes_dir, relay_dir)
+    check(before == after, "the reading commands changed nothing: "
+          f"{sorted(set(before.items()) ^ set(after.items()))}\n{a.stderr[-1500:]}")
+    check(a.returncode == 1, f"a hang ({a.returncode}):\n{a.stderr[-1500:]}")
+    report = json.loads(a.stdout)
+    dead = [v for v in report["verdicts"] if v["cause"] == "rank_dead"]
+    check(dead and all(set(v["culprit_ranks"]) <= {0, 1, 2} for v in dead),
+          f"the ranks' deaths are told from their boxes: {json.dumps(report['verdicts'])[:2000]}")
+    lines = [l for l in a.stderr.splitlines() if "read in memory" in l]
+    check(len(lines) == 1 and "3 process(es)" in lines[0] and "ncclwatch collect" in lines[0] and boxes_dir in lines[0],
+          f"one line says which boxes were read and how to make dumps of them:\n{a.stderr[-1500:]}")
+    check(t.returncode == 0 and json.loads(t.stdout)["traceEvents"], f"the timeline too:\n{t.stderr[-1500:]}")
+    check("postmortem" in text.stdout or "without a word" in text.stdout, f"the text says how they ended:\n{text.stdout[-2000:]}")
+
+    # The command that says it converts: the postmortem dumps are written, the boxes gone; the
+    # analysis then reads the dumps (no line about boxes) and tells the same deaths.
+    c = subprocess.run([nw, "collect", j.dir], env=env, capture_output=True, text=True)
+    check(c.returncode == 0 and c.stderr.count("its black box is now") == 3, f"collect converted the 3 boxes:\n{c.stderr}")
+    check(sorted(r for r in j.dumps() if "postmortem" in j.reasons(r)) == [0, 1, 2],
+          f"each rank has its postmortem dump: {[j.reasons(r) for r in range(3)]}")
+    check(not glob.glob(os.path.join(boxes_dir, "ncclwatch-box-*")), f"no box left: {files_in(boxes_dir)}")
+    a2 = subprocess.run([nw, "analyze", "--json", j.dir], env=env, capture_output=True, text=True)
+    check("read in memory" not in a2.stderr, f"nothing left to read in memory:\n{a2.stderr[-1500:]}")
+    again = json.loads(a2.stdout)
+    check([(v["cause"], v["culprit_ranks"]) for v in again["verdicts"]] ==
+          [(v["cause"], v["culprit_ranks"]) for v in report["verdicts"]],
+          f"the same story from the dumps: {json.dumps(again['verdicts'])[:1500]}\n{json.dumps(report['verdicts'])[:1500]}")
+    c2 = subprocess.run([nw, "collect"], env=env, capture_output=True, text=True)
+    check(c2.returncode == 0 and "no black box" in c2.stderr, f"nothing left to collect: {c2.stderr}")
+
+
+@case
+def killed_before_any_dump_still_told():
+    # Every rank SIGKILLed before any of them dumped: the dump directory was never made. analyze
+    # on it still tells the story from the black boxes (read in memory) and creates nothing.
+    boxes_dir, relay_dir, host = host_dirs()
+
+    def kill_all(p):
+        pids = wait_for_ranks(p, 3)
+        wait_for(lambda: len(glob.glob(os.path.join(boxes_dir, "ncclwatch-box-*"))) == 3, "3 black boxes")
+        time.sleep(0.5)  # a few polls: call sites resolved
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+    j = job(3, ["--iters", "100000", "--jitter-ms", "5"], env=host, timeout=20, after_start=kill_all)
+    check(not os.path.exists(j.dir), f"no dump directory: {files_in(j.dir)}")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NCCLWATCH_")}
+    env.update(NCCLWATCH_BLACKBOX_DIR=boxes_dir, NCCLWATCH_RELAY_DIR=relay_dir)
+    before = snapshot(j.dir, boxes_dir, relay_dir)
+    a = subprocess.run([built("bin", "ncclwatch"), "analyze", "--json", j.dir], env=env, capture_output=True,
+                       text=True)
+    check(snapshot(j.dir, boxes_dir, relay_dir) == before, "analyze changed nothing")
+    check(a.returncode == 1 and "read in memory" in a.stderr, f"a hang, told from the boxes ({a.returncode}):\n{a.stderr[-1500:]}")
+    report = json.loads(a.stdout)
+    check(report["verdicts"][0]["cause"] == "rank_dead", f"the deaths: {json.dumps(report['verdicts'])[:1500]}")

@@ -10,7 +10,6 @@
 #include "render/symbolize_debug.h"
 #include "render/text_format.h"
 #include "dump_dir.h"
-#include "left_boxes.h"
 #include "subcommand.h"
 
 namespace ncclwatch {
@@ -36,7 +35,10 @@ void Help(std::FILE* out) {
                "               (slow_rank, below the verdicts) whatever the number of ranks; by\n"
                "               default only up to 64 ranks (every full dump is read)\n"
                "  --no-slow-ranks  never\n\n"
-               "Unreadable files are reported on stderr, one line each, and skipped.\n"
+               "Unreadable files are reported on stderr, one line each, and skipped. Nothing is\n"
+               "changed: the black boxes of ranks killed without a word that no process of this\n"
+               "host converted are read in memory (one line says which; `ncclwatch collect`\n"
+               "writes them as dumps).\n"
                "exit status: 0 nothing hangs, 1 a hang was attributed, 2 no readable dump or\n"
                "bad usage.\n");
 }
@@ -66,9 +68,6 @@ int Run(int argc, char** argv) {
   if (args.exit_status >= 0) return args.exit_status;
 
   auto start = std::chrono::steady_clock::now();
-  // Ranks killed without a word whose job left nobody on this host to read their black boxes.
-  ConvertLeftBlackBoxes();
-  RemoveLeftTemporaries(args.operand);
   DumpSet set;
   if (int status = ReadDumpDir("analyze", args.operand, load, &set, /*progress=*/true)) return status;
   Report report = Attribute(set, attribution);

@@ -284,6 +284,7 @@ class LiveWatch {
   }
 
   size_t files() const { return files_; }
+  const std::string& dir() const { return dir_; }  // where the job's dumps are (a fallback once followed)
 
  private:
   static constexpr auto kEpisodeSettle = std::chrono::seconds(5);
@@ -561,8 +562,9 @@ int Run(int argc, char** argv) {
   }
   g_child = -1;
   // Every rank of the job on this host may be gone, with no caretaker left to read their black
-  // boxes: their postmortem dumps belong in the verdict.
+  // boxes: their postmortem dumps belong in the verdict. What its dead left mid-dump goes.
   ConvertLeftBlackBoxes(instance);
+  RemoveLeftTemporaries(watch.dir());
   watch.Finish();
   if (created) rmdir(dir.c_str());  // made for this job and left empty: gone again (fails otherwise)
   if (WIFSIGNALED(status)) {

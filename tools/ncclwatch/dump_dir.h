@@ -14,7 +14,9 @@ namespace cli {
 // The names of the dump files in `dir` (none when it does not exist yet).
 std::set<std::string> DumpFiles(const std::string& dir);
 
-// Loads `dir` into *set for subcommand `sub` (`progress`: a count on a terminal for big sets).
+// Loads `dir` into *set for subcommand `sub` (`progress`: a count on a terminal for big sets),
+// with the postmortems of black boxes nobody converted read in memory (ReadLeftBlackBoxes: one
+// line says so). Changes nothing in `dir` or elsewhere.
 // Returns kExitOk, or kExitBadInput after saying in one line why there is nothing to read (a
 // file given for the directory, a directory that cannot be listed, no readable dump: then the
 // unreadable files first, one line each).

@@ -19,6 +19,7 @@ extern const Subcommand kShowCommand;
 extern const Subcommand kRunCommand;
 extern const Subcommand kDumpCommand;
 extern const Subcommand kTimelineCommand;
+extern const Subcommand kCollectCommand;
 
 namespace {
 
@@ -28,6 +29,7 @@ const Subcommand* const kSubcommands[] = {
     &kRunCommand,
     &kDumpCommand,
     &kTimelineCommand,
+    &kCollectCommand,
 };
 
 void Overview(std::FILE* out) {

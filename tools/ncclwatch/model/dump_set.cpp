@@ -52,7 +52,10 @@ bool DumpSet::Load(const std::string& dir, const LoadOptions& options, std::stri
   dir_ = dir;
   std::vector<std::string> names;
   std::vector<uint64_t> inodes;
-  if (!trace::ListDumpFiles(dir, &names, error, &inodes)) return false;
+  if (!trace::ListDumpFiles(dir, &names, error, &inodes)) {
+    if (options.in_memory.empty()) return false;
+    error->clear();  // a directory never made (every rank killed before its first dump): what is in memory
+  }
   files_seen_ = names.size();
 
   // Dumps and read results side by side; the usable dumps are then compacted in place, so that
@@ -140,6 +143,19 @@ bool DumpSet::Load(const std::string& dir, const LoadOptions& options, std::stri
     ++kept;
   }
   read.erase(read.begin() + static_cast<std::ptrdiff_t>(kept), read.end());
+  for (Dump d : options.in_memory) {
+    ++files_seen_;
+    if (!options.job_instance.empty() && !OfJobInstance(d.summary.job_instance, options.job_instance)) {
+      ++other_jobs_files_;
+      continue;
+    }
+    if (d.summary.rank < 0) d.summary.rank = InferRank(d.summary);
+    if (d.summary.rank < 0) {
+      AddProblem(d.file_name, ProblemKind::kRankUnknown);
+      continue;
+    }
+    read.push_back(std::move(d));
+  }
   results = {};
   names = {};
   inodes = {};

@@ -65,6 +65,9 @@ struct LoadOptions {
   // Only the dumps of this job instance (equal, or it followed by "/": `ncclwatch run`'s id
   // before the launcher's), the others counted in DumpSet::other_jobs_files; "": every dump.
   std::string job_instance;
+  // Dumps read elsewhere (full, no path: the postmortems of black boxes nobody converted), taken
+  // as if they lay in the directory.
+  std::vector<Dump> in_memory;
 };
 
 // Whether a dump's job instance is `wanted`'s (equal, or `wanted` followed by "/...").
