@@ -11,12 +11,14 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "blackbox/black_box.h"
 #include "blackbox/postmortem.h"
 #include "format/dump_reader.h"
+#include "format/file_name.h"
 #include "format/trace_writer.h"
 #include "record/comm_registry.h"
 #include "record/flight_ring.h"
@@ -107,6 +109,10 @@ pid_t RecordingChild(const std::string& boxes, const std::string& dumps, Ending 
   _exit(0);  // the lock goes with the process; the file stays unless removed
 }
 
+std::string DumpFileNameOf(const trace::LoadedDump& d) {
+  return trace::DumpFileName(d.summary.rank, d.summary.host, d.summary.pid, d.summary.dump_seq, d.summary.reason);
+}
+
 void Reap(pid_t pid) {
   int status = 0;
   REQUIRE(waitpid(pid, &status, 0) == pid);
@@ -195,6 +201,69 @@ TEST_CASE("black box: a live process's box, and one that left its own word, are 
   CHECK(Boxes(boxes.path()) == std::vector<std::string>{own_name});
   own->Remove();
   CHECK(Boxes(boxes.path()).empty());
+}
+
+TEST_CASE("black box: a reader reads what dead processes left as their postmortem dumps, changing nothing") {
+  TempDir boxes, dumps;
+  Reap(RecordingChild(boxes.path(), dumps.path(), Ending::kWithoutAWord));
+  Reap(RecordingChild(boxes.path(), dumps.path(), Ending::kAfterItsOwnDump));  // its own word: nothing due
+  // A live process's box (its lock held by another process): not read.
+  int ready[2], release[2];
+  REQUIRE(pipe(ready) == 0);
+  REQUIRE(pipe(release) == 0);
+  pid_t live = fork();
+  if (live == 0) {
+    std::string why;
+    auto box = blackbox::BlackBox::Create(boxes.path(), 64, getpid(), "0000000000000002", 30.0, &why);
+    char b = box ? 1 : 0;
+    if (write(ready[1], &b, 1) != 1) _exit(1);
+    if (read(release[0], &b, 1) != 1) _exit(1);
+    _exit(0);
+  }
+  char b = 0;
+  REQUIRE(read(ready[0], &b, 1) == 1);
+  REQUIRE(b == 1);
+  auto contents = [&] {
+    std::vector<std::string> all;
+    for (const auto& name : Listing(boxes.path())) {
+      std::ifstream f(boxes.path() + "/" + name, std::ios::binary);
+      all.push_back(name + ":" + std::string(std::istreambuf_iterator<char>(f), {}));
+    }
+    return all;
+  };
+  const auto before = contents();
+  REQUIRE(before.size() == 3);
+
+  std::vector<blackbox::LeftBox> left = blackbox::ReadDeadBoxes(boxes.path());
+  CHECK(contents() == before);  // not a byte changed, nothing removed
+  CHECK(Listing(dumps.path()).empty());  // nothing written
+  REQUIRE(left.size() == 2);  // the two dead ones
+  const blackbox::LeftBox& dead = left[0].dump.empty() ? left[1] : left[0];
+  CHECK((left[0].dump.empty() != left[1].dump.empty()));  // the one that dumped at its end has none due
+  CHECK(dead.rank == 3);
+  CHECK(dead.dump_dir == dumps.path());
+  CHECK(dead.problem.empty());
+  trace::LoadedDump in_memory;
+  REQUIRE(trace::ReadDumpBuffer(dead.dump, trace::ReadDepth::kFull, &in_memory).usable);
+
+  // The dump the caretaker then writes is the one the reader made.
+  REQUIRE(write(release[1], &b, 1) == 1);
+  Reap(live);
+  blackbox::CaretakerPass pass = blackbox::ConvertDeadBoxes(boxes.path(), "none");
+  std::string written;
+  for (const auto& c : pass.converted)
+    if (!c.dump.empty()) written = c.dump;
+  REQUIRE(!written.empty());
+  trace::LoadedDump converted;
+  REQUIRE(trace::ReadDumpFile(written, trace::ReadDepth::kFull, &converted).usable);
+  CHECK(in_memory.summary.reason == "postmortem");
+  CHECK(in_memory.summary.rank == converted.summary.rank);
+  CHECK(in_memory.summary.time_mono_ns == converted.summary.time_mono_ns);
+  CHECK(in_memory.summary.in_flight.size() == converted.summary.in_flight.size());
+  CHECK(in_memory.summary.in_nccl.size() == converted.summary.in_nccl.size());
+  REQUIRE(in_memory.detail);
+  CHECK(in_memory.detail->ring.entries.size() == converted.detail->ring.entries.size());
+  CHECK(DumpFileNameOf(in_memory) == written.substr(written.rfind('/') + 1));
 }
 
 TEST_CASE("black box: a normal exit leaves nothing, and damaged or foreign boxes are removed with one line") {
