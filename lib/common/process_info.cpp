@@ -38,24 +38,28 @@ std::string FirstStringEnv(std::initializer_list<const char*> names) {
   return "";
 }
 
-std::string SafeFileComponent(const std::string& s) {
-  std::string out;
-  for (char c : s) out += (isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
-  return out.empty() ? "job" : out;
+}  // namespace
+
+std::string LauncherJobId() {
+  return FirstStringEnv({"SLURM_JOB_ID", "TORCHELASTIC_RUN_ID", "PMIX_NAMESPACE", "OMPI_MCA_orte_ess_jobid"});
 }
 
-}  // namespace
+std::string HostName() {
+  const std::string configured = FirstStringEnv({"NCCLWATCH_HOST"});
+  if (!configured.empty()) return configured;
+  char host[256] = {0};
+  if (gethostname(host, sizeof host - 1) != 0 || !host[0]) return "unknown";
+  return host;
+}
 
 ProcessIdentity ReadProcessIdentity() {
   ProcessIdentity id;
   id.env_rank = FirstIntEnv({"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK", "PMIX_RANK"});
   id.local_rank = FirstIntEnv({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID"});
   id.env_world_size = FirstIntEnv({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS", "PMI_SIZE"});
-  char host[256] = {0};
-  if (gethostname(host, sizeof host - 1) != 0) strcpy(host, "unknown");
-  id.host = host;
+  id.host = HostName();
   id.pid = static_cast<int>(getpid());
-  id.job_id = FirstStringEnv({"SLURM_JOB_ID", "TORCHELASTIC_RUN_ID", "PMIX_NAMESPACE", "OMPI_MCA_orte_ess_jobid"});
+  id.job_id = LauncherJobId();
   auto env = [](const char* n) -> std::string {
     const char* v = getenv(n);
     return v ? v : "";
@@ -81,9 +85,13 @@ ProcessIdentity ReadProcessIdentity() {
   return id;
 }
 
-std::string DefaultDumpDir(const ProcessIdentity& id) {
-  return "ncclwatch-" + SafeFileComponent(id.job_id.empty() ? "job" : id.job_id);
+std::string DefaultDumpDir(const std::string& job_id, const std::string& unnamed) {
+  std::string safe;
+  for (char c : job_id) safe += (isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
+  return "ncclwatch-" + (safe.empty() ? unnamed : safe);
 }
+
+std::string DefaultDumpDir(const ProcessIdentity& id) { return DefaultDumpDir(id.job_id); }
 
 bool NameLooksSecret(const std::string& name) {
   static const char* kSecretWords[] = {"token", "secret", "passw", "passphrase", "credential", "auth",
@@ -316,7 +324,7 @@ std::string WorkingDirectory() {
   return getcwd(buf, sizeof buf) ? std::string(buf) : std::string();
 }
 
-std::string UserPrivateDir(const std::string& dir, std::string* why) {
+std::string UserPrivateDir(const std::string& dir, std::string* why, bool create) {
   struct stat st {};
   // Missing or unreadable: as it is, for its user to say why it cannot use it (one line each).
   if (lstat(dir.c_str(), &st) != 0) return dir;
@@ -324,7 +332,8 @@ std::string UserPrivateDir(const std::string& dir, std::string* why) {
   // Only its owner (this user) can write to it: nobody else can place or replace a file there.
   if (S_ISDIR(st.st_mode) && st.st_uid == uid && (st.st_mode & (S_IWGRP | S_IWOTH)) == 0) return dir;
   const std::string mine = dir + "/ncclwatch-" + std::to_string(uid);
-  if (mkdir(mine.c_str(), 0700) != 0 && errno != EEXIST) {
+  if (!create && lstat(mine.c_str(), &st) != 0) return mine;
+  if (create && mkdir(mine.c_str(), 0700) != 0 && errno != EEXIST) {
     *why = mine + ": cannot create it (" + std::strerror(errno) + ")";
     return std::string();
   }
