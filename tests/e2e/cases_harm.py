@@ -188,12 +188,12 @@ def ready_then_dump(cwd, dumps):
     return after
 
 
-def app_with_dump(program, scenario, preload):
+def app_with_dump(program, scenario, preload, env=None):
     cwd = temp_dir("ncclwatch-e2e-app-")
     dumps = os.path.join(cwd, "dumps")
     j = job(1, [scenario], env={"NCCLWATCH_TIMEOUT": "600", "NCCLWATCH_DIR": dumps,
-                                "E2E_READY_FILE": os.path.join(cwd, "ready")}, timeout=30, preload=preload,
-            program=program, cwd=cwd, after_start=ready_then_dump(cwd, dumps))
+                                "E2E_READY_FILE": os.path.join(cwd, "ready"), **(env or {})}, timeout=30,
+            preload=preload, program=program, cwd=cwd, after_start=ready_then_dump(cwd, dumps))
     j.dir = dumps
     return j, [l for l in j.err.splitlines() if l.startswith("simlaunch: rank 0 ")]
 
@@ -228,6 +228,24 @@ def resources_as_without_ncclwatch():
                                                     "b.txt: 10 bytes, as written, offset 10"])
     check(got.reasons(0)[:1] == ["peer_request"], f"closed_fds: the dump was written: {got.reasons(0)}")
     same_as_without(plain, "oom_exit", "exited with code 12", ["out of memory"])
+
+
+@case
+def descriptors_closed_after_start_stay_the_applications():
+    # An application that closes every descriptor >= 3 once NCCL has started (the library's
+    # locks among them) and opens files of its own, which take the freed numbers: a burst of
+    # operations (the watchdog woken from the application's thread), a stall and its recovery,
+    # a job-wide dump and the exit leave its files exactly as written, before and after the
+    # library's exit handler, as without the library; and the live process is no dead one.
+    env = {"NCCLWATCH_TIMEOUT": "1", "NCCLWATCH_SIM_FAULT": "kernel:rank=0,seq=3011,ms=2500", "NCCLWATCH_LOG": "info"}
+    run = lambda scenario, preload: app_with_dump("e2e_resource_app", scenario, preload, env=env)
+    got = same_as_without(run, "closed_after_init", None, [f"own{i}.txt: 10 bytes, as written, offset 10" for i in range(8)])
+    check(got.out.count("as written") == 16 and "changed" not in got.out, f"every file, both times: {got.out!r}")
+    reasons = got.reasons(0)
+    check(all(r in reasons for r in ("stall", "recovery", "peer_request")) and reasons[-1] == "exit",
+          f"the stall, its recovery, the job-wide dump and the exit were written: {reasons}")
+    check("no longer ours" in got.err, f"the lost descriptors are said:\n{got.err[-2000:]}")
+    check("without a word" not in got.err and "postmortem" not in reasons, f"no death is told:\n{got.err[-2000:]}")
 
 
 @case

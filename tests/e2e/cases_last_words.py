@@ -404,3 +404,31 @@ def killed_before_any_dump_still_told():
     check(a.returncode == 1 and "read in memory" in a.stderr, f"a hang, told from the boxes ({a.returncode}):\n{a.stderr[-1500:]}")
     report = json.loads(a.stdout)
     check(report["verdicts"][0]["cause"] == "rank_dead", f"the deaths: {json.dumps(report['verdicts'])[:1500]}")
+
+
+@case
+def rank_that_reexecutes_itself_is_no_death():
+    # A rank that re-executes itself after NCCL started (an in-place restart: the same pid, a new
+    # program). Its earlier program's black box loses its lock with the execve, but that is no
+    # death: no "ended without a word", no postmortem; the box goes quietly, the new program's
+    # is the live one, and analyze sees one attempt, the new program's. The same when the new
+    # program stalls.
+    for hang in (False, True):
+        env = {"NCCLWATCH_LOG": "info", "NCCLWATCH_TIMEOUT": "1" if hang else "600"}
+        if hang:  # only the new program reaches #8 (the first runs 5)
+            env["NCCLWATCH_SIM_FAULT"] = "kernel:rank=0,seq=8,ms=3000"
+        j = job(1, ["reexec"], env=env, timeout=40, program="e2e_resource_app")
+        what = "a stalled new program" if hang else "a healthy new program"
+        check(j.rc == 0 and "re-executing" in j.out and "the new program ends" in j.out,
+              f"{what}: it ran both programs: {j.rc} {j.out!r}\n{j.err[-2000:]}")
+        check("without a word" not in j.err and "SIGKILL" not in j.err, f"{what}: no death told:\n{j.err[-3000:]}")
+        check(any("re-executed itself" in l for l in j.ncclwatch_lines()),
+              f"{what}: the earlier program's box is said gone (info):\n{j.err[-3000:]}")
+        reasons = j.reasons(0)
+        check("postmortem" not in reasons and reasons[-1:] == ["exit"] and ("stall" in reasons) == hang,
+              f"{what}: the new program's dumps only: {reasons}")
+        check(boxes(j) == [], f"{what}: no black box left: {boxes(j)}")
+        rc, report, text = analyze(j)
+        check(len(report.get("attempts") or [None]) == 1, f"{what}: one attempt: {report.get('attempts')}")
+        check(all(v["cause"] != "rank_dead" for v in report["verdicts"]),
+              f"{what}: nobody dead:\n{json.dumps(report['verdicts'], indent=1)[:2000]}")
