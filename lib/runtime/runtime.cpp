@@ -33,7 +33,6 @@ std::atomic<Runtime*> g_runtime{nullptr};
 std::mutex g_start_mu;
 
 
-constexpr int kCallsiteRetries = 3;
 
 int32_t CurrentTid() { return static_cast<int32_t>(syscall(SYS_gettid)); }
 
@@ -175,7 +174,7 @@ bool Runtime::Start() {
   if (box_) {
     // Call sites as raw addresses from their first capture on, and the modules to read them
     // with: a process killed before its watchdog's first poll still has its call sites' frames.
-    WriteBoxModules();
+    box_keeper_ = std::make_unique<blackbox::BoxKeeper>(box_.get(), &threads_);
     g_sites_box.store(box_.get(), std::memory_order_release);
     stacks::SetNewCallsiteHook(&RecordBoxCallsite);
   }
@@ -528,7 +527,7 @@ void Runtime::OnTick() {
     DoneSignalDump();  // the handler waits no longer, dump or not
   }
   uint64_t now = MonoNs();
-  TendBlackBox(now);
+  if (box_keeper_) box_keeper_->Tend(now, watchdog_->last_poll_ns(), watchdog_->last_poll_recorded());
   if (!python_exit_watched_ && config_.python && config_.exit_record && now >= next_python_exit_try_ns_) {
     // From here, not the first NCCL call: the GIL may be busy; retried each second until had.
     python_exit_watched_ = stacks::WatchPythonExit(kBackgroundGilWaitMs);
@@ -570,46 +569,6 @@ void Runtime::OnTick() {
 namespace ncclwatch {
 
 void Runtime::WriteBoxIdentity() { box_->SetIdentity(blackbox::IdentityJson(box_identity_)); }
-
-void Runtime::WriteBoxModules() {
-  box_modules_generation_ = stacks::ModulesGeneration();
-  std::vector<blackbox::BoxModule> modules;
-  for (const stacks::LoadedModule& m : stacks::LoadedModules())
-    modules.push_back({m.bias, m.lo, m.hi, m.own, m.build_id, m.path});
-  box_->SetModules(blackbox::ModulesText(modules));
-}
-
-void Runtime::TendBlackBox(uint64_t now) {
-  if (!box_) return;
-  box_->Alive(static_cast<int64_t>(UnixNs()), static_cast<int64_t>(now), static_cast<int64_t>(watchdog_->last_poll_ns()),
-              watchdog_->last_poll_recorded());
-  threads_.NameCalls();
-  // dlopen, dlclose: checked once a second (the watchdog ticks every 0.1 ms at high rates).
-  if (now >= next_modules_check_ns_) {
-    next_modules_check_ns_ = now + 1000000000ull;
-    if (stacks::ModulesGeneration() != box_modules_generation_) WriteBoxModules();
-    box_->KeepLocked();  // the application may have closed its descriptor (and so its lock)
-  }
-  // Call sites interned since the last poll, resolved to text now: after a SIGKILL nobody can.
-  const size_t count = stacks::CallsiteCount();
-  while (box_sites_next_ < count) {
-    const auto id = static_cast<int32_t>(box_sites_next_);
-    stacks::Callsite cs;
-    const bool known = stacks::GetCallsite(id, &cs, kBackgroundGilWaitMs);
-    // Not published yet (being interned), or its Python frames wait for the GIL: next poll.
-    if ((!known || !cs.note.empty()) && ++box_site_retries_ < kCallsiteRetries) break;
-    box_site_retries_ = 0;
-    ++box_sites_next_;
-    if (!known) continue;  // an id that lost an interning race: never published
-    trace::Document one;
-    one.detail.callsites.push_back({id, {Symbolized(cs.ips), std::move(cs.python)}, cs.note, cs.driven_from});
-    if (!box_->AppendCallsite(trace::WriteDocument(one))) {
-      if (!box_full_logged_) LogInfo("black box: no room for call sites past %d", id);
-      box_full_logged_ = true;
-      box_sites_next_ = count;
-    }
-  }
-}
 
 void Runtime::ForgetEndedComms(uint64_t now) {
   if (now < next_forget_check_ns_) return;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "blackbox/black_box.h"
+#include "blackbox/box_keeper.h"
 #include "blackbox/caretaker.h"
 #include "blackbox/postmortem.h"
 #include "common/config.h"
@@ -87,10 +88,7 @@ class Runtime {
   // The end of a process that leaves normally: its exit record (or its operations in flight),
   // then its node-local files go. `on_watchdog`: called on the watchdog thread (_exit).
   void Finish(int status, int32_t exiting_site, int32_t exiting_tid, bool on_watchdog);
-  // Each poll: the black box's heartbeat, call names and newly interned call sites.
-  void TendBlackBox(uint64_t now);
   void WriteBoxIdentity();
-  void WriteBoxModules();
   // Ended communicators past a bound are forgotten (watchdog thread).
   void ForgetEndedComms(uint64_t now);
   uint64_t next_forget_check_ns_ = 0;
@@ -115,11 +113,7 @@ class Runtime {
   std::unique_ptr<MetricsWriter> metrics_;  // NCCLWATCH_METRICS set
   std::unique_ptr<blackbox::BlackBox> box_;  // null: NCCLWATCH_BLACKBOX_DIR=none or unusable
   blackbox::BoxIdentity box_identity_;
-  size_t box_sites_next_ = 0;  // call sites resolved into the black box so far (watchdog thread)
-  int box_site_retries_ = 0;
-  bool box_full_logged_ = false;
-  uint64_t box_modules_generation_ = 0;  // of the modules written into the black box
-  uint64_t next_modules_check_ns_ = 0;   // dl_iterate_phdr takes the loader lock: not every tick
+  std::unique_ptr<blackbox::BoxKeeper> box_keeper_;  // with box_ (watchdog thread)
   bool temporaries_swept_ = false;  // under dump_mu_
   std::unique_ptr<blackbox::Caretaker> caretaker_;  // null: no black boxes (watchdog thread)
   enum : int { kNoQuickExit = 0, kQuickExitAsked = 1, kQuickExitDone = 2 };
