@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "common/clock.h"
+#include "common/lock_within.h"
 #include "common/log.h"
 #include "common/quietly.h"
 #include "common/timing.h"

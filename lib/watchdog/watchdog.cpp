@@ -11,6 +11,7 @@
 #include <cstdio>
 
 #include "common/clock.h"
+#include "common/lock_within.h"
 #include "format/display.h"
 #include "common/log.h"
 #include "common/quietly.h"
