@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <set>
 #include <time.h>
 
 #include "common/clock.h"
@@ -32,8 +31,6 @@ namespace {
 constexpr int kUnstarted = kRuntimeUnstarted, kActive = kRuntimeActive, kDisabled = kRuntimeDisabled;
 std::atomic<Runtime*> g_runtime{nullptr};
 std::mutex g_start_mu;
-
-
 
 int32_t CurrentTid() { return static_cast<int32_t>(syscall(SYS_gettid)); }
 

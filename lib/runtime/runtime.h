@@ -1,6 +1,9 @@
 // The process-wide ncclwatch state, created at the first NCCL use (communicator creation or
 // operation) and never destroyed. A process that never calls NCCL never creates it: no thread,
-// no file, no output.
+// no file, no output. The runtime only wires the pieces (each in the room its name says:
+// record/, gpu/, watchdog/ with setup hangs, dump/ with a dump's input, blackbox/ with the
+// caretaker, metrics/) and says when each duty runs: on the watchdog thread after each poll
+// (OnTick), on the exit and signal paths.
 #pragma once
 
 #include <atomic>
