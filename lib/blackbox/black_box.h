@@ -7,7 +7,9 @@
 // Lifetime: created at start (under a hidden name, locked, then renamed into place, so that no
 // reader ever sees it unlocked while its process lives), a POSIX record lock held for the life
 // of the process (released by the kernel however the process ends; not inherited by forked
-// children), removed at a normal exit. The file is the user's own, 0600; its space is
+// children; also released when the application closes the descriptor, and taken again within a
+// second: KeepLocked; an execve drops it for good: OwnerOf tells that from a death), removed at a
+// normal exit. The file is the user's own, 0600; its space is
 // reserved up front (a full /dev/shm is a line at start, never a SIGBUS on the hot path).
 #pragma once
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "common/quietly.h"
-#include "intercept/runtime.h"
+#include "runtime/runtime.h"
 #include "intercept/thread_state.h"
 #include "ncclwatch/nccl_abi.h"
 

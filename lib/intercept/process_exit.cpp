@@ -6,7 +6,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "intercept/runtime.h"
+#include "runtime/runtime.h"
 
 namespace {
 

@@ -19,6 +19,10 @@ class DeadlinePolicy {
       : spec_(spec), multiple_(adaptive_multiple), floor_s_(floor_s), min_samples_(min_samples) {}
 
   double DeadlineS(uint64_t comm_id, trace::OpKind kind, uint64_t bytes) const;
+  // The deadline of what has no history and no per-operation value: a call blocked on the host,
+  // a communicator's creation (setup_hangs.h), a dead process's operations (its black box).
+  double DefaultS() const { return DefaultS(spec_); }
+  static double DefaultS(const DeadlineSpec& spec) { return spec.default_s; }
   // A completion that was never reported as a stall.
   void RecordHealthy(uint64_t comm_id, trace::OpKind kind, uint64_t bytes, double seconds);
 

@@ -298,14 +298,14 @@ void Watchdog::CheckDeadlines(uint64_t now_ns, std::vector<std::pair<InflightVie
 void Watchdog::CheckHostBlocked(uint64_t now_ns, std::vector<std::pair<InflightView, std::string>>* stalls) {
   std::map<std::pair<int32_t, uint64_t>, bool> still;
   for (auto& call : threads_->InsideNccl()) {
-    if (call.creating) continue;  // Runtime::CheckInits reports it, naming the communicator
+    if (call.creating) continue;  // a setup hang (CheckSetups), naming the communicator
     auto key = std::make_pair(call.tid, call.since_ns);
     bool reported = host_stalls_reported_.count(key) > 0;
     InflightView v;
     v.host_blocked = true;
     v.age_s = ElapsedS(call.since_ns, now_ns);
     bool has_op = call.op_index1 != 0 && ring_->Read(call.op_index1 - 1, &v.op);
-    v.deadline_s = has_op ? deadlines_.DeadlineS(v.op.comm_id, v.op.kind, v.op.bytes) : config_.timeout.default_s;
+    v.deadline_s = has_op ? deadlines_.DeadlineS(v.op.comm_id, v.op.kind, v.op.bytes) : deadlines_.DefaultS();
     if (reported || v.age_s > v.deadline_s) still[key] = true;
     if (reported || v.age_s <= v.deadline_s) continue;
     v.stalled = true;
@@ -343,7 +343,7 @@ std::vector<InflightView> Watchdog::Inflight(int lock_timeout_ms, uint64_t now_n
     if (call.op_index1 == 0 || !ring_->Read(call.op_index1 - 1, &v.op)) continue;
     v.host_blocked = true;
     v.age_s = ElapsedS(call.since_ns, now);
-    v.deadline_s = locked ? deadlines_.DeadlineS(v.op.comm_id, v.op.kind, v.op.bytes) : config_.timeout.default_s;
+    v.deadline_s = locked ? deadlines_.DeadlineS(v.op.comm_id, v.op.kind, v.op.bytes) : deadlines_.DefaultS();
     v.stalled = v.age_s > v.deadline_s;
     out.push_back(v);
   }

@@ -19,6 +19,7 @@
 #include "record/flight_ring.h"
 #include "record/thread_registry.h"
 #include "watchdog/deadlines.h"
+#include "watchdog/setup_hangs.h"
 
 namespace ncclwatch {
 
@@ -140,7 +141,11 @@ class Watchdog {
   // The communicators of the operations it follows (queued ones included); false when its
   // state could not be had within `lock_timeout_ms`.
   bool CommsInUse(int lock_timeout_ms, std::vector<const CommInfo*>* out);
-  bool OnWatchdogThread() const { return std::this_thread::get_id() == thread_id_.load(); }
+  // Communicator creation calls in progress (application threads begin and end them), and the
+  // first one past the default deadline not reported yet (watchdog thread, once per poll).
+  SetupWatch& setups() { return setups_; }
+  std::optional<SetupHang> CheckSetups(uint64_t now_ns) { return setups_.Check(now_ns, deadlines_.DefaultS()); }
+    bool OnWatchdogThread() const { return std::this_thread::get_id() == thread_id_.load(); }
   bool running() const { return running_.load(std::memory_order_acquire); }
   // When the last poll looked at every operation it follows (0: none yet), and how many the
   // ring had recorded when it began: the states of those operations are as of then (the black
@@ -181,6 +186,7 @@ class Watchdog {
   ThreadRegistry* threads_;
   Callbacks callbacks_;
   DeadlinePolicy deadlines_;
+  SetupWatch setups_;
   MpmcQueue<InflightItem> queue_;
 
   std::mutex mu_;  // guards everything below; held by the watchdog during a poll

@@ -415,7 +415,7 @@ pid_t LockDroppingChild(const std::string& boxes, Drop how, int ready_fd, int re
 
 }  // namespace
 
-TEST_CASE("black box: a free lock is no death while its process runs, and a re-executed process leaves its old box quietly") {
+TEST_CASE("black box: a free lock is no death while its process runs and a re-executed process leaves its old box quietly") {
   for (Drop how : {Drop::kClosesDescriptors, Drop::kReexecutes}) {
     CAPTURE(how == Drop::kReexecutes);
     TempDir boxes;
@@ -453,7 +453,7 @@ TEST_CASE("black box: a free lock is no death while its process runs, and a re-e
   }
 }
 
-TEST_CASE("black box: a process that closed the box's descriptor takes its lock again, never touching the number") {
+TEST_CASE("black box: a process that closed the box descriptor takes its lock again and never touches the number") {
   TempDir boxes;
   std::string why;
   auto box = blackbox::BlackBox::Create(boxes.path(), 64, getpid(), "feedfacecafe0003", 30.0, &why);

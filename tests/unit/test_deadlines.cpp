@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include "watchdog/deadlines.h"
+#include "watchdog/setup_hangs.h"
 
 using namespace ncclwatch;
 using trace::OpKind;
@@ -47,4 +48,29 @@ TEST_CASE("adaptive off: the default stays") {
   DeadlinePolicy p(spec, 0, 10, 1);
   p.RecordHealthy(1, OpKind::AllReduce, 8, 0.001);
   CHECK(p.DeadlineS(1, OpKind::AllReduce, 8) == 30);
+}
+
+TEST_CASE("a communicator's creation past the default deadline is one setup hang said once") {
+  DeadlineSpec spec;
+  spec.default_s = 60;
+  spec.per_op_s[static_cast<int>(OpKind::AllReduce)] = 5;  // per-operation values do not apply to setup
+  DeadlinePolicy p(spec, 20, 10, 3);
+  SetupWatch w;
+  const uint64_t s = 1'000'000'000;
+  const uint64_t a = w.Begin("ncclCommInitRank", 0xabc, 8, 3, s);
+  w.Begin("ncclCommInitRankConfig", 0xdef, 4, 1, s + 30 * s);
+  CHECK(w.Pending().size() == 2);
+  CHECK_FALSE(w.Check(s + 59 * s, p.DefaultS()));
+  auto hang = w.Check(s + 61 * s, p.DefaultS());
+  REQUIRE(hang);
+  CHECK(hang->detail.find("ncclCommInitRank blocked for 61.0 s") == 0);
+  CHECK(hang->detail.find("(rank 3 of 8)") != std::string::npos);
+  CHECK(hang->stuck_s == Approx(61.0));
+  CHECK_FALSE(w.Check(s + 62 * s, p.DefaultS()));  // once per call
+  auto second = w.Check(s + 91 * s, p.DefaultS());
+  REQUIRE(second);
+  CHECK(second->detail.find("ncclCommInitRankConfig") == 0);
+  w.End(a);
+  REQUIRE(w.Pending().size() == 1);
+  CHECK(w.Pending()[0].function == std::string("ncclCommInitRankConfig"));
 }

@@ -1,6 +1,9 @@
 // The process-wide ncclwatch state, created at the first NCCL use (communicator creation or
 // operation) and never destroyed. A process that never calls NCCL never creates it: no thread,
-// no file, no output.
+// no file, no output. The runtime only wires the pieces (each in the room its name says:
+// record/, gpu/, watchdog/ with setup hangs, dump/ with a dump's input, blackbox/ with the
+// caretaker, metrics/) and says when each duty runs: on the watchdog thread after each poll
+// (OnTick), on the exit and signal paths.
 #pragma once
 
 #include <atomic>
@@ -12,11 +15,13 @@
 #include <vector>
 
 #include "blackbox/black_box.h"
+#include "blackbox/box_keeper.h"
+#include "blackbox/caretaker.h"
 #include "blackbox/postmortem.h"
 #include "common/config.h"
-#include "common/kept_fd.h"
 #include "common/process_info.h"
 #include "dump/dump_files.h"
+#include "dump/dump_input.h"
 #include "dump/request_relay.h"
 #include "gpu/driver.h"
 #include "gpu/markers.h"
@@ -27,28 +32,6 @@
 #include "watchdog/watchdog.h"
 
 namespace ncclwatch {
-
-// A communicator creation call that has not returned.
-struct PendingInit {
-  uint64_t token = 0;
-  const char* function = "";
-  uint64_t id = 0;
-  int size = 0, rank = -1;
-  uint64_t since_ns = 0;
-  bool reported = false;
-};
-
-// What only some dumps carry (Runtime::Dump).
-struct DumpExtra {
-  bool light = false;                // summary and recoveries only
-  bool exit_record = false;          // the exiting thread's stack and the ring's tail only
-  int exit_status = -1;
-  int error_result = 0;  // the ncclResult_t of an nccl_error / async_error dump
-  std::optional<OpSnapshot> failed;  // the call that returned an NCCL error
-  int32_t exiting_site = -1;         // exit record: the exiting thread's stack, when captured by that thread
-  int32_t exiting_tid = 0;
-  std::optional<trace::UncaughtException> exception;  // exit record: the Python exception it ended with
-};
 
 // The runtime's state, read first by every wrapper: disabled (NCCLWATCH_DISABLE, a forked
 // child, a failed start, after exit) passes straight through without touching anything else.
@@ -101,19 +84,14 @@ class Runtime {
   bool Start();
   void OnTick();
   void WriteMetrics(uint64_t now);
-  void CheckInits(uint64_t now);
+  void CheckSetups(uint64_t now);
   void OnStall(const InflightView& v, const std::string& detail);
   void OnRecovery(const Recovery& r);
   void AtExit(int status);
   // The end of a process that leaves normally: its exit record (or its operations in flight),
   // then its node-local files go. `on_watchdog`: called on the watchdog thread (_exit).
   void Finish(int status, int32_t exiting_site, int32_t exiting_tid, bool on_watchdog);
-  // Each poll: the black box's heartbeat, call names and newly interned call sites.
-  void TendBlackBox(uint64_t now);
   void WriteBoxIdentity();
-  void WriteBoxModules();
-  // The host's caretaker converts the black boxes of processes gone without a word.
-  void CareForHost();
   // Ended communicators past a bound are forgotten (watchdog thread).
   void ForgetEndedComms(uint64_t now);
   uint64_t next_forget_check_ns_ = 0;
@@ -138,14 +116,9 @@ class Runtime {
   std::unique_ptr<MetricsWriter> metrics_;  // NCCLWATCH_METRICS set
   std::unique_ptr<blackbox::BlackBox> box_;  // null: NCCLWATCH_BLACKBOX_DIR=none or unusable
   blackbox::BoxIdentity box_identity_;
-  size_t box_sites_next_ = 0;  // call sites resolved into the black box so far (watchdog thread)
-  int box_site_retries_ = 0;
-  bool box_full_logged_ = false;
-  uint64_t box_modules_generation_ = 0;  // of the modules written into the black box
-  uint64_t next_modules_check_ns_ = 0;   // dl_iterate_phdr takes the loader lock: not every tick
+  std::unique_ptr<blackbox::BoxKeeper> box_keeper_;  // with box_ (watchdog thread)
   bool temporaries_swept_ = false;  // under dump_mu_
-  KeptFd caretaker_fd_;  // flock held: this process is the host's caretaker (watchdog thread)
-  bool caretaker_tried_ = false;
+  std::unique_ptr<blackbox::Caretaker> caretaker_;  // null: no black boxes (watchdog thread)
   enum : int { kNoQuickExit = 0, kQuickExitAsked = 1, kQuickExitDone = 2 };
   std::atomic<int> quick_exit_{kNoQuickExit};
   std::atomic<int> quick_exit_status_{0};
@@ -172,9 +145,6 @@ class Runtime {
   std::mutex request_mu_;
   std::set<std::string> served_requests_;
   std::atomic<uint64_t> requests_made_{0};
-  std::mutex init_mu_;
-  std::vector<PendingInit> inits_;
-  uint64_t next_init_token_ = 1;
   std::mutex error_mu_;
   std::set<uint64_t> error_dumped_comms_;
 };

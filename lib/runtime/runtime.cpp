@@ -1,4 +1,4 @@
-#include "intercept/runtime.h"
+#include "runtime/runtime.h"
 
 #include <pthread.h>
 #include <sys/syscall.h>
@@ -8,10 +8,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <set>
-#include <sys/file.h>
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include "common/clock.h"
@@ -36,15 +32,6 @@ constexpr int kUnstarted = kRuntimeUnstarted, kActive = kRuntimeActive, kDisable
 std::atomic<Runtime*> g_runtime{nullptr};
 std::mutex g_start_mu;
 
-
-// Ring entries an exit record keeps: the rank's last operations.
-constexpr size_t kExitRecordRingTail = 64;
-// The GIL waits of work that must not hold a process up: naming the Python frames of new call
-// sites for the black box (retried at the next polls), and the exit record of _exit (the exiting
-// thread may hold the GIL itself).
-constexpr int kBackgroundGilWaitMs = 100;
-constexpr int kCallsiteRetries = 3;
-
 int32_t CurrentTid() { return static_cast<int32_t>(syscall(SYS_gettid)); }
 
 void WakeWatchdog(void* arg) { static_cast<Watchdog*>(arg)->Wake(); }
@@ -54,46 +41,6 @@ std::atomic<blackbox::BlackBox*> g_sites_box{nullptr};
 void RecordBoxCallsite(int32_t id, const uintptr_t* ips, int native_depth, int python_depth) {
   if (blackbox::BlackBox* box = g_sites_box.load(std::memory_order_acquire))
     box->RecordRawCallsite(id, ips, native_depth, python_depth);
-}
-
-std::vector<trace::NativeFrame> Symbolized(const std::vector<uintptr_t>& ips) {
-  std::vector<trace::NativeFrame> out;
-  out.reserve(ips.size());
-  for (uintptr_t ip : ips) out.push_back(stacks::Symbolize(ip));
-  return out;
-}
-
-// A thread waiting in our signal handler for this very dump shows our handler on top of the
-// signal trampoline: what it was doing is below the trampoline.
-std::vector<uintptr_t> WithoutOwnHandler(const std::vector<uintptr_t>& ips) {
-  uintptr_t tramp = SignalTrampoline();
-  if (!tramp) return ips;
-  for (size_t i = 1; i < ips.size(); ++i) {
-    if (ips[i] < tramp || ips[i] > tramp + 16) continue;
-    bool ours = false;
-    for (size_t j = 0; j < i && !ours; ++j) ours = InOurLibrary(ips[j]);
-    if (ours) return std::vector<uintptr_t>(ips.begin() + static_cast<long>(i) + 1, ips.end());
-  }
-  return ips;
-}
-
-// A thread's stack as the application's (no ncclwatch frames on top), symbolized. A signalled
-// thread's first ip is the instruction it was interrupted at, and so is the ip right below a
-// signal trampoline (the faulting frame under a fatal signal's handler): those are looked up
-// as they are; every other ip is a return address.
-std::vector<trace::NativeFrame> SymbolizedThread(const stacks::ThreadStack& t, bool signalled) {
-  const std::vector<uintptr_t>& raw = t.ips;
-  const std::vector<uintptr_t> ips = t.own ? raw : stacks::WithoutOwnFrames(WithoutOwnHandler(raw));
-  const size_t skipped = raw.size() - ips.size();  // both cut from the top only
-  const uintptr_t tramp = SignalTrampoline();
-  std::vector<trace::NativeFrame> out;
-  out.reserve(ips.size());
-  for (size_t i = 0; i < ips.size(); ++i) {
-    const size_t r = skipped + i;
-    const bool below_trampoline = r > 0 && tramp && raw[r - 1] >= tramp && raw[r - 1] <= tramp + 16;
-    out.push_back(stacks::Symbolize(ips[i], (r == 0 && signalled) || below_trampoline));
-  }
-  return out;
 }
 
 }  // namespace
@@ -160,7 +107,7 @@ bool Runtime::Start() {
   if (config_.blackbox_dir != "none") {
     std::string why;
     box_ = blackbox::BlackBox::Create(config_.blackbox_dir, config_.ring, identity_.pid, identity_.process_uid,
-                                      config_.timeout.default_s, &why);
+                                      DeadlinePolicy::DefaultS(config_.timeout), &why);
     if (!box_)
       LogWarn("NCCLWATCH_BLACKBOX_DIR: %s; a rank that ends without a word (SIGKILL, the OOM killer) leaves no "
               "evidence",
@@ -207,6 +154,7 @@ bool Runtime::Start() {
     WriteBoxIdentity();
   }
   relay_ = std::make_unique<RequestRelay>(config_.relay_dir, identity_.host);
+  if (config_.blackbox_dir != "none") caretaker_ = std::make_unique<blackbox::Caretaker>(config_.blackbox_dir, config_.relay_dir);
   if (!config_.metrics.empty()) {
     // Created like the dump directory (the textfile collector's directory may not exist yet).
     std::string metrics_why;
@@ -224,7 +172,7 @@ bool Runtime::Start() {
   if (box_) {
     // Call sites as raw addresses from their first capture on, and the modules to read them
     // with: a process killed before its watchdog's first poll still has its call sites' frames.
-    WriteBoxModules();
+    box_keeper_ = std::make_unique<blackbox::BoxKeeper>(box_.get(), &threads_);
     g_sites_box.store(box_.get(), std::memory_order_release);
     stacks::SetNewCallsiteHook(&RecordBoxCallsite);
   }
@@ -386,7 +334,6 @@ CommInfo* Runtime::AdoptUnknown(const void* handle) {
 
 void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const std::optional<PeerRequest>& trigger,
                    const std::optional<InflightView>& stalled, const DumpExtra& extra) {
-  const bool light = extra.light;
   if (!LockWithin(dump_mu_, timing::Ms(timing::kDumpLockWait))) return;
   std::lock_guard<std::mutex> lock(dump_mu_, std::adopt_lock);
   if (!extra.exit_record && dumps_->LimitReached()) {  // the event is still said (the bound's own line comes once)
@@ -394,81 +341,20 @@ void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const st
             detail.empty() ? "-" : detail.c_str());
     return;
   }
-  DumpInput in;
-  in.reason = reason;
-  in.detail = detail;
-  in.trigger = trigger;
-  in.identity = identity_;
+  DumpSources src;
+  src.config = &config_;
+  src.identity = &identity_;
+  src.start_mono_ns = start_mono_ns_;
+  src.nccl_version = nccl_version_;
+  src.cuda_driver_version = driver_.version;
+  src.comms = &comms_;
+  src.threads = &threads_;
+  src.ring = ring_.get();
+  src.watchdog = watchdog_.get();
+  DumpInput in = AssembleDumpInput(src, reason, detail, trigger, stalled, extra);
   in.global_rank = global_rank_.load();
   in.world_size = world_size_.load();
-  in.nccl_version = nccl_version_;
-  in.cuda_driver_version = driver_.version;
   in.dump_seq = dump_seq_++;
-  in.start_mono_ns = start_mono_ns_;
-  in.config = &config_;
-  for (CommInfo* c : comms_.All()) in.comms.push_back(c);
-  {
-    std::lock_guard<std::mutex> init_lock(init_mu_);
-    for (const auto& p : inits_) in.initializing.push_back({p.id, p.size, p.rank});
-  }
-  in.in_nccl = threads_.InsideNccl();
-  in.inflight = watchdog_->Inflight(timing::Ms(timing::kInflightLockWait));
-  in.stalled = stalled;
-  in.failed = extra.failed;
-  in.exit_status = extra.exit_status;
-  in.error_result = extra.error_result;
-  in.exception = extra.exception;
-  in.recoveries = watchdog_->Recoveries();
-  in.light = light;
-  in.ring_capacity = ring_->capacity();
-  in.ring_recorded = ring_->recorded();
-  in.ring_overwritten = ring_->overwritten();
-  if (!light) {
-    in.environment = RelevantEnvironment();
-    in.exe = ExecutablePath();
-    if (config_.cmdline) in.cmdline = CommandLine();
-    in.cwd = WorkingDirectory();
-    // The live ring is read one entry at a time, here and while writing: no copy of it.
-    in.live_ring = ring_.get();
-    in.ring_to = ring_->recorded();
-    in.ring_from = in.ring_to > ring_->capacity() ? in.ring_to - ring_->capacity() : 0;
-    if (extra.exit_record && in.ring_to - in.ring_from > kExitRecordRingTail)  // what it did last is enough
-      in.ring_from = in.ring_to - kExitRecordRingTail;
-    std::set<int32_t> sites;  // bounded by the call-site table
-    OpSnapshot entry;
-    for (uint64_t i = in.ring_from; i < in.ring_to; ++i)
-      if (ring_->Read(i, &entry) && entry.callsite >= 0) sites.insert(entry.callsite);
-    for (auto& v : in.inflight)
-      if (v.op.callsite >= 0) sites.insert(v.op.callsite);
-    const int gil_wait = extra.exiting_tid != 0 ? kBackgroundGilWaitMs : static_cast<int>(config_.gil_timeout_ms);
-    for (int32_t id : sites) {
-      stacks::Callsite cs;
-      if (!stacks::GetCallsite(id, &cs, gil_wait)) continue;
-      in.callsites.push_back({id, {Symbolized(cs.ips), std::move(cs.python)}, cs.note, cs.driven_from});
-    }
-    if (extra.exit_record && config_.stacks) {  // the exiting thread only: no signals to the others
-      stacks::Callsite cs;
-      // _exit: captured by the exiting thread, written here by the watchdog.
-      const bool handed = extra.exiting_tid != 0;
-      int32_t id = handed ? extra.exiting_site : stacks::CaptureCallsite(0, stacks::kMaxNativeFrames);
-      if (id >= 0 && stacks::GetCallsite(id, &cs, gil_wait)) {
-        if (!cs.driven_from.empty()) cs.python.clear();  // a thread's own stack: not its driver's
-        in.threads.push_back({handed ? extra.exiting_tid : CurrentTid(), "exiting thread",
-                              {Symbolized(cs.ips), std::move(cs.python)}, cs.note});
-      }
-    } else if (config_.stacks) {
-      std::string note;
-      // The stacks a report shows: the main thread's and those of the threads that call NCCL
-      // (the one that issued the culprit's last call among them). Others keep their Python
-      // stacks, which need no signal; their sleeps and polls are not cut short.
-      std::vector<int> sampled = threads_.Threads();
-      sampled.push_back(identity_.pid);
-      for (auto& t : stacks::CaptureAllThreads(timing::Ms(timing::kThreadStackWait), config_.python,
-                                               static_cast<int>(config_.gil_timeout_ms), &note, &sampled))
-        in.threads.push_back({t.tid, t.name, {SymbolizedThread(t, t.tid != CurrentTid()), std::move(t.python)},
-                              t.note, t.own});
-    }
-  }
   in.time_unix_ns = UnixNs();
   in.time_mono_ns = MonoNs();
   std::string path = dumps_->Write(
@@ -598,47 +484,19 @@ void Runtime::WriteMetrics(uint64_t now) {
 }
 
 uint64_t Runtime::BeginInit(const char* function, uint64_t id, int size, int rank) {
-  std::lock_guard<std::mutex> lock(init_mu_);
-  PendingInit p;
-  p.token = next_init_token_++;
-  p.function = function;
-  p.id = id;
-  p.size = size;
-  p.rank = rank;
-  p.since_ns = MonoNs();
-  inits_.push_back(p);
-  return p.token;
+  return watchdog_->setups().Begin(function, id, size, rank, MonoNs());
 }
 
-void Runtime::EndInit(uint64_t token) {
-  std::lock_guard<std::mutex> lock(init_mu_);
-  inits_.erase(std::remove_if(inits_.begin(), inits_.end(), [&](const PendingInit& p) { return p.token == token; }),
-               inits_.end());
-}
+void Runtime::EndInit(uint64_t token) { watchdog_->setups().End(token); }
 
 // A creation call past the default deadline is a setup hang: one stall dump per call, and the
 // job-wide request (the ranks that never joined may be alive elsewhere and dump too).
-void Runtime::CheckInits(uint64_t now) {
-  std::string detail;
-  double stuck_s = 0;
-  {
-    std::lock_guard<std::mutex> lock(init_mu_);
-    for (auto& p : inits_) {
-      double waited = ElapsedS(p.since_ns, now);
-      if (p.reported || waited < config_.timeout.default_s) continue;
-      p.reported = true;
-      char line[256];
-      snprintf(line, sizeof line, "%s blocked for %.1f s on comm %s (rank %d of %d)", p.function, waited,
-               CommIdHex(p.id).c_str(), p.rank, p.size);
-      detail = line;
-      stuck_s = waited;
-      break;
-    }
-  }
-  if (detail.empty()) return;
+void Runtime::CheckSetups(uint64_t now) {
+  std::optional<SetupHang> hang = watchdog_->CheckSetups(now);
+  if (!hang) return;
   stalls_.fetch_add(1);
-  Dump(trace::DumpReason::Stall, detail);
-  AskPeersToDump(trace::DumpReason::Stall, UnixNs() - std::min(UnixNs(), static_cast<uint64_t>(stuck_s * 1e9)));
+  Dump(trace::DumpReason::Stall, hang->detail);
+  AskPeersToDump(trace::DumpReason::Stall, UnixNs() - std::min(UnixNs(), static_cast<uint64_t>(hang->stuck_s * 1e9)));
 }
 
 void Runtime::OnTick() {
@@ -667,7 +525,7 @@ void Runtime::OnTick() {
     DoneSignalDump();  // the handler waits no longer, dump or not
   }
   uint64_t now = MonoNs();
-  TendBlackBox(now);
+  if (box_keeper_) box_keeper_->Tend(now, watchdog_->last_poll_ns(), watchdog_->last_poll_recorded());
   if (!python_exit_watched_ && config_.python && config_.exit_record && now >= next_python_exit_try_ns_) {
     // From here, not the first NCCL call: the GIL may be busy; retried each second until had.
     python_exit_watched_ = stacks::WatchPythonExit(kBackgroundGilWaitMs);
@@ -675,7 +533,7 @@ void Runtime::OnTick() {
   }
   ForgetEndedComms(now);
   if (metrics_) WriteMetrics(now);
-  CheckInits(now);
+  CheckSetups(now);
   if (now - last_peer_poll_ns_ < config_.peer_poll_ms * 1000000ull) return;
   last_peer_poll_ns_ = now;
   std::optional<PeerRequest> req = relay_->Poll(dumps_.get(), identity_.job_instance, identity_.start_unix_ns);
@@ -685,7 +543,8 @@ void Runtime::OnTick() {
     box_identity_.relay = relay_->relay_path();
     WriteBoxIdentity();
   }
-  CareForHost();
+  if (caretaker_) caretaker_->Tend(box_ ? box_->path().substr(box_->path().rfind('/') + 1) : std::string(),
+                                   identity_.job_instance);
   if (!req) return;
   // Every new request is answered (within NCCLWATCH_MAX_DUMPS, which keeps the first dump and
   // the latest): a rank that dumped for an earlier stall must not answer the next one with that.
@@ -709,46 +568,6 @@ namespace ncclwatch {
 
 void Runtime::WriteBoxIdentity() { box_->SetIdentity(blackbox::IdentityJson(box_identity_)); }
 
-void Runtime::WriteBoxModules() {
-  box_modules_generation_ = stacks::ModulesGeneration();
-  std::vector<blackbox::BoxModule> modules;
-  for (const stacks::LoadedModule& m : stacks::LoadedModules())
-    modules.push_back({m.bias, m.lo, m.hi, m.own, m.build_id, m.path});
-  box_->SetModules(blackbox::ModulesText(modules));
-}
-
-void Runtime::TendBlackBox(uint64_t now) {
-  if (!box_) return;
-  box_->Alive(static_cast<int64_t>(UnixNs()), static_cast<int64_t>(now), static_cast<int64_t>(watchdog_->last_poll_ns()),
-              watchdog_->last_poll_recorded());
-  threads_.NameCalls();
-  // dlopen, dlclose: checked once a second (the watchdog ticks every 0.1 ms at high rates).
-  if (now >= next_modules_check_ns_) {
-    next_modules_check_ns_ = now + 1000000000ull;
-    if (stacks::ModulesGeneration() != box_modules_generation_) WriteBoxModules();
-    box_->KeepLocked();  // the application may have closed its descriptor (and so its lock)
-  }
-  // Call sites interned since the last poll, resolved to text now: after a SIGKILL nobody can.
-  const size_t count = stacks::CallsiteCount();
-  while (box_sites_next_ < count) {
-    const auto id = static_cast<int32_t>(box_sites_next_);
-    stacks::Callsite cs;
-    const bool known = stacks::GetCallsite(id, &cs, kBackgroundGilWaitMs);
-    // Not published yet (being interned), or its Python frames wait for the GIL: next poll.
-    if ((!known || !cs.note.empty()) && ++box_site_retries_ < kCallsiteRetries) break;
-    box_site_retries_ = 0;
-    ++box_sites_next_;
-    if (!known) continue;  // an id that lost an interning race: never published
-    trace::Document one;
-    one.detail.callsites.push_back({id, {Symbolized(cs.ips), std::move(cs.python)}, cs.note, cs.driven_from});
-    if (!box_->AppendCallsite(trace::WriteDocument(one))) {
-      if (!box_full_logged_) LogInfo("black box: no room for call sites past %d", id);
-      box_full_logged_ = true;
-      box_sites_next_ = count;
-    }
-  }
-}
-
 void Runtime::ForgetEndedComms(uint64_t now) {
   if (now < next_forget_check_ns_) return;
   next_forget_check_ns_ = now + timing::Ns(timing::kEndedCommCheck);
@@ -758,33 +577,6 @@ void Runtime::ForgetEndedComms(uint64_t now) {
   const uint64_t forget = timing::Ns(timing::kEndedCommForget);
   if (size_t n = comms_.ForgetEnded(timing::kEndedCommsKept, now > forget ? now - forget : 0, in_use))
     LogDebug("forgot %zu ended communicators (the newest %zu are kept)", n, timing::kEndedCommsKept);
-}
-
-void Runtime::CareForHost() {
-  if (config_.blackbox_dir == "none") return;
-  // The application closed the lock's descriptor (dropping the lock if we held it): open it again.
-  if (caretaker_fd_.kept() && !caretaker_fd_.StillOurs()) caretaker_tried_ = false;
-  if (!caretaker_tried_) {
-    caretaker_tried_ = true;
-    const std::string path = config_.blackbox_dir + "/" + blackbox::CaretakerLockName(getuid());
-    int fd = open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-    struct stat st;
-    if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != getuid())) {
-      close(fd);
-      fd = -1;
-    }
-    if (fd < 0) LogInfo("cannot use %s: black boxes of dead processes are left to others", path.c_str());
-    else caretaker_fd_.Keep(fd, "the host caretaker's lock");
-  }
-  // Held for the life of the process; the kernel hands it to the next one when this one ends.
-  if (!caretaker_fd_.kept() || flock(caretaker_fd_.fd(), LOCK_EX | LOCK_NB) != 0) return;
-  const std::string own = box_ ? box_->path().substr(box_->path().rfind('/') + 1) : std::string();
-  blackbox::CaretakerPass pass = blackbox::ConvertDeadBoxes(config_.blackbox_dir, config_.relay_dir, own);
-  // Another job's ranks are converted too (their dumps go to their own directory), but this
-  // job's output says only its own: a host shared by two jobs must not mix their stories.
-  for (const auto& c : pass.converted)
-    if (c.job_instance == identity_.job_instance && c.ended) LogWarn("%s", c.line.c_str());
-    else LogInfo("%s", c.line.c_str());
 }
 
 }  // namespace ncclwatch

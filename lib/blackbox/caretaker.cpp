@@ -1,0 +1,47 @@
+#include "blackbox/caretaker.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "blackbox/black_box.h"
+#include "blackbox/postmortem.h"
+#include "common/log.h"
+
+namespace ncclwatch {
+namespace blackbox {
+
+Caretaker::Caretaker(std::string box_dir, std::string relay_dir)
+    : box_dir_(std::move(box_dir)), relay_dir_(std::move(relay_dir)) {}
+
+bool Caretaker::Elected() {
+  // The application closed the lock's descriptor (dropping the lock if we held it): open it again.
+  if (lock_.kept() && !lock_.StillOurs()) tried_ = false;
+  if (!tried_) {
+    tried_ = true;
+    const std::string path = box_dir_ + "/" + CaretakerLockName(getuid());
+    int fd = open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != getuid())) {
+      close(fd);
+      fd = -1;
+    }
+    if (fd < 0) LogInfo("cannot use %s: black boxes of dead processes are left to others", path.c_str());
+    else lock_.Keep(fd, "the host caretaker's lock");
+  }
+  return lock_.kept() && flock(lock_.fd(), LOCK_EX | LOCK_NB) == 0;
+}
+
+void Caretaker::Tend(const std::string& own_box, const std::string& job_instance) {
+  if (box_dir_ == "none" || !Elected()) return;
+  CaretakerPass pass = ConvertDeadBoxes(box_dir_, relay_dir_, own_box);
+  // Another job's ranks are converted too (their dumps go to their own directory), but this
+  // job's output says only its own: a host shared by two jobs must not mix their stories.
+  for (const auto& c : pass.converted)
+    if (c.job_instance == job_instance && c.ended) LogWarn("%s", c.line.c_str());
+    else LogInfo("%s", c.line.c_str());
+}
+
+}  // namespace blackbox
+}  // namespace ncclwatch
