@@ -27,7 +27,8 @@ namespace blackbox {
 
 constexpr char kMagic[16] = "ncclwatch-bbox";
 // 2: when the watchdog last mirrored op states, raw call sites, the module list.
-constexpr uint32_t kLayoutVersion = 2;
+// 3: the caretaker's record of the process seen stopped (Header::stop).
+constexpr uint32_t kLayoutVersion = 3;
 constexpr size_t kCommRecords = 1024;
 constexpr size_t kCallsiteBytes = 256 * 1024;
 constexpr size_t kIdentityBytes = 64 * 1024;
@@ -60,6 +61,17 @@ struct Layout {
   uint64_t modules_offset, modules_capacity;
 };
 
+// Written by the host's caretaker, never by the process: it saw the process stopped (SIGSTOP,
+// a debugger, a frozen cgroup), so that its postmortem, if it is killed so, says it was.
+struct StopMark {
+  std::atomic<uint32_t> how;              // trace::StopKind
+  std::atomic<int64_t> first_unix_ns;     // first seen stopped, this time (0: never)
+  std::atomic<int64_t> first_mono_ns;
+  std::atomic<int64_t> last_unix_ns;      // last seen stopped
+  std::atomic<int64_t> last_mono_ns;
+  std::atomic<int64_t> stand_in_mono_ns;  // its stand-in dump was written (0: not this time)
+};
+
 // The first page of the file.
 struct Header {
   Layout layout;
@@ -79,6 +91,7 @@ struct Header {
   std::atomic<int64_t> final_dump_mono_ns;  // a dump of its own end (fatal signal, SIGTERM) was written
   std::atomic<uint64_t> dumps;              // dumps written so far
   std::atomic<uint32_t> modules_bytes;      // length of the modules text (0 while rewritten)
+  StopMark stop;
 };
 
 // The file name of a process's black box; `prefix`es the reader matches.
