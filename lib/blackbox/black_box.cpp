@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -11,12 +12,24 @@
 #include <algorithm>
 #include <new>
 
+#include "common/log.h"
+
 namespace ncclwatch {
 namespace blackbox {
 namespace {
 
 constexpr size_t kPage = 4096;
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// The lock readers test: held for the life of the process, its release is how they know the
+// process is gone (and whether the pid they find is still that process: postmortem.cpp).
+bool LockBox(int fd) {
+  struct flock lock{};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  lock.l_len = 1;
+  return fcntl(fd, F_SETLK, &lock) == 0;
+}
 
 }  // namespace
 
@@ -78,19 +91,13 @@ std::unique_ptr<BlackBox> BlackBox::Create(const std::string& dir, uint64_t ring
   };
   const int fd = open(hidden.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return fail("cannot create", errno, -1);
-  // Held for the life of the process: its release is how readers know the process is gone.
-  struct flock lock{};
-  lock.l_type = F_WRLCK;
-  lock.l_whence = SEEK_SET;
-  lock.l_len = 1;
-  if (fcntl(fd, F_SETLK, &lock) != 0) return fail("cannot lock", errno, fd);
+  if (!LockBox(fd)) return fail("cannot lock", errno, fd);
   // Reserved now: a page first touched on the hot path must never find the file system full.
   if (int e = posix_fallocate(fd, 0, static_cast<off_t>(layout.file_bytes))) return fail("cannot reserve space for", e, fd);
   void* base = mmap(nullptr, layout.file_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (base == MAP_FAILED) return fail("cannot map", errno, fd);
 
   std::unique_ptr<BlackBox> box(new BlackBox);
-  box->fd_ = fd;
   box->base_ = static_cast<char*>(base);
   box->bytes_ = layout.file_bytes;
   Header* h = new (base) Header;
@@ -112,15 +119,34 @@ std::unique_ptr<BlackBox> BlackBox::Create(const std::string& dir, uint64_t ring
     const int e = errno;
     munmap(base, layout.file_bytes);
     box->base_ = nullptr;
-    box->fd_ = -1;
     return fail("cannot rename", e, fd);
+  }
+  if (!box->fd_.Keep(fd, "the black box's lock")) {
+    *why = "cannot identify " + box->path_;
+    unlink(box->path_.c_str());
+    return nullptr;  // the destructor unmaps it
   }
   return box;
 }
 
 BlackBox::~BlackBox() {
   if (base_) munmap(base_, bytes_);
-  if (fd_ >= 0) close(fd_);
+}
+
+bool BlackBox::KeepLocked() {
+  if (fd_.StillOurs() || removed_.load()) return true;
+  // The same file again (never another one put in its place), locked again.
+  const int fd = open(path_.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+  struct stat st;
+  const bool same = fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == fd_.dev() && st.st_ino == fd_.ino();
+  if (same && LockBox(fd) && fd_.Keep(fd, "the black box's lock")) {
+    LogInfo("black box %s: locked again", path_.c_str());
+    return true;
+  }
+  if (fd >= 0) close(fd);
+  if (!relock_failed_) LogInfo("black box %s: cannot lock it again yet (retried each second)", path_.c_str());
+  relock_failed_ = true;
+  return false;
 }
 
 OpSlot* BlackBox::ring() const { return reinterpret_cast<OpSlot*>(base_ + header()->layout.ring_offset); }
@@ -219,6 +245,50 @@ std::vector<BoxModule> ParseModules(const std::string& text) {
     out.push_back(std::move(m));
   }
   return out;
+}
+
+ProcStat ReadProcStat(int pid) {
+  ProcStat out;
+  char path[64], text[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return out;
+  const ssize_t n = read(fd, text, sizeof text - 1);
+  close(fd);
+  if (n <= 0) return out;
+  text[n] = '\0';
+  // "pid (comm) state ...": the command may hold spaces and parentheses; the last ')' ends it.
+  const char* at = strrchr(text, ')');
+  char state = 0;
+  unsigned long long start = 0;
+  // Fields 3 (state) to 22 (starttime): the 18 between are skipped.
+  if (!at || sscanf(at + 1, " %c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %llu", &state,
+                    &start) != 2)
+    return out;
+  out.exists = true;
+  out.ended = state == 'Z' || state == 'X';
+  out.start_ticks = start;
+  return out;
+}
+
+BoxOwner OwnerOf(int pid, uint64_t start_ticks, const struct stat& box) {
+  if (start_ticks == 0 || pid <= 0) return BoxOwner::kGone;
+  const ProcStat p = ReadProcStat(pid);
+  if (!p.exists || p.ended || p.start_ticks != start_ticks) return BoxOwner::kGone;
+  // The same process: it maps its box for as long as it runs the program that made it.
+  char path[64], line[1024];
+  snprintf(path, sizeof path, "/proc/%d/maps", pid);
+  FILE* maps = fopen(path, "re");
+  if (!maps) return BoxOwner::kRunning;  // cannot tell: a live process is never declared dead
+  bool mapped = false;
+  while (!mapped && fgets(line, sizeof line, maps)) {
+    unsigned dev_major = 0, dev_minor = 0;
+    unsigned long long inode = 0;
+    mapped = sscanf(line, "%*s %*s %*s %x:%x %llu", &dev_major, &dev_minor, &inode) == 3 && inode == box.st_ino &&
+             dev_major == major(box.st_dev) && dev_minor == minor(box.st_dev);
+  }
+  fclose(maps);
+  return mapped ? BoxOwner::kRunning : BoxOwner::kReexecuted;
 }
 
 void BlackBox::Remove() {

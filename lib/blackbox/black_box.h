@@ -18,6 +18,9 @@
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>
+
+#include "common/kept_fd.h"
 #include "record/comm_registry.h"
 #include "record/op_record.h"
 #include "record/thread_registry.h"
@@ -130,6 +133,10 @@ class BlackBox {
   void SetModules(const std::string& text);
   // Appends one resolved call site (its text); false when the area is full. One writer.
   bool AppendCallsite(const std::string& text);
+  // The lock that says the process lives goes with any close of the file by this process: an
+  // application that closes every descriptor drops it. Each check (watchdog thread, about once
+  // a second) takes it again when the descriptor is no longer ours; false when it cannot.
+  bool KeepLocked();
   // At a normal exit: the process left its own word; the file goes.
   void Remove();
   // Async-signal-safe, right before a signal ends the process: the file goes if the dump of that
@@ -145,7 +152,8 @@ class BlackBox {
 
   std::string path_;
   std::atomic<bool> removed_{false};
-  int fd_ = -1;
+  KeptFd fd_;  // holds the lock
+  bool relock_failed_ = false;
   char* base_ = nullptr;
   size_t bytes_ = 0;
 };
@@ -159,6 +167,26 @@ struct BoxModule {
 };
 std::string ModulesText(const std::vector<BoxModule>& modules);
 std::vector<BoxModule> ParseModules(const std::string& text);
+
+// What /proc/PID/stat says of a process: its start (clock ticks after boot, field 22: the same
+// for the life of the pid, across an execve too) and whether it has ended (a zombie).
+struct ProcStat {
+  bool exists = false, ended = false;
+  uint64_t start_ticks = 0;
+};
+ProcStat ReadProcStat(int pid);
+
+// Whose a black box is, once its lock is free: the lock goes with any close of the file by its
+// process (an application that closes every descriptor) and with an execve (O_CLOEXEC), so a
+// free lock alone does not mean the process is gone. `start_ticks`: the box's process's start
+// (its identity's; 0 unknown: a free lock says gone, as boxes written before it was kept);
+// `box`: the box file's stat.
+enum class BoxOwner {
+  kGone,        // the pid has ended (or is another process): the box is its last word
+  kRunning,     // the same process, still running the program that maps the box
+  kReexecuted,  // the same process, now another program image (execve): not a death
+};
+BoxOwner OwnerOf(int pid, uint64_t start_ticks, const struct stat& box);
 
 // The layout for a ring of `ring_capacity` slots (what Create writes in the header).
 Layout LayoutFor(uint64_t ring_capacity);

@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "format/hex.h"
+
 namespace ncclwatch {
 namespace blackbox {
 namespace {
@@ -36,15 +38,6 @@ struct Mapped {
   bool Has(uint64_t offset, uint64_t bytes) const { return offset <= size && bytes <= size - offset; }
 };
 
-std::string HexOf(const unsigned char* b, size_t n) {
-  static const char kDigits[] = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < n; ++i) {
-    out += kDigits[b[i] >> 4];
-    out += kDigits[b[i] & 15];
-  }
-  return out;
-}
 
 // The NT_GNU_BUILD_ID of a note section's bytes, "" none.
 std::string BuildIdIn(const unsigned char* p, uint64_t size) {
@@ -55,7 +48,7 @@ std::string BuildIdIn(const unsigned char* p, uint64_t size) {
     const uint64_t name = at + sizeof note, desc = name + ((note.n_namesz + 3) & ~3u);
     if (desc > size || note.n_descsz > size - desc) break;
     if (note.n_type == NT_GNU_BUILD_ID && note.n_namesz == 4 && std::memcmp(p + name, "GNU", 4) == 0)
-      return HexOf(p + desc, note.n_descsz);
+      return trace::HexBytes(p + desc, note.n_descsz);
     at = desc + ((note.n_descsz + 3) & ~3u);
   }
   return std::string();

@@ -110,12 +110,13 @@ bool ReadBox(int fd, BoxCopy* out, std::string* why) {
 
 // A live process's identity, read alone: its header and identity text, not its whole box (the
 // caretaker looks at every live box of the host each poll).
-bool ReadLiveIdentity(int fd, BoxIdentity* out) {
+bool ReadLiveIdentity(int fd, BoxIdentity* out, int* rank = nullptr) {
   Layout l;
   std::string why;
   if (!ReadLayout(fd, &l, &why)) return false;
   Header h;
   if (pread(fd, static_cast<void*>(&h), sizeof h, 0) != static_cast<ssize_t>(sizeof h)) return false;
+  if (rank) *rank = h.global_rank.load();
   std::string text(std::min<uint64_t>(h.identity_bytes.load(), l.identity_capacity), '\0');
   return pread(fd, text.data(), text.size(), static_cast<off_t>(l.identity_offset)) == static_cast<ssize_t>(text.size()) &&
          ParseIdentity(text, out);
@@ -486,6 +487,7 @@ std::string IdentityJson(const BoxIdentity& id) {
             {"process_uid", id.process_uid},
             {"start_unix_ns", id.start_unix_ns},
             {"start_mono_ns", id.start_mono_ns},
+            {"start_ticks", id.start_ticks},
             {"nccl_version", id.nccl_version},
             {"cuda_driver_version", id.cuda_driver_version},
             {"exe", id.exe},
@@ -517,6 +519,7 @@ bool ParseIdentity(const std::string& text, BoxIdentity* out) {
   out->process_uid = Str(j, "process_uid");
   out->start_unix_ns = Int(j, "start_unix_ns", 0);
   out->start_mono_ns = Int(j, "start_mono_ns", 0);
+  out->start_ticks = static_cast<uint64_t>(std::max<int64_t>(Int(j, "start_ticks", 0), 0));
   out->nccl_version = static_cast<int>(Int(j, "nccl_version", 0));
   out->cuda_driver_version = static_cast<int>(Int(j, "cuda_driver_version", 0));
   out->exe = Str(j, "exe");
@@ -649,6 +652,28 @@ CaretakerPass ConvertDeadBoxes(const std::string& box_dir, const std::string& re
     }
     Conversion c;
     c.box = path;
+    // A free lock without a death: the process closed the box's descriptor (it takes the lock
+    // again itself), or it re-executed itself and its new program has a box of its own.
+    BoxIdentity owner;
+    if (ReadLiveIdentity(fd, &owner, &c.rank)) {
+      const BoxOwner now = OwnerOf(owner.pid, owner.start_ticks, st);
+      if (now == BoxOwner::kRunning) {
+        if (!owner.relay.empty()) watched_relays.insert(owner.relay);
+        close(fd);  // gives its lock back
+        continue;
+      }
+      if (now == BoxOwner::kReexecuted) {
+        c.pid = owner.pid;
+        c.job_instance = owner.job_instance;
+        c.ended = false;
+        c.line = "rank " + std::to_string(c.rank) + " (pid " + std::to_string(owner.pid) +
+                 ") re-executed itself: removed the black box of its earlier program";
+        unlink(path.c_str());
+        close(fd);
+        pass.converted.push_back(std::move(c));
+        continue;
+      }
+    }
     BoxCopy box;
     std::string why;
     BoxIdentity id;

@@ -28,6 +28,7 @@ struct BoxIdentity {
   int local_rank = -1;
   std::string job_id, job_instance, process_uid;
   int64_t start_unix_ns = 0, start_mono_ns = 0;
+  uint64_t start_ticks = 0;  // the process's start as /proc/PID/stat says it (ReadProcStat; 0 unknown)
   int nccl_version = 0, cuda_driver_version = 0;
   std::string exe, cwd;
   std::vector<std::string> cmdline;
@@ -46,6 +47,7 @@ struct Conversion {
   bool stopped = false;   // a stand-in for a live process that cannot run: its box stays
   std::string line;       // one line saying what was done
   std::string job_instance;  // of the process, from its identity ("" unknown)
+  bool ended = true;         // false: the process lives on in another program (execve), no death to tell
 };
 
 struct CaretakerPass {

@@ -2,7 +2,6 @@
 #pragma once
 #include <cstdint>
 #include <ctime>
-#include <mutex>
 
 namespace ncclwatch {
 
@@ -23,15 +22,5 @@ constexpr double NsToS(uint64_t ns) { return static_cast<double>(ns) / 1e9; }
 // poll read its clock have later timestamps than that poll's "now").
 constexpr double ElapsedS(uint64_t from, uint64_t to) { return to > from ? NsToS(to - from) : 0.0; }
 constexpr uint64_t SToNs(double s) { return static_cast<uint64_t>(s * 1e9); }
-
-// Locks `m` within `ms` milliseconds (polling try_lock: TSan misreads timed locks). False if not.
-inline bool LockWithin(std::mutex& m, int ms) {
-  for (int waited = 0;; ++waited) {
-    if (m.try_lock()) return true;
-    if (waited >= ms) return false;
-    timespec one_ms{0, 1000000};
-    nanosleep(&one_ms, nullptr);
-  }
-}
 
 }  // namespace ncclwatch

@@ -19,6 +19,10 @@ struct DeadlineSpec {
   double per_op_s[static_cast<int>(trace::OpKind::Count)] = {};
 };
 
+// The node-local directory (memory-backed) of the black boxes and the request relay by default;
+// `ncclwatch` looks there too when the variables are unset.
+constexpr const char* kNodeLocalDir = "/dev/shm";
+
 // X(field, ENV_SUFFIX, kind, default, help). kind selects the parser.
 #define NCCLWATCH_FOR_EACH_SETTING(X)                                                              \
   X(disable, DISABLE, Bool, false, "1: pure pass-through, nothing recorded")                     \
@@ -26,8 +30,8 @@ struct DeadlineSpec {
   X(ring, RING, Count, 4096, "flight-record entries per process (rounded up to a power of 2)")   \
   X(poll_ms, POLL_MS, Count, 100, "watchdog poll interval, ms")                                   \
   X(peer_poll_ms, PEER_POLL_MS, Count, 1000, "how often the job-wide dump request is checked, ms") \
-  X(relay_dir, RELAY_DIR, String, "/dev/shm", "node-local directory where one process per host relays the request; none: off") \
-  X(blackbox_dir, BLACKBOX_DIR, String, "/dev/shm", "node-local directory of each process's black box (read after a death without a word); none: off") \
+  X(relay_dir, RELAY_DIR, String, kNodeLocalDir, "node-local directory where one process per host relays the request; none: off") \
+  X(blackbox_dir, BLACKBOX_DIR, String, kNodeLocalDir, "node-local directory of each process's black box (read after a death without a word); none: off") \
   X(host, HOST, String, "", "this host's name in dumps and for the relay (default: the system's host name)") \
   X(adaptive, ADAPTIVE, Multiplier, 20.0, "adaptive deadline = this x slowest healthy completion; 0 off") \
   X(adaptive_floor_s, ADAPTIVE_FLOOR, Seconds, 10.0, "the adaptive deadline is never below this, s") \

@@ -27,7 +27,17 @@ struct ProcessIdentity {
 
 ProcessIdentity ReadProcessIdentity();
 
-// Default dump directory: ./ncclwatch-<job id> ("job" when the launcher gives none).
+// The job's id as the launcher gives it: SLURM_JOB_ID, TORCHELASTIC_RUN_ID, PMIX_NAMESPACE or
+// OMPI_MCA_orte_ess_jobid, the first set ("" none).
+std::string LauncherJobId();
+// This host's name in dumps, file names and requests: NCCLWATCH_HOST, else the system's ("unknown"
+// when it has none). The library and the command both ask here.
+std::string HostName();
+
+// Default dump directory of a job, the one rule for the library and the command (which predicts
+// where the library writes): ncclwatch-<job id>, letters, digits, '-', '_' and '.' kept, any
+// other character '_'; ncclwatch-<unnamed> when the launcher gives no id.
+std::string DefaultDumpDir(const std::string& job_id, const std::string& unnamed = "job");
 std::string DefaultDumpDir(const ProcessIdentity& id);
 
 // The environment variables docs/trace-format.md lists (NCCL_*, TORCH_NCCL_*, launcher ids,
@@ -45,22 +55,9 @@ std::string WorkingDirectory();
 // (a directory, not a link, this user's, closed to others), so that no other user can create,
 // replace or foresee a file in it. A directory that only its owner can write to is used as it
 // is, and so is one that does not exist (its user says why it cannot use it). Empty (with *why)
-// when the subdirectory cannot be used: another user's, a link, open to others.
-std::string UserPrivateDir(const std::string& dir, std::string* why);
-
-// What stands in for a value that must not reach a dump.
-constexpr const char* kRedacted = "<redacted>";
-// True for an argument or variable name that says its value is a secret (token, key, secret,
-// password, credential, auth...), in any case and with any separators.
-bool NameLooksSecret(const std::string& name);
-// True for a value shaped like a well-known credential (hf_..., ghp_..., sk-..., AKIA...).
-bool ValueLooksSecret(const std::string& value);
-// Text with the secrets inside it replaced by kRedacted: credential-shaped tokens anywhere, the
-// password of a URL or of user:password@host, a token as a URL's user, values of secret names in
-// a query string (?access_token=v) or in JSON and Python dicts ({"hf_token": "v"}).
-std::string RedactText(const std::string& s);
-// argv with the values of secret-looking options (--x=v, --x:v, --x v, x=v) and the secrets
-// RedactText finds in every other argument replaced by kRedacted.
-std::vector<std::string> RedactCommandLine(const std::vector<std::string>& args);
+// when the subdirectory cannot be used: another user's, a link, open to others. `create` false:
+// nothing is created (a reader that must leave the host as it found it); a missing subdirectory
+// is returned as it is.
+std::string UserPrivateDir(const std::string& dir, std::string* why, bool create = true);
 
 }  // namespace ncclwatch

@@ -3,18 +3,13 @@
 #include <cstdio>
 
 #include "format/file_name.h"
+#include "format/hex.h"
 #include "format/trace_writer.h"
 #include "ncclwatch/version.h"
 
 namespace ncclwatch {
 
 namespace {
-
-std::string Hex(uint64_t v) {
-  char buf[24];
-  snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
-}
 
 trace::Summary SummaryOf(const DumpInput& in) {
   trace::Summary s;
@@ -112,7 +107,7 @@ trace::Op OpRecordOf(const OpSnapshot& o) {
   if (const char* redop = trace::RedOpName(o.redop)) r.redop = redop;
   r.root = o.root;
   r.peer = o.peer;
-  r.stream = Hex(o.stream);
+  r.stream = trace::HexNumber(o.stream);
   r.group = static_cast<int64_t>(o.group);
   r.tid = o.tid;
   r.enqueue_ns = static_cast<int64_t>(o.enqueue_ns);

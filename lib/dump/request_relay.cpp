@@ -30,20 +30,17 @@ std::string RelayFileName(const std::string& shared_request_path, const std::str
 RequestRelay::RequestRelay(std::string relay_dir, std::string host)
     : relay_dir_(std::move(relay_dir)), host_(std::move(host)) {}
 
-RequestRelay::~RequestRelay() {
-  if (lock_fd_ >= 0) close(lock_fd_);  // releases the lock: another rank takes over
-}
+RequestRelay::~RequestRelay() = default;  // closing the lock's descriptor releases it: another rank takes over
 
 void RequestRelay::Leave() {
   // The watcher tidies the node-local directory at a normal exit. A rank still running keeps
   // the old lock and may take it over; one starting later makes a new one: two watchers at
   // worst, until the job ends, never none.
-  if (watcher_) {
+  if (watcher_ && lock_fd_.StillOurs()) {
     unlink(relay_path_.c_str());
     unlink((relay_path_ + ".lock").c_str());
   }
-  if (lock_fd_ >= 0) close(lock_fd_);
-  lock_fd_ = -1;
+  lock_fd_.Close();
   watcher_ = false;
   usable_ = false;
 }
@@ -59,29 +56,34 @@ bool RequestRelay::Open(const std::string& shared_request_path) {
   const std::string base = relay_dir_ + "/" + RelayFileName(absolute, host_);
   const std::string lock_path = base + ".lock";
   // Never through a link, and only our own file: the directory is usually world-writable.
-  lock_fd_ = open(lock_path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  const int fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
   struct stat st;
   const char* problem = nullptr;
-  if (lock_fd_ < 0)
+  if (fd < 0)
     problem = strerror(errno);
-  else if (fstat(lock_fd_, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != getuid())
+  else if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != getuid())
     problem = "not a file of this user";
   if (problem) {
     LogWarn("NCCLWATCH_RELAY_DIR: cannot use %s (%s); this process reads the job-wide dump request in the "
             "dump directory itself",
             lock_path.c_str(), problem);
-    if (lock_fd_ >= 0) close(lock_fd_);
-    lock_fd_ = -1;
+    if (fd >= 0) close(fd);
     return false;
   }
+  lock_fd_.Keep(fd, "the request relay's lock");
   relay_path_ = base;
   return true;
 }
 
 std::optional<PeerRequest> RequestRelay::Poll(DumpDirectory* shared, const std::string& own_instance,
                                               uint64_t own_start_unix_ns) {
+  // The application closed the lock's descriptor (and so dropped a watch we held): opened again.
+  if (usable_ && !lock_fd_.StillOurs()) {
+    watcher_ = false;
+    tried_ = false;
+  }
   if (!tried_) usable_ = Open(shared->RequestPath());
-  if (usable_ && !watcher_) watcher_ = flock(lock_fd_, LOCK_EX | LOCK_NB) == 0;
+  if (usable_ && !watcher_) watcher_ = flock(lock_fd_.fd(), LOCK_EX | LOCK_NB) == 0;
   if (!usable_ || watcher_) {
     ++shared_checks_;
     std::optional<PeerRequest> r = shared->PollRequest(own_instance, own_start_unix_ns);

@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 
+#include "common/kept_fd.h"
 #include "dump/dump_files.h"
 
 namespace ncclwatch {
@@ -46,7 +47,7 @@ class RequestRelay {
   bool tried_ = false;
   bool usable_ = false;
   bool watcher_ = false;
-  int lock_fd_ = -1;
+  KeptFd lock_fd_;  // the watcher's flock is on it
   std::string relay_path_;
   RequestFileWatch relay_watch_;
   uint64_t shared_checks_ = 0;

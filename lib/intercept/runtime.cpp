@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "common/clock.h"
+#include "common/lock_within.h"
 #include "common/log.h"
 #include "common/quietly.h"
 #include "common/timing.h"
@@ -193,6 +194,7 @@ bool Runtime::Start() {
     b.process_uid = identity_.process_uid;
     b.start_unix_ns = static_cast<int64_t>(identity_.start_unix_ns);
     b.start_mono_ns = static_cast<int64_t>(start_mono_ns_);
+    b.start_ticks = blackbox::ReadProcStat(identity_.pid).start_ticks;  // an execve keeps it: see OwnerOf
     b.nccl_version = nccl_version_;
     b.cuda_driver_version = driver_.version;
     b.exe = ExecutablePath();
@@ -724,6 +726,7 @@ void Runtime::TendBlackBox(uint64_t now) {
   if (now >= next_modules_check_ns_) {
     next_modules_check_ns_ = now + 1000000000ull;
     if (stacks::ModulesGeneration() != box_modules_generation_) WriteBoxModules();
+    box_->KeepLocked();  // the application may have closed its descriptor (and so its lock)
   }
   // Call sites interned since the last poll, resolved to text now: after a SIGKILL nobody can.
   const size_t count = stacks::CallsiteCount();
@@ -759,6 +762,8 @@ void Runtime::ForgetEndedComms(uint64_t now) {
 
 void Runtime::CareForHost() {
   if (config_.blackbox_dir == "none") return;
+  // The application closed the lock's descriptor (dropping the lock if we held it): open it again.
+  if (caretaker_fd_.kept() && !caretaker_fd_.StillOurs()) caretaker_tried_ = false;
   if (!caretaker_tried_) {
     caretaker_tried_ = true;
     const std::string path = config_.blackbox_dir + "/" + blackbox::CaretakerLockName(getuid());
@@ -769,16 +774,16 @@ void Runtime::CareForHost() {
       fd = -1;
     }
     if (fd < 0) LogInfo("cannot use %s: black boxes of dead processes are left to others", path.c_str());
-    caretaker_fd_ = fd;
+    else caretaker_fd_.Keep(fd, "the host caretaker's lock");
   }
   // Held for the life of the process; the kernel hands it to the next one when this one ends.
-  if (caretaker_fd_ < 0 || flock(caretaker_fd_, LOCK_EX | LOCK_NB) != 0) return;
+  if (!caretaker_fd_.kept() || flock(caretaker_fd_.fd(), LOCK_EX | LOCK_NB) != 0) return;
   const std::string own = box_ ? box_->path().substr(box_->path().rfind('/') + 1) : std::string();
   blackbox::CaretakerPass pass = blackbox::ConvertDeadBoxes(config_.blackbox_dir, config_.relay_dir, own);
   // Another job's ranks are converted too (their dumps go to their own directory), but this
   // job's output says only its own: a host shared by two jobs must not mix their stories.
   for (const auto& c : pass.converted)
-    if (c.job_instance == identity_.job_instance) LogWarn("%s", c.line.c_str());
+    if (c.job_instance == identity_.job_instance && c.ended) LogWarn("%s", c.line.c_str());
     else LogInfo("%s", c.line.c_str());
 }
 

@@ -14,6 +14,7 @@
 #include "blackbox/black_box.h"
 #include "blackbox/postmortem.h"
 #include "common/config.h"
+#include "common/kept_fd.h"
 #include "common/process_info.h"
 #include "dump/dump_files.h"
 #include "dump/request_relay.h"
@@ -143,7 +144,7 @@ class Runtime {
   uint64_t box_modules_generation_ = 0;  // of the modules written into the black box
   uint64_t next_modules_check_ns_ = 0;   // dl_iterate_phdr takes the loader lock: not every tick
   bool temporaries_swept_ = false;  // under dump_mu_
-  int caretaker_fd_ = -1;      // flock held: this process is the host's caretaker (watchdog thread)
+  KeptFd caretaker_fd_;  // flock held: this process is the host's caretaker (watchdog thread)
   bool caretaker_tried_ = false;
   enum : int { kNoQuickExit = 0, kQuickExitAsked = 1, kQuickExitDone = 2 };
   std::atomic<int> quick_exit_{kNoQuickExit};

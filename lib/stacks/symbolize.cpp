@@ -14,6 +14,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "format/hex.h"
 #include "stacks.h"
 
 namespace ncclwatch {
@@ -36,16 +37,6 @@ struct Module {
   std::string build_id;
 };
 
-std::string Hex(const unsigned char* bytes, size_t size) {
-  static const char kDigits[] = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < size; ++i) {
-    out += kDigits[bytes[i] >> 4];
-    out += kDigits[bytes[i] & 15];
-  }
-  return out;
-}
-
 // NT_GNU_BUILD_ID from the object's PT_NOTE segments (mapped: they lie in its first PT_LOAD).
 std::string BuildIdOf(const dl_phdr_info* info) {
   for (int i = 0; i < info->dlpi_phnum; ++i) {
@@ -62,7 +53,7 @@ std::string BuildIdOf(const dl_phdr_info* info) {
       const unsigned char* desc = name + up(note.n_namesz);
       if (desc + note.n_descsz > end) break;
       if (note.n_type == NT_GNU_BUILD_ID && note.n_namesz == 4 && std::memcmp(name, "GNU", 4) == 0)
-        return Hex(desc, note.n_descsz);
+        return trace::HexBytes(desc, note.n_descsz);
       p = desc + up(note.n_descsz);
     }
   }

@@ -1,9 +1,9 @@
 #include "watchdog/watchdog.h"
 
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sys/eventfd.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +11,7 @@
 #include <cstdio>
 
 #include "common/clock.h"
+#include "common/lock_within.h"
 #include "format/display.h"
 #include "common/log.h"
 #include "common/quietly.h"
@@ -45,9 +46,7 @@ Watchdog::Watchdog(const Config& config, FlightRing* ring, GpuMarkers* markers, 
       threads_(threads),
       callbacks_(std::move(callbacks)),
       deadlines_(config.timeout, config.adaptive, config.adaptive_floor_s, config.adaptive_min_samples),
-      queue_(kQueueCapacity) {
-  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-}
+      queue_(kQueueCapacity) {}
 
 Watchdog::~Watchdog() {
   if (thread_.joinable()) {
@@ -59,7 +58,6 @@ Watchdog::~Watchdog() {
   for (auto& kv : streams_)
     for (auto& t : kv.second.items)
       if (markers_) markers_->Release(t.marker);
-  if (wake_fd_ >= 0) close(wake_fd_);
 }
 
 bool Watchdog::Start() {
@@ -79,11 +77,13 @@ bool Watchdog::Start() {
   return running_.load();
 }
 
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) && std::atomic<uint32_t>::is_always_lock_free,
+              "the wake word is a plain futex word");
+
 void Watchdog::Wake() {
-  if (wake_fd_ < 0) return;
-  uint64_t one = 1;
-  ssize_t ignored = write(wake_fd_, &one, sizeof one);
-  (void)ignored;
+  // Only the first wake since the watchdog last looked makes a system call.
+  if (wake_word_.exchange(1, std::memory_order_acq_rel) == 0)
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&wake_word_), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
 }
 
 void Watchdog::Stop(int timeout_ms) {
@@ -105,12 +105,12 @@ void Watchdog::Run() {
   const uint64_t poll_ns = config_.poll_ms * 1000000;
   uint64_t wait_ns = poll_ns, last_ns = MonoNs();
   while (!stop_.load(std::memory_order_acquire)) {
-    pollfd pfd{wake_fd_, POLLIN, 0};
+    // Sleeps until the wait is over or Wake() (a wake since the last look returns at once).
     timespec wait{static_cast<time_t>(wait_ns / 1000000000), static_cast<long>(wait_ns % 1000000000)};
-    if (ppoll(&pfd, 1, &wait, nullptr) > 0) {
-      uint64_t drained;
-      ssize_t ignored = read(wake_fd_, &drained, sizeof drained);
-      (void)ignored;
+    // The poll below serves every wake that came before it.
+    if (wake_word_.exchange(0, std::memory_order_acq_rel) == 0) {
+      syscall(SYS_futex, reinterpret_cast<uint32_t*>(&wake_word_), FUTEX_WAIT_PRIVATE, 0, &wait, nullptr, 0);
+      wake_word_.store(0, std::memory_order_release);
     }
     if (stop_.load(std::memory_order_acquire)) break;
     const uint64_t now = MonoNs();

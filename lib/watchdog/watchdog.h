@@ -110,7 +110,7 @@ class Watchdog {
     if (!queue_.TryPush(item)) return false;
     // The watchdog paces its polls to the operation rate (PaceNs), so the application's thread
     // makes no system call in steady state. A burst the pace has not caught up with yet wakes
-    // it from here (one eventfd write per kWakeBacklog operations at most).
+    // it from here (one futex wake per kWakeBacklog operations at most).
     if (queue_.ApproxSize() > kWakeBacklog && !wake_requested_.exchange(true, std::memory_order_acq_rel)) {
       submit_wakes_.fetch_add(1, std::memory_order_relaxed);
       Wake();
@@ -128,7 +128,8 @@ class Watchdog {
   // The wait before the next poll, given that the last poll took `taken` operations off the
   // queue `elapsed_ns` after the one before: the poll interval at low rates, shorter at high.
   static uint64_t PaceNs(size_t taken, uint64_t elapsed_ns, uint64_t poll_ns);
-  // Async-signal-safe.
+  // Async-signal-safe. A futex on a word of ours, not a descriptor: an application that closes
+  // every descriptor and opens its own files could be handed a wake-up write otherwise.
   void Wake();
 
   // Dump side: operations not completed (launched ones, then ones whose NCCL call has not
@@ -196,7 +197,7 @@ class Watchdog {
   std::atomic<bool> running_{false};
   std::atomic<uint64_t> last_poll_ns_{0};
   std::atomic<uint64_t> last_poll_recorded_{0};
-  int wake_fd_ = -1;
+  std::atomic<uint32_t> wake_word_{0};  // 1: a wake is pending (futex word)
 };
 
 }  // namespace ncclwatch

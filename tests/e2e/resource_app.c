@@ -6,6 +6,16 @@
  *   resource_app closed_fds      closes every descriptor >= 3 at start (as daemons do), opens
  *                                two files of its own, starts NCCL, waits while the test asks a
  *                                job-wide dump, then checks that its files are untouched
+ *   resource_app closed_after_init  starts NCCL and runs a few operations (every descriptor the
+ *                                library keeps is open by then), closes every descriptor >= 3 and
+ *                                opens eight files of its own (which take the freed numbers), then
+ *                                runs a burst of operations, one slow enough to be a stall, waits
+ *                                while the test asks a job-wide dump, and checks its files are
+ *                                exactly as written, before its exit and after the library's
+ *   resource_app reexec          starts NCCL, runs 5 operations, then re-executes itself (an
+ *                                in-place restart: the same pid, a new program): the new program
+ *                                starts NCCL again, runs 10 operations (the 8th is slow when the
+ *                                test makes it so: a hang of the new program), waits 3 s, ends
  *   resource_app oom_exit        after NCCL starts, limits its address space (RLIMIT_AS), takes
  *                                memory until malloc fails and exits 12 */
 #include <dirent.h>
@@ -58,14 +68,45 @@ static void check_file(int fd, const char* name) {
          (long long)at);
 }
 
-static int start_nccl(ncclComm_t* comm) {
+/* closed_after_init's files, checked again after the library's exit handler (registered
+ * before NCCL starts: atexit handlers run in reverse order). */
+#define OWN_FILES 8
+static int own_fds[OWN_FILES];
+
+static void check_own_files(const char* when) {
+  char name[32];
+  int i;
+  printf("%s:\n", when);
+  for (i = 0; i < OWN_FILES; ++i) {
+    snprintf(name, sizeof name, "own%d.txt", i);
+    check_file(own_fds[i], name);
+  }
+  fflush(stdout);
+}
+
+static void check_own_files_at_exit(void) { check_own_files("after exit"); }
+
+static int start_nccl_as(ncclComm_t* comm, const char* name) {
   ncclUniqueId id;
   simutil_cuda_init(0);
-  simutil_exchange_id("world", 0, &id);
+  simutil_exchange_id(name, 0, &id);
   NCCLCHECK(ncclCommInitRank(comm, 1, id, 0));
   printf("started\n");
   fflush(stdout);
   return 0;
+}
+
+static int start_nccl(ncclComm_t* comm) { return start_nccl_as(comm, "world"); }
+
+/* `count` all-reduces on a new stream, then waits for them. */
+static void run_ops(ncclComm_t comm, int count) {
+  CUstream stream;
+  CUdeviceptr buf;
+  int i;
+  CUCHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  buf = simutil_alloc(1024 * sizeof(float));
+  for (i = 0; i < count; ++i) NCCLCHECK(ncclAllReduce((void*)buf, (void*)buf, 1024, ncclFloat32, ncclSum, comm, stream));
+  CUCHECK(cuStreamSynchronize(stream));
 }
 
 int main(int argc, char** argv) {
@@ -97,6 +138,46 @@ int main(int argc, char** argv) {
     NCCLCHECK(ncclCommDestroy(comm));
     return 0;
   }
+  if (strcmp(scenario, "closed_after_init") == 0) {
+    /* Operations run on a stream, then one whose kernel is slow (NCCLWATCH_SIM_FAULT, set by
+     * the test): a stall past NCCLWATCH_TIMEOUT, then its recovery. */
+    char name[32];
+    int fd, i;
+    atexit(check_own_files_at_exit);
+    start_nccl(&comm);
+    run_ops(comm, 10);
+    simutil_sleep_ms(1500); /* past the first job-wide request poll: every descriptor of ours is open */
+    for (fd = 3; fd < 1024; ++fd) close(fd);
+    for (i = 0; i < OWN_FILES; ++i) {
+      snprintf(name, sizeof name, "own%d.txt", i);
+      own_fds[i] = own_file(name);
+    }
+    run_ops(comm, 3000); /* a burst the watchdog's pace has not caught up with: woken from here */
+    run_ops(comm, 1);    /* seq 3011: slow */
+    close(open(getenv("E2E_READY_FILE") ? getenv("E2E_READY_FILE") : "ready", O_CREAT | O_WRONLY, 0600));
+    sleep(4);
+    check_own_files("before exit");
+    NCCLCHECK(ncclCommDestroy(comm));
+    return 0;
+  }
+  if (strcmp(scenario, "reexec") == 0) {
+    start_nccl(&comm);
+    run_ops(comm, 5);
+    simutil_sleep_ms(1500); /* its black box, relay and caretaker in place */
+    printf("re-executing\n");
+    fflush(stdout);
+    execl("/proc/self/exe", argv[0], "reexeced", (char*)NULL);
+    perror("execl");
+    return 1;
+  }
+  if (strcmp(scenario, "reexeced") == 0) {
+    start_nccl_as(&comm, "world2");
+    run_ops(comm, 10);
+    simutil_sleep_ms(3000); /* a few job-wide request polls: the host's caretaker looks at the boxes */
+    printf("the new program ends\n");
+    NCCLCHECK(ncclCommDestroy(comm));
+    return 0;
+  }
   if (strcmp(scenario, "oom_exit") == 0) {
     long pages = 0;
     FILE* statm = fopen("/proc/self/statm", "r");
@@ -115,6 +196,6 @@ int main(int argc, char** argv) {
     fflush(stdout);
     exit(12);
   }
-  fprintf(stderr, "usage: resource_app never_nccl|unique_id_only|closed_fds|oom_exit\n");
+  fprintf(stderr, "usage: resource_app never_nccl|unique_id_only|closed_fds|closed_after_init|reexec|oom_exit\n");
   return SIMUTIL_EXIT_USAGE;
 }

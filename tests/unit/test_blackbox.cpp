@@ -431,3 +431,135 @@ TEST_CASE("black box identity round-trips, and a huge command line does not crow
   CHECK(back.dump_dir == "/d");
   CHECK(!blackbox::ParseIdentity("{not json", &back));
 }
+
+namespace {
+
+// A child with a black box that says who it is (its start, as the library writes it), which
+// then drops the box's lock without ending: it closes every descriptor >= 3 (as daemons do,
+// the box's included) and waits, or it re-executes itself as another program (`sleep`).
+enum class Drop { kClosesDescriptors, kReexecutes };
+
+pid_t LockDroppingChild(const std::string& boxes, Drop how, int ready_fd, int release_fd) {
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  std::string why;
+  auto box = blackbox::BlackBox::Create(boxes, 64, getpid(), "feedfacecafe0002", 30.0, &why);
+  if (!box) _exit(10);
+  blackbox::BoxIdentity id;
+  id.pid = getpid();
+  id.process_uid = "feedfacecafe0002";
+  id.dump_dir = "/nonexistent";
+  id.start_ticks = blackbox::ReadProcStat(getpid()).start_ticks;
+  if (id.start_ticks == 0) _exit(11);
+  box->SetIdentity(blackbox::IdentityJson(id));
+  box->SetRank(5, 8);
+  for (int fd = 3; fd < 1024; ++fd)
+    if (fd != ready_fd && fd != release_fd) close(fd);
+  char b = 1;
+  if (how == Drop::kReexecutes) {
+    // Says it is ready from its new program (the descriptor survives the exec).
+    const std::string shell = "printf x >&" + std::to_string(ready_fd) + "; read line <&" + std::to_string(release_fd);
+    execl("/bin/sh", "sh", "-c", shell.c_str(), static_cast<char*>(nullptr));
+    _exit(12);
+  }
+  if (write(ready_fd, &b, 1) != 1 || read(release_fd, &b, 1) != 1) _exit(13);
+  _exit(0);
+}
+
+}  // namespace
+
+TEST_CASE("black box: a free lock is no death while its process runs, and a re-executed process leaves its old box quietly") {
+  for (Drop how : {Drop::kClosesDescriptors, Drop::kReexecutes}) {
+    CAPTURE(how == Drop::kReexecutes);
+    TempDir boxes;
+    int ready[2], release[2];
+    REQUIRE(pipe(ready) == 0);
+    REQUIRE(pipe(release) == 0);
+    const pid_t child = LockDroppingChild(boxes.path(), how, ready[1], release[0]);
+    char b = 0;
+    REQUIRE(read(ready[0], &b, 1) == 1);
+    REQUIRE(Boxes(boxes.path()).size() == 1);
+    blackbox::CaretakerPass pass = blackbox::ConvertDeadBoxes(boxes.path(), "none");
+    if (how == Drop::kClosesDescriptors) {
+      // Alive, its lock dropped by its own close: left alone (it takes the lock again itself).
+      CHECK(pass.converted.empty());
+      CHECK(Boxes(boxes.path()).size() == 1);
+    } else {
+      // The same process in another program: removed, and said as no death.
+      REQUIRE(pass.converted.size() == 1);
+      CHECK_FALSE(pass.converted[0].ended);
+      CHECK(pass.converted[0].dump.empty());
+      CHECK(pass.converted[0].line.find("re-executed itself") != std::string::npos);
+      CHECK(Boxes(boxes.path()).empty());
+    }
+    REQUIRE(write(release[1], "\n", 1) == 1);
+    int status = 0;
+    REQUIRE(waitpid(child, &status, 0) == child);
+    CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+    if (how == Drop::kClosesDescriptors) {  // now it is gone without a word
+      pass = blackbox::ConvertDeadBoxes(boxes.path(), "none");
+      REQUIRE(pass.converted.size() == 1);
+      CHECK(pass.converted[0].ended);
+      CHECK(Boxes(boxes.path()).empty());
+    }
+    for (int fd : {ready[0], ready[1], release[0], release[1]}) close(fd);
+  }
+}
+
+TEST_CASE("black box: a process that closed the box's descriptor takes its lock again, never touching the number") {
+  TempDir boxes;
+  std::string why;
+  auto box = blackbox::BlackBox::Create(boxes.path(), 64, getpid(), "feedfacecafe0003", 30.0, &why);
+  REQUIRE(box);
+  CHECK(box->KeepLocked());
+  // Which descriptor is the box's: the one whose link names it.
+  int box_fd = -1;
+  for (int fd = 3; fd < 1024 && box_fd < 0; ++fd) {
+    char link[64], target[4096];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    const ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n > 0 && std::string(target, static_cast<size_t>(n)) == box->path()) box_fd = fd;
+  }
+  REQUIRE(box_fd >= 3);
+  // The application closes it and opens a file of its own, which gets the same number.
+  TempDir own;
+  close(box_fd);
+  int app_fd = open((own.path() + "/app.txt").c_str(), O_RDWR | O_CREAT, 0600);
+  if (app_fd != box_fd) {  // a lower number was free: the application's file takes the box's anyway
+    REQUIRE(dup2(app_fd, box_fd) == box_fd);
+    close(app_fd);
+    app_fd = box_fd;
+  }
+  REQUIRE(write(app_fd, "0123456789", 10) == 10);
+  // A reader sees the lock free: another process could take it.
+  pid_t probe = fork();
+  if (probe == 0) {
+    const int fd = open(box->path().c_str(), O_RDWR);
+    struct flock lock{};
+    lock.l_type = F_WRLCK;
+    lock.l_len = 1;
+    _exit(fd >= 0 && fcntl(fd, F_GETLK, &lock) == 0 && lock.l_type == F_UNLCK ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(waitpid(probe, &status, 0) == probe);
+  CHECK(WEXITSTATUS(status) == 0);
+
+  CHECK(box->KeepLocked());  // opened and locked again, the application's file left as it is
+  probe = fork();
+  if (probe == 0) {
+    const int fd = open(box->path().c_str(), O_RDWR);
+    struct flock lock{};
+    lock.l_type = F_WRLCK;
+    lock.l_len = 1;
+    _exit(fd >= 0 && fcntl(fd, F_GETLK, &lock) == 0 && lock.l_type == F_WRLCK ? 0 : 1);
+  }
+  REQUIRE(waitpid(probe, &status, 0) == probe);
+  CHECK(WEXITSTATUS(status) == 0);
+  struct stat st;
+  REQUIRE(fstat(app_fd, &st) == 0);
+  CHECK(st.st_size == 10);
+  CHECK(lseek(app_fd, 0, SEEK_CUR) == 10);
+  box.reset();  // its destructor closes only what is still ours
+  CHECK(fcntl(app_fd, F_GETFD) >= 0);
+  close(app_fd);
+}

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/process_info.h"
+#include "common/redaction.h"
 
 using namespace ncclwatch;
 

@@ -1,11 +1,6 @@
 // `ncclwatch analyze DIR`: cross-rank attribution of a hang from a directory of dumps.
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <string>
 
@@ -14,6 +9,8 @@
 #include "render/render_report.h"
 #include "render/symbolize_debug.h"
 #include "render/text_format.h"
+#include "dump_dir.h"
+#include "left_boxes.h"
 #include "subcommand.h"
 
 namespace ncclwatch {
@@ -22,9 +19,6 @@ namespace cli {
 namespace {
 
 using namespace analysis;
-
-// Progress is worth a line only for big sets, and only where a person watches.
-constexpr size_t kProgressMinFiles = 1000;
 
 void Help(std::FILE* out) {
   std::fprintf(out,
@@ -56,65 +50,30 @@ long PeakRssKiB() {
 }
 
 int Run(int argc, char** argv) {
-  const char* dir = nullptr;
   bool json_out = false, no_color = false, verbose = false;
-  int attempt = 0;
+  LoadOptions load;
   AttributionOptions attribution;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--attempt") == 0) {
-      if (int status = ParseAttemptOption("analyze", argc, argv, &i, &attempt)) return status;
-    } else if (std::strcmp(argv[i], "--slow-ranks") == 0) attribution.slow_ranks = 1;
-    else if (std::strcmp(argv[i], "--no-slow-ranks") == 0) attribution.slow_ranks = 0;
-    else if (std::strcmp(argv[i], "--json") == 0) json_out = true;
-    else if (std::strcmp(argv[i], "--no-color") == 0) no_color = true;
-    else if (std::strcmp(argv[i], "--verbose") == 0 || std::strcmp(argv[i], "-v") == 0) verbose = true;
-    else if (argv[i][0] == '-' && argv[i][1] != '\0') return UsageError("analyze", (std::string("unknown option ") + argv[i]).c_str());
-    else if (!dir) dir = argv[i];
-    else return UsageError("analyze", "more than one directory given");
-  }
-  if (!dir) return UsageError("analyze", "no directory given");
+  const ArgSpec spec = {"analyze", Help,
+                        {{"--json", nullptr, nullptr, SetTo(&json_out, true)},
+                         {"--no-color", nullptr, nullptr, SetTo(&no_color, true)},
+                         {"--verbose", "-v", nullptr, SetTo(&verbose, true)},
+                         {"--attempt", nullptr, "a number from 1 (the oldest attempt)",
+                          [&](const char* v) { return TakeAttempt(v, &load.attempt); }},
+                         {"--slow-ranks", nullptr, nullptr, SetTo(&attribution.slow_ranks, 1)},
+                         {"--no-slow-ranks", nullptr, nullptr, SetTo(&attribution.slow_ranks, 0)}},
+                        "directory"};
+  const ParsedArgs args = ParseArgs(spec, argc, argv);
+  if (args.exit_status >= 0) return args.exit_status;
 
   auto start = std::chrono::steady_clock::now();
   // Ranks killed without a word whose job left nobody on this host to read their black boxes.
   ConvertLeftBlackBoxes();
-  RemoveLeftTemporaries(dir);
-  LoadOptions load;
-  load.attempt = attempt;
-  bool progress = ::isatty(STDERR_FILENO);
-  if (progress)
-    load.progress = [](size_t done, size_t total) {
-      if (total > kProgressMinFiles) std::fprintf(stderr, "\rncclwatch: reading summaries %zu/%zu", done, total);
-    };
-  // One line with the path given and what to do: the common mistakes are a dump file for the
-  // directory and a directory that is not the job's.
-  struct stat st {};
-  if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode)) {
-    std::fprintf(stderr,
-                 "ncclwatch: %s: a file, not a directory of dumps: `ncclwatch analyze DIR` takes the job's dump "
-                 "directory; `ncclwatch show %s` prints this one dump\n",
-                 Printable(dir).c_str(), Printable(dir).c_str());
-    return kExitBadInput;
-  }
+  RemoveLeftTemporaries(args.operand);
   DumpSet set;
-  std::string error;
-  if (!set.Load(dir, load, &error)) {
-    std::fprintf(stderr,
-                 "ncclwatch: %s; give the job's dump directory (NCCLWATCH_DIR, or the ncclwatch-<job id> "
-                 "directory `ncclwatch run` names)\n",
-                 Printable(error).c_str());
-    return kExitBadInput;
-  }
-  if (progress && set.files_seen() > kProgressMinFiles) std::fprintf(stderr, "\r\033[K");
-
-  Report report;
-  if (!set.dumps().empty()) report = Attribute(set, attribution);
+  if (int status = ReadDumpDir("analyze", args.operand, load, &set, /*progress=*/true)) return status;
+  Report report = Attribute(set, attribution);
   SymbolizeReport(&report);  // before rendering: renderers only look source lines up
-  for (const auto& p : set.problems())
-    std::fprintf(stderr, "%s\n", ProblemLine(p).c_str());
-  if (set.dumps().empty()) {
-    std::fprintf(stderr, "ncclwatch: %s: no readable dump (%zu rank*.json files)\n", dir, set.files_seen());
-    return kExitBadInput;
-  }
+  SayProblems(set);
 
   if (json_out) {
     std::string text = ReportToJson(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace);

@@ -19,6 +19,8 @@
 #include "dump/dump_files.h"
 #include "format/file_name.h"
 #include "format/request.h"
+#include "common/process_info.h"
+#include "dump_dir.h"
 #include "subcommand.h"
 
 namespace ncclwatch {
@@ -47,35 +49,29 @@ void DumpHelp(std::FILE* out) {
                "exit status: that of `ncclwatch analyze`; 2 when no rank answered.\n");
 }
 
-std::set<std::string> DumpFiles(const std::string& dir) {
-  std::vector<std::string> names;
-  std::string error;
-  trace::ListDumpFiles(dir, &names, &error);  // not there yet: none
-  return {names.begin(), names.end()};
-}
-
 int Run(int argc, char** argv) {
-  const char* dir = nullptr;
   double wait_s = kDefaultWaitS;
   std::vector<std::string> analyze_args = {"analyze"};
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--wait") == 0) {
-      char* end = nullptr;
-      wait_s = i + 1 < argc ? std::strtod(argv[i + 1], &end) : -1;
-      if (i + 1 >= argc || !end || *end || !(wait_s > 0 && wait_s <= 3600))
-        return UsageError("dump", "--wait takes seconds, more than 0 and at most 3600");
-      ++i;
-    } else if (std::strcmp(argv[i], "--json") == 0 || std::strcmp(argv[i], "--no-color") == 0) {
-      analyze_args.push_back(argv[i]);
-    } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-      return UsageError("dump", (std::string("unknown option ") + argv[i]).c_str());
-    } else if (!dir) {
-      dir = argv[i];
-    } else {
-      return UsageError("dump", "more than one directory given");
-    }
-  }
-  if (!dir) return UsageError("dump", "no directory given");
+  auto pass_on = [&](const char* flag) {  // to the analysis
+    return [&analyze_args, flag](const char*) {
+      analyze_args.push_back(flag);
+      return std::string();
+    };
+  };
+  const ArgSpec spec = {"dump", DumpHelp,
+                        {{"--wait", nullptr, "seconds", [&](const char* v) {
+                            char* end = nullptr;
+                            wait_s = std::strtod(v, &end);
+                            if (!*v || !end || *end || !(wait_s > 0 && wait_s <= 3600))
+                              return std::string("--wait takes seconds, more than 0 and at most 3600");
+                            return std::string();
+                          }},
+                         {"--json", nullptr, nullptr, pass_on("--json")},
+                         {"--no-color", nullptr, nullptr, pass_on("--no-color")}},
+                        "directory"};
+  const ParsedArgs parsed = ParseArgs(spec, argc, argv);
+  if (parsed.exit_status >= 0) return parsed.exit_status;
+  const char* dir = parsed.operand.c_str();
   // The ranks poll DIR for the request whether or not any of them has written there yet (the
   // library creates it at its first dump): create it as the library would.
   struct stat st {};
@@ -101,8 +97,7 @@ int Run(int argc, char** argv) {
   }
 
   std::set<std::string> before = DumpFiles(dir);
-  char host[256] = "host";
-  gethostname(host, sizeof host - 1);
+  const std::string host = HostName();
   auto now = std::chrono::system_clock::now().time_since_epoch();
   trace::DumpRequest req;
   req.time_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now).count();
@@ -155,8 +150,8 @@ int Run(int argc, char** argv) {
   std::fprintf(stderr, "ncclwatch dump: %zu/%d ranks answered in %.1f s%s\n", answered.size(), world, elapsed(),
                missing.empty() ? "" : (" (not: " + missing + ")").c_str());
   std::vector<char*> args;
-  std::string d = dir;
-  analyze_args.push_back(d);
+  analyze_args.push_back("--");  // a directory whose name starts with '-' is still one
+  analyze_args.push_back(dir);
   for (auto& a : analyze_args) args.push_back(&a[0]);
   args.push_back(nullptr);
   std::fflush(stderr);

@@ -31,6 +31,8 @@
 #include "format/request.h"
 #include "format/display.h"
 #include "format/file_name.h"
+#include "dump_dir.h"
+#include "left_boxes.h"
 #include "subcommand.h"
 
 // Set by tools/CMakeLists.txt; defaults for a build outside CMake.
@@ -107,26 +109,13 @@ std::string FindLibrary(std::string* looked) {
   return "";
 }
 
+// The library's default directory for the job's id (the one rule, common/process_info.h); a job
+// with no launcher id is one run's, named by its start (the library is told it in NCCLWATCH_DIR).
 std::string DefaultDir() {
-  for (const char* v : {"SLURM_JOB_ID", "TORCHELASTIC_RUN_ID", "PMIX_NAMESPACE", "OMPI_MCA_orte_ess_jobid"}) {
-    const char* id = getenv(v);
-    if (id && *id) {
-      std::string safe;
-      for (const char* p = id; *p; ++p) safe += isalnum(static_cast<unsigned char>(*p)) || *p == '-' ? *p : '_';
-      return "ncclwatch-" + safe;
-    }
-  }
   char stamp[32];
   time_t now = time(nullptr);
   strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&now));
-  return std::string("ncclwatch-") + stamp + "-" + std::to_string(getpid());
-}
-
-std::set<std::string> DumpFiles(const std::string& dir) {
-  std::vector<std::string> names;
-  std::string error;
-  trace::ListDumpFiles(dir, &names, &error);  // not there yet: none
-  return {names.begin(), names.end()};
+  return DefaultDumpDir(LauncherJobId(), std::string(stamp) + "-" + std::to_string(getpid()));
 }
 
 // Whether the job's dumps can go to `dir`: made (with its parents) and written before the job
@@ -151,20 +140,13 @@ bool CheckDir(const std::string& dir, bool* created) {
   return false;
 }
 
-std::string OwnHost() {
-  if (const char* h = getenv("NCCLWATCH_HOST"); h && *h) return h;
-  char host[256] = {0};
-  if (gethostname(host, sizeof host - 1) != 0) return "unknown";
-  return host;
-}
-
 // One line when `dir` already holds files of another job that is still running on this host
 // (a dump of a live process, or a dump request of the last minute): they share a directory.
 void WarnOtherLiveJob(const std::string& dir) {
   std::vector<std::string> names;
   std::string error;
   if (!trace::ListDumpFiles(dir, &names, &error)) return;
-  const std::string own_host = trace::SafeHostName(OwnHost());
+  const std::string own_host = trace::SafeHostName(HostName());
   std::set<long> live;
   for (const auto& n : names) {  // rank<R>-<host>-<pid>-<seq>-<reason>.json
     size_t h = n.find('-');
@@ -230,7 +212,7 @@ std::string JobInstanceOfRun(std::string* run_id) {
   timespec now;
   clock_gettime(CLOCK_REALTIME, &now);
   char id[320];
-  snprintf(id, sizeof id, "run-%s-%d-%lld.%09ld", trace::SafeHostName(OwnHost()).c_str(), static_cast<int>(getpid()),
+  snprintf(id, sizeof id, "run-%s-%d-%lld.%09ld", trace::SafeHostName(HostName()).c_str(), static_cast<int>(getpid()),
            static_cast<long long>(now.tv_sec), now.tv_nsec);
   *run_id = id;
   return id;
@@ -477,37 +459,34 @@ int Run(int argc, char** argv) {
   std::string dir, lib;
   bool analyze = true;
   std::vector<std::pair<std::string, std::string>> settings;
-  int i = 1;
-  for (; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
-    if (a == "--") {
-      ++i;
-      break;
-    } else if (a == "--dir" || a == "--timeout" || a == "--set" || a == "--lib") {
-      const char* v = value();
-      if (!v) return UsageError("run", (a + " needs a value").c_str());
-      if (a == "--dir") dir = v;
-      else if (a == "--lib") lib = v;
-      else if (a == "--timeout") settings.emplace_back("NCCLWATCH_TIMEOUT", v);
-      else {
-        const char* eq = strchr(v, '=');
-        if (!eq || eq == v) return UsageError("run", "--set takes NAME=VALUE");
-        std::string name(v, eq - v);
-        for (auto& c : name) c = static_cast<char>(toupper(static_cast<unsigned char>(c)));
-        if (name.rfind("NCCLWATCH_", 0) != 0) name = "NCCLWATCH_" + name;
-        settings.emplace_back(name, eq + 1);
-      }
-    } else if (a == "--help" || a == "-h") {  // only before "--": after it, the words are the job's
-      RunHelp(stdout);
-      return kExitOk;
-    } else if (a == "--no-analyze") {
-      analyze = false;
-    } else {
-      return UsageError("run", ("unknown option '" + a + "' (the command goes after --)").c_str());
-    }
-  }
-  if (i >= argc) return UsageError("run", "no command given: ncclwatch run [options] -- COMMAND ...");
+  auto into = [](std::string* target) {
+    return [target](const char* v) {
+      *target = v;
+      return std::string();
+    };
+  };
+  const ArgSpec spec = {
+      "run", RunHelp,
+      {{"--dir", nullptr, "a directory", into(&dir)},
+       {"--lib", nullptr, "a path", into(&lib)},
+       {"--timeout", nullptr, "a value", [&](const char* v) {
+          settings.emplace_back("NCCLWATCH_TIMEOUT", v);
+          return std::string();
+        }},
+       {"--set", nullptr, "NAME=VALUE", [&](const char* v) {
+          const char* eq = strchr(v, '=');
+          if (!eq || eq == v) return std::string("--set takes NAME=VALUE");
+          std::string name(v, eq - v);
+          for (auto& c : name) c = static_cast<char>(toupper(static_cast<unsigned char>(c)));
+          if (name.rfind("NCCLWATCH_", 0) != 0) name = "NCCLWATCH_" + name;
+          settings.emplace_back(name, eq + 1);
+          return std::string();
+        }},
+       {"--no-analyze", nullptr, nullptr, SetTo(&analyze, false)}},
+      nullptr, false, "; the command goes after --"};
+  const ParsedArgs parsed = ParseArgs(spec, argc, argv);
+  if (parsed.exit_status >= 0) return parsed.exit_status;
+  const int i = parsed.command;
   if (!CheckSettings(settings)) return kExitBadInput;
 
   std::string looked;

@@ -35,29 +35,22 @@ void Help(std::FILE* out) {
 void Print(const trace::DumpDocument& doc, const Dump& dump, bool json_out, bool no_color, ShowOptions& options);
 
 int Run(int argc, char** argv) {
-  const char* file = nullptr;
   bool json_out = false, no_color = false;
   ShowOptions options;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--json") == 0) {
-      json_out = true;
-    } else if (std::strcmp(argv[i], "--no-color") == 0) {
-      no_color = true;
-    } else if (std::strcmp(argv[i], "--ring") == 0) {
-      char* end = nullptr;
-      long n = i + 1 < argc ? std::strtol(argv[i + 1], &end, 10) : -1;
-      if (n < 0 || !end || *end) return UsageError("show", "--ring needs a number >= 0");
-      options.ring_entries = static_cast<size_t>(n);
-      ++i;
-    } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-      return UsageError("show", (std::string("unknown option ") + argv[i]).c_str());
-    } else if (!file) {
-      file = argv[i];
-    } else {
-      return UsageError("show", "more than one file given");
-    }
-  }
-  if (!file) return UsageError("show", "no file given");
+  const ArgSpec spec = {"show", Help,
+                        {{"--json", nullptr, nullptr, SetTo(&json_out, true)},
+                         {"--no-color", nullptr, nullptr, SetTo(&no_color, true)},
+                         {"--ring", nullptr, "a number >= 0", [&](const char* v) {
+                            char* end = nullptr;
+                            const long n = std::strtol(v, &end, 10);
+                            if (!*v || n < 0 || !end || *end) return std::string("--ring needs a number >= 0");
+                            options.ring_entries = static_cast<size_t>(n);
+                            return std::string();
+                          }}},
+                        "file"};
+  const ParsedArgs args = ParseArgs(spec, argc, argv);
+  if (args.exit_status >= 0) return args.exit_status;
+  const char* file = args.operand.c_str();
   struct stat st {};
   if (stat(file, &st) == 0 && S_ISDIR(st.st_mode)) {
     std::fprintf(stderr,

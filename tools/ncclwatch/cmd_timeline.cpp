@@ -10,6 +10,7 @@
 #include "render/text_format.h"
 #include "render/render_report.h"
 #include "render/timeline.h"
+#include "dump_dir.h"
 #include "subcommand.h"
 
 namespace ncclwatch {
@@ -39,39 +40,18 @@ void Help(std::FILE* out) {
 }
 
 int Run(int argc, char** argv) {
-  const char* dir = nullptr;
   std::string output = kDefaultOutput;
-  int attempt = 0;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--attempt") == 0) {
-      if (int status = ParseAttemptOption("timeline", argc, argv, &i, &attempt)) return status;
-    } else if (std::strcmp(argv[i], "-o") == 0 || std::strcmp(argv[i], "--output") == 0) {
-      if (i + 1 >= argc) return UsageError("timeline", "-o needs a file name");
-      output = argv[++i];
-    } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-      return UsageError("timeline", (std::string("unknown option ") + argv[i]).c_str());
-    } else if (!dir) {
-      dir = argv[i];
-    } else {
-      return UsageError("timeline", "more than one directory given");
-    }
-  }
-  if (!dir) return UsageError("timeline", "no directory given");
-
   LoadOptions load;
-  load.attempt = attempt;
+  const ArgSpec spec = {"timeline", Help,
+                        {{"--attempt", nullptr, "a number from 1 (the oldest attempt)",
+                          [&](const char* v) { return TakeAttempt(v, &load.attempt); }},
+                         {"--output", "-o", "a file name", [&](const char* v) { return output = v, std::string(); }}},
+                        "directory"};
+  const ParsedArgs args = ParseArgs(spec, argc, argv);
+  if (args.exit_status >= 0) return args.exit_status;
+
   DumpSet set;
-  std::string error;
-  if (!set.Load(dir, load, &error)) {
-    std::fprintf(stderr, "ncclwatch: %s\n", Printable(error).c_str());
-    return kExitBadInput;
-  }
-  if (set.dumps().empty()) {
-    for (const auto& p : set.problems())
-      std::fprintf(stderr, "%s\n", ProblemLine(p).c_str());
-    std::fprintf(stderr, "ncclwatch: %s: no readable dump (%zu rank*.json files)\n", Printable(dir).c_str(), set.files_seen());
-    return kExitBadInput;
-  }
+  if (int status = ReadDumpDir("timeline", args.operand, load, &set)) return status;
   std::FILE* out = stdout;
   std::string tmp;
   if (output != "-") {
@@ -98,8 +78,7 @@ int Run(int argc, char** argv) {
   } else {
     std::fflush(stdout);
   }
-  for (const auto& p : set.problems())
-    std::fprintf(stderr, "%s\n", ProblemLine(p).c_str());
+  SayProblems(set);
   std::FILE* say = out == stdout ? stderr : stdout;
   if (out != stdout)
     std::fprintf(say, "ncclwatch: wrote %s: %zu ranks, %zu events; open it in https://ui.perfetto.dev\n",

@@ -6,13 +6,7 @@
 #include <new>
 #include <string>
 
-#include <unistd.h>
-
-#include "blackbox/postmortem.h"
-#include "common/process_info.h"
-#include "dump/dump_files.h"
 #include "format/display.h"
-#include "model/dump_set.h"
 #include "ncclwatch/trace_format.h"
 #include "ncclwatch/version.h"
 #include "subcommand.h"
@@ -57,54 +51,6 @@ const Subcommand* Find(const char* name) {
   return nullptr;
 }
 
-}  // namespace
-
-bool WantsHelp(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--") == 0) return false;  // what follows belongs to a command
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) return true;
-  }
-  return false;
-}
-
-int UsageError(const char* sub, const char* message) {
-  std::fprintf(stderr, "ncclwatch %s: %s\n(see `ncclwatch %s --help`)\n", sub, message, sub);
-  return kExitBadInput;
-}
-
-void RemoveLeftTemporaries(const std::string& dir) {
-  const char* host = std::getenv("NCCLWATCH_HOST");
-  char name[256] = {0};
-  if (!(host && *host) && gethostname(name, sizeof name - 1) == 0) host = name;
-  if (!host || !*host) return;
-  if (int n = RemoveStaleTemporaries(dir, host))
-    std::fprintf(stderr, "ncclwatch: removed %d partial dump file(s) in %s that dead processes of this host left\n", n,
-                 dir.c_str());
-}
-
-void ConvertLeftBlackBoxes(const std::string& job_instance) {
-  auto setting = [](const char* name) {  // where the library keeps them: this user's own directory
-    const char* v = std::getenv(name);
-    const std::string dir(v && *v ? v : "/dev/shm");
-    std::string why;
-    const std::string mine = dir == "none" ? dir : UserPrivateDir(dir, &why);
-    return mine.empty() ? std::string("none") : mine;
-  };
-  for (const auto& c : blackbox::ConvertDeadBoxes(setting("NCCLWATCH_BLACKBOX_DIR"), setting("NCCLWATCH_RELAY_DIR")).converted) {
-    if (job_instance.empty() || analysis::OfJobInstance(c.job_instance, job_instance)) std::fprintf(stderr, "ncclwatch: %s\n", c.line.c_str());
-  }
-}
-
-int ParseAttemptOption(const char* sub, int argc, char** argv, int* i, int* attempt) {
-  char* end = nullptr;
-  long n = *i + 1 < argc ? std::strtol(argv[*i + 1], &end, 10) : 0;
-  if (*i + 1 >= argc || !end || *end || n < 1 || n > 1000000)
-    return UsageError(sub, "--attempt needs a number from 1 (the oldest attempt)");
-  *attempt = static_cast<int>(n);
-  ++*i;
-  return kExitOk;
-}
-
 // Under a memory cap (ulimit -v) an allocation fails before any bound of the reader is reached,
 // and unwinding needs memory too (freeing a large JSON value allocates): each failure gives back
 // one slice of a reserve and throws, so that the file being read is given up in one line.
@@ -126,6 +72,8 @@ void KeepReserve() {
   for (void*& slice : g_reserve) slice = std::malloc(size_t{8} << 20);
   std::set_new_handler(ReleaseReserveAndThrow);
 }
+
+}  // namespace
 
 int Main(int argc, char** argv) {
   KeepReserve();
@@ -160,10 +108,6 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "ncclwatch: unknown subcommand '%s'\n\n", first);
     Overview(stderr);
     return kExitBadInput;
-  }
-  if (WantsHelp(argc - 1, argv + 1)) {
-    s->help(stdout);
-    return kExitOk;
   }
   // Each file is given up when memory runs out reading it; this is the last resort for what
   // is built from all of them: one line and an exit status, never an abort.

@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "format/hex.h"
 #include "render/text_format.h"
 
 namespace ncclwatch {
@@ -388,17 +389,13 @@ json StackFrames(const trace::Stack& s, const SourceLines& lines) {
   for (const auto& f : s.python)
     a.push_back({{rk::kKind, "python"}, {rk::kFunction, f.function}, {rk::kFile, f.file}, {rk::kLine, f.line},
                  {rk::kLibrary, f.library}});
-  const auto hex = [](uint64_t v) {
-    char b[24];
-    std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
-    return std::string(b);
-  };
   for (const auto& f : s.native) {
     const SourceLine* source = lines.Of(f);
     const std::string function = !f.symbol.empty() || !source ? f.symbol : source->function;
     a.push_back({{rk::kKind, "native"}, {rk::kFunction, function}, {rk::kFile, source ? source->file : ""},
                  {rk::kLine, source ? source->line : 0}, {rk::kModule, f.module}, {rk::kOffset, f.offset},
-                 {rk::kIp, hex(f.ip)}, {rk::kBuildId, f.build_id}, {rk::kModuleOffset, hex(f.module_offset)}});
+                 {rk::kIp, trace::HexNumber(f.ip)}, {rk::kBuildId, f.build_id},
+                 {rk::kModuleOffset, trace::HexNumber(f.module_offset)}});
   }
   return a;
 }

@@ -14,6 +14,8 @@
 #include <tuple>
 #include <utility>
 
+#include "format/hex.h"
+
 // Built without elfutils' headers (libdw-dev), the analyzer gives no source lines.
 #if __has_include(<elfutils/libdwfl.h>)
 #include <elfutils/libdwfl.h>
@@ -46,15 +48,6 @@ std::string DebugFileFor(const std::string& build_id) {
   return *g_debug_directory + "/.build-id/" + build_id.substr(0, 2) + "/" + build_id.substr(2) + ".debug";
 }
 
-std::string HexOf(const unsigned char* bytes, int size) {
-  static const char kDigits[] = "0123456789abcdef";
-  std::string out;
-  for (int i = 0; i < size; ++i) {
-    out += kDigits[bytes[i] >> 4];
-    out += kDigits[bytes[i] & 15];
-  }
-  return out;
-}
 
 #if NCCLWATCH_HAVE_LIBDW
 
@@ -122,7 +115,7 @@ int FindLocalDebugFile(Dwfl_Module* module, void**, const char*, Dwarf_Addr, con
   GElf_Addr vaddr = 0;
   const int size = GetLibDw()->dwfl_module_build_id(module, &bits, &vaddr);
   if (size <= 1) return -1;
-  const std::string path = DebugFileFor(HexOf(bits, size));
+  const std::string path = DebugFileFor(trace::HexBytes(bits, static_cast<size_t>(size)));
   if (!IsRegularFile(path)) return -1;
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd >= 0) *debuginfo_file_name = strdup(path.c_str());
@@ -149,7 +142,7 @@ ModuleInfo OpenModule(const LibDw& dw, const std::string& path, const std::strin
   GElf_Addr vaddr = 0;
   if (module != nullptr && dw.dwfl_module_getelf(module, &info.bias) != nullptr) {
     const int size = dw.dwfl_module_build_id(module, &bits, &vaddr);
-    if (size > 0 && HexOf(bits, size) == build_id) info.module = module;  // exactly that build, or nothing
+    if (size > 0 && trace::HexBytes(bits, static_cast<size_t>(size)) == build_id) info.module = module;  // exactly that build, or nothing
   }
   if (info.module == nullptr) {
     dw.dwfl_end(info.dwfl);

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "format/display.h"
+#include "format/hex.h"
 
 namespace ncclwatch {
 namespace analysis {
@@ -57,19 +58,14 @@ std::string FormatNativeFrame(const trace::NativeFrame& f, const SourceLines& li
   const SourceLine* source = lines.Of(f);  // where this build's debug info was found
   const size_t slash = f.module.rfind('/');
   const std::string module = slash == std::string::npos ? f.module : f.module.substr(slash + 1);
-  const auto hex = [](uint64_t v) {
-    char b[24];
-    std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
-    return std::string(b);
-  };
   std::string s;
   if (!f.symbol.empty() || (source && !source->function.empty())) {
-    s = f.symbol.empty() ? source->function : f.symbol + "+" + hex(f.offset);
+    s = f.symbol.empty() ? source->function : f.symbol + "+" + trace::HexNumber(f.offset);
     if (!module.empty()) s += " (" + module + ")";
   } else if (!module.empty()) {  // no name rather than a wrong one: where in the module it is
-    s = module + "+" + hex(f.module_offset != 0 ? f.module_offset : f.offset);
+    s = module + "+" + trace::HexNumber(f.module_offset != 0 ? f.module_offset : f.offset);
   } else {
-    s = f.ip ? hex(f.ip) : "?";
+    s = f.ip ? trace::HexNumber(f.ip) : "?";
   }
   if (source && !source->file.empty()) s += " at " + source->file + ":" + std::to_string(source->line);
   return Printable(s);
