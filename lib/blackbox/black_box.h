@@ -169,9 +169,11 @@ std::string ModulesText(const std::vector<BoxModule>& modules);
 std::vector<BoxModule> ParseModules(const std::string& text);
 
 // What /proc/PID/stat says of a process: its start (clock ticks after boot, field 22: the same
-// for the life of the pid, across an execve too) and whether it has ended (a zombie).
+// for the life of the pid, across an execve too), its state letter (T stopped, t traced, ...) and
+// whether it has ended (a zombie).
 struct ProcStat {
   bool exists = false, ended = false;
+  char state = 0;
   uint64_t start_ticks = 0;
 };
 ProcStat ReadProcStat(int pid);

@@ -577,10 +577,8 @@ std::string HowItEnded(const std::string& oom_line, const std::optional<trace::S
   return "ended without a word: SIGKILL or the OOM killer";
 }
 
-std::optional<trace::StopKind> StopOfStatLine(const std::string& stat) {
-  const size_t comm_end = stat.rfind(')');  // the command name may hold spaces and parentheses
-  if (comm_end == std::string::npos || comm_end + 2 >= stat.size()) return std::nullopt;
-  switch (stat[comm_end + 2]) {
+std::optional<trace::StopKind> StopOfState(char state) {
+  switch (state) {
     case 'T': return trace::StopKind::Stopped;
     case 't': return trace::StopKind::Traced;
     default: return std::nullopt;
@@ -609,9 +607,10 @@ bool CgroupFrozen(const std::string& proc_cgroup, const std::string& cgroup_root
 }
 
 std::optional<trace::StopKind> StopOf(int pid) {
-  const std::string proc = "/proc/" + std::to_string(pid);
-  if (auto how = StopOfStatLine(SmallFile(proc + "/stat"))) return how;
-  if (CgroupFrozen(SmallFile(proc + "/cgroup"), "/sys/fs/cgroup")) return trace::StopKind::Frozen;
+  const ProcStat stat = ReadProcStat(pid);
+  if (!stat.exists || stat.ended) return std::nullopt;
+  if (auto how = StopOfState(stat.state)) return how;
+  if (CgroupFrozen(SmallFile("/proc/" + std::to_string(pid) + "/cgroup"), "/sys/fs/cgroup")) return trace::StopKind::Frozen;
   return std::nullopt;
 }
 

@@ -77,9 +77,9 @@ std::string HowItEnded(const std::string& oom_line, const std::optional<trace::S
 // A process that cannot run, as its host sees it: /proc/PID/stat's state (T stopped, t traced),
 // else its cgroup frozen. Nothing when it runs, or cannot be seen.
 std::optional<trace::StopKind> StopOf(int pid);
-// Its pieces: the state of a /proc/PID/stat line; whether the cgroup a /proc/PID/cgroup text
+// Its pieces: what a /proc/PID/stat state letter says; whether the cgroup a /proc/PID/cgroup text
 // names is frozen under `cgroup_root` (/sys/fs/cgroup; v2 cgroup.events, v1 freezer.state).
-std::optional<trace::StopKind> StopOfStatLine(const std::string& stat);
+std::optional<trace::StopKind> StopOfState(char state);
 bool CgroupFrozen(const std::string& proc_cgroup, const std::string& cgroup_root);
 
 }  // namespace blackbox

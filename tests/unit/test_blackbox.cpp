@@ -297,12 +297,19 @@ TEST_CASE("black box: a process that ran again after its stop is not said stoppe
 
 TEST_CASE("what the host sees of a process that cannot run: /proc's state, a frozen cgroup") {
   using trace::StopKind;
-  CHECK(blackbox::StopOfStatLine("4321 (python3) T 1 4321 4321 0 -1") == StopKind::Stopped);
-  CHECK(blackbox::StopOfStatLine("4321 (gdb target) t 1 4321") == StopKind::Traced);
-  CHECK(blackbox::StopOfStatLine("4321 (a) T (b)) S 1 4321") == std::nullopt);  // the name ends at the last ')'
-  CHECK(blackbox::StopOfStatLine("4321 (python3) R 1") == std::nullopt);
-  CHECK(blackbox::StopOfStatLine("") == std::nullopt);
+  CHECK(blackbox::StopOfState('T') == StopKind::Stopped);
+  CHECK(blackbox::StopOfState('t') == StopKind::Traced);
+  for (char running : {'R', 'S', 'D', 'Z', '\0'}) CHECK(blackbox::StopOfState(running) == std::nullopt);
   CHECK(blackbox::StopOf(getpid()) == std::nullopt);  // this process runs
+  const pid_t child = fork();
+  if (child == 0) {
+    raise(SIGSTOP);
+    _exit(0);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, WUNTRACED) == child);
+  CHECK(blackbox::StopOf(child) == StopKind::Stopped);  // as /proc says it
+  Kill(child);
 
   TempDir root;
   std::filesystem::create_directories(root.path() + "/job.slice/rank3");
