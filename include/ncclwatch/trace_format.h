@@ -160,10 +160,20 @@ NCCLWATCH_DEFINE_VOCABULARY(OpState, kOpStateNames, OpStateName, ParseOpState, N
   X(Recovery, "recovery")             /* a stalled operation completed after all */      \
   X(Exit, "exit")                     /* normal process exit, nothing in flight */       \
   X(Postmortem, "postmortem")         /* written by another process from the black box of \
-                                         one that ended without a word (SIGKILL, OOM) */
+                                         one that ended without a word (SIGKILL, OOM) */     \
+  X(Stopped, "stopped")               /* written by the host's caretaker from the black box \
+                                         of a process that cannot run (summary.stopped) */
 
 NCCLWATCH_DEFINE_VOCABULARY(DumpReason, kDumpReasonNames, DumpReasonName, ParseDumpReason,
                             NCCLWATCH_FOR_EACH_DUMP_REASON)
+
+// How the host saw a process that cannot run (summary.stopped.how), from /proc and its cgroup.
+#define NCCLWATCH_FOR_EACH_STOP_KIND(X)                                                   \
+  X(Stopped, "stopped") /* /proc state T: SIGSTOP, SIGTSTP (Ctrl-Z), a debugger's stop */ \
+  X(Traced, "traced")   /* /proc state t: held by a debugger or tracer (ptrace) */        \
+  X(Frozen, "frozen")   /* its cgroup is frozen (cgroup v2 cgroup.freeze, v1 freezer) */
+
+NCCLWATCH_DEFINE_VOCABULARY(StopKind, kStopKindNames, StopKindName, ParseStopKind, NCCLWATCH_FOR_EACH_STOP_KIND)
 
 // How a communicator was created (communicators[].kind).
 #define NCCLWATCH_FOR_EACH_COMM_KIND(X)         \
@@ -267,6 +277,11 @@ constexpr const char* kFailed = "failed";
 constexpr const char* kErrorResult = "error_result";
 constexpr const char* kStatesAsOfMonoNs = "states_as_of_mono_ns";  // version 3: postmortem dumps
 constexpr const char* kException = "exception";  // {type, message, file, line, function}
+// Reasons stopped and postmortem: the host saw the process stopped {how, seen_unix_ns, last_seen_unix_ns}.
+constexpr const char* kStopped = "stopped";
+constexpr const char* kHow = "how";
+constexpr const char* kSeenUnixNs = "seen_unix_ns";
+constexpr const char* kLastSeenUnixNs = "last_seen_unix_ns";
 constexpr const char* kType = "type";
 constexpr const char* kMessage = "message";
 // communicator (summary.comms[] and communicators[])

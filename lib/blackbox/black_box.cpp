@@ -266,6 +266,7 @@ ProcStat ReadProcStat(int pid) {
                     &start) != 2)
     return out;
   out.exists = true;
+  out.state = state;
   out.ended = state == 'Z' || state == 'X';
   out.start_ticks = start;
   return out;

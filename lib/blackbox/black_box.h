@@ -32,7 +32,8 @@ namespace blackbox {
 
 constexpr char kMagic[16] = "ncclwatch-bbox";
 // 2: when the watchdog last mirrored op states, raw call sites, the module list.
-constexpr uint32_t kLayoutVersion = 2;
+// 3: the caretaker's record of the process seen stopped (Header::stop).
+constexpr uint32_t kLayoutVersion = 3;
 constexpr size_t kCommRecords = 1024;
 constexpr size_t kCallsiteBytes = 256 * 1024;
 constexpr size_t kIdentityBytes = 64 * 1024;
@@ -65,6 +66,17 @@ struct Layout {
   uint64_t modules_offset, modules_capacity;
 };
 
+// Written by the host's caretaker, never by the process: it saw the process stopped (SIGSTOP,
+// a debugger, a frozen cgroup), so that its postmortem, if it is killed so, says it was.
+struct StopMark {
+  std::atomic<uint32_t> how;              // trace::StopKind
+  std::atomic<int64_t> first_unix_ns;     // first seen stopped, this time (0: never)
+  std::atomic<int64_t> first_mono_ns;
+  std::atomic<int64_t> last_unix_ns;      // last seen stopped
+  std::atomic<int64_t> last_mono_ns;
+  std::atomic<int64_t> stand_in_mono_ns;  // its stand-in dump was written (0: not this time)
+};
+
 // The first page of the file.
 struct Header {
   Layout layout;
@@ -84,6 +96,7 @@ struct Header {
   std::atomic<int64_t> final_dump_mono_ns;  // a dump of its own end (fatal signal, SIGTERM) was written
   std::atomic<uint64_t> dumps;              // dumps written so far
   std::atomic<uint32_t> modules_bytes;      // length of the modules text (0 while rewritten)
+  StopMark stop;
 };
 
 // The file name of a process's black box; `prefix`es the reader matches.
@@ -158,9 +171,11 @@ std::string ModulesText(const std::vector<BoxModule>& modules);
 std::vector<BoxModule> ParseModules(const std::string& text);
 
 // What /proc/PID/stat says of a process: its start (clock ticks after boot, field 22: the same
-// for the life of the pid, across an execve too) and whether it has ended (a zombie).
+// for the life of the pid, across an execve too), its state letter (T stopped, t traced, ...) and
+// whether it has ended (a zombie).
 struct ProcStat {
   bool exists = false, ended = false;
+  char state = 0;
   uint64_t start_ticks = 0;
 };
 ProcStat ReadProcStat(int pid);

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -22,6 +24,7 @@
 #include "common/clock.h"
 #include "dump/dump_files.h"
 #include "dump/dump_writer.h"
+#include "format/display.h"
 #include "format/dump_reader.h"
 #include "record/flight_ring.h"
 
@@ -37,6 +40,8 @@ constexpr int64_t kFinalDumpMarginNs = 3'000'000'000;
 // Hidden black boxes and unwatched relay files younger than this may belong to a process that
 // is starting: left alone.
 constexpr int64_t kLeftoverMinAgeS = 5;
+// A live process whose watchdog has not polled for this long is looked at in /proc: stopped?
+constexpr int64_t kStoppedLookAfterNs = 1'000'000'000;
 // Bounds on what is read of another process's file.
 constexpr uint64_t kMaxRingCapacity = uint64_t{1} << 24;
 constexpr size_t kMaxKernelRecords = 200000;
@@ -214,13 +219,32 @@ struct Converted {
   std::string problem;
 };
 
-// `text`: the dump is put there, not written (a reader's copy).
-Converted WritePostmortem(const BoxCopy& box, const BoxIdentity& id, std::string* text = nullptr) {
+// The stop its box records, if the process never ran again after its host last saw it stopped.
+std::optional<trace::StopKind> RecordedStop(const Header& h) {
+  const int64_t last = h.stop.last_mono_ns.load();
+  const uint32_t how = h.stop.how.load();
+  if (h.stop.first_mono_ns.load() == 0 || last == 0 || h.alive_mono_ns.load() > last ||
+      how >= static_cast<uint32_t>(trace::StopKind::Count))
+    return std::nullopt;
+  return static_cast<trace::StopKind>(how);
+}
+
+std::optional<trace::StopRecord> StopRecordOf(const Header& h) {
+  const std::optional<trace::StopKind> how = RecordedStop(h);
+  if (!how) return std::nullopt;
+  return trace::StopRecord{trace::StopKindName(*how), h.stop.first_unix_ns.load(), h.stop.last_unix_ns.load()};
+}
+
+// What its black box holds, as a dump of `reason` (postmortem, or a stopped process's stand-in)
+// in the process's own dump directory; with `text`, put there instead (a reader's copy).
+Converted WriteFromBox(const BoxCopy& box, const BoxIdentity& id, trace::DumpReason reason, const std::string& detail,
+                       std::string* text = nullptr) {
   const Header& h = *box.header;
   const Layout& l = h.layout;
   DumpInput in;
-  in.reason = trace::DumpReason::Postmortem;
-  in.detail = HowItEnded(KernelOomLine(h.pid));
+  in.reason = reason;
+  in.detail = detail;
+  in.stopped = StopRecordOf(h);
   in.identity.host = id.host;
   in.identity.pid = h.pid;
   in.identity.local_rank = id.local_rank;
@@ -356,6 +380,100 @@ std::string Base(const std::string& name, const std::string& suffix) {
 
 bool StartsWith(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
 
+std::string Who(int rank, int pid, const std::string& host) {
+  return "rank " + std::to_string(rank) + " (pid " + std::to_string(pid) + " on " + (host.empty() ? "this host" : host) + ")";
+}
+
+// Up to 4 KiB of a small file (/proc, cgroup files); "" when it cannot be read.
+std::string SmallFile(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return std::string();
+  char buf[4096];
+  const ssize_t n = read(fd, buf, sizeof buf);
+  close(fd);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+// The header of a live box, mapped to mark it: the process never reads the mark, and no two
+// caretakers mark at once (flock), but `ncclwatch run` may look too: the stand-in is claimed.
+class MappedHeader {
+ public:
+  explicit MappedHeader(int fd)
+      : base_(mmap(nullptr, sizeof(Header), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) {}
+  ~MappedHeader() {
+    if (base_ != MAP_FAILED) munmap(base_, sizeof(Header));
+  }
+  MappedHeader(const MappedHeader&) = delete;
+  MappedHeader& operator=(const MappedHeader&) = delete;
+  Header* get() const { return base_ == MAP_FAILED ? nullptr : static_cast<Header*>(base_); }
+
+ private:
+  void* base_;
+};
+
+// A live process (its box locked) that cannot run: its stop is marked in its box; once a
+// job-wide request written after its last sign of life waits for it, or it has been silent past
+// its deadline, a stand-in dump is written for it from its box, once per stop. Nothing when it
+// runs: its watchdog polled within a second, or /proc says it runs.
+std::optional<Conversion> CareForStopped(int fd, const std::string& path, const BoxIdentity& id) {
+  Header h;
+  if (pread(fd, static_cast<void*>(&h), sizeof h, 0) != static_cast<ssize_t>(sizeof h)) return std::nullopt;
+  const int64_t alive = h.alive_mono_ns.load();
+  const int64_t now = static_cast<int64_t>(MonoNs());
+  if (alive == 0 || now - alive < kStoppedLookAfterNs) return std::nullopt;
+  // The lock's holder as this process's PID namespace numbers it (the box's pid is its own).
+  struct flock holder{};
+  holder.l_type = F_WRLCK;
+  holder.l_whence = SEEK_SET;
+  holder.l_len = 1;
+  if (fcntl(fd, F_GETLK, &holder) != 0 || holder.l_type == F_UNLCK || holder.l_pid <= 0) return std::nullopt;
+  const std::optional<trace::StopKind> how = StopOf(holder.l_pid);
+  if (!how) return std::nullopt;
+  MappedHeader mapped(fd);
+  Header* live = mapped.get();
+  if (!live) return std::nullopt;
+  StopMark& mark = live->stop;
+  const int64_t unix_now = static_cast<int64_t>(UnixNs());
+  if (mark.first_mono_ns.load() == 0 || live->alive_mono_ns.load() > mark.last_mono_ns.load()) {  // a new stop
+    mark.stand_in_mono_ns.store(0);
+    mark.first_unix_ns.store(unix_now);
+    mark.first_mono_ns.store(now);
+  }
+  mark.how.store(static_cast<uint32_t>(*how));
+  mark.last_unix_ns.store(unix_now);
+  mark.last_mono_ns.store(now);
+  if (mark.stand_in_mono_ns.load() != 0) return std::nullopt;  // said once a stop
+  const bool past_deadline = h.default_deadline_s > 0 && now - alive >= static_cast<int64_t>(h.default_deadline_s * 1e9);
+  bool asked = false;
+  if (!past_deadline && !(id.dump_dir.empty() && id.dump_fallback.empty())) {
+    DumpDirectory dir(id.dump_dir, id.dump_fallback, 0, id.cwd);
+    const std::optional<PeerRequest> r = dir.CurrentRequest();
+    asked = r && (r->job_instance.empty() || id.job_instance.empty() || r->job_instance == id.job_instance) &&
+            r->time_unix_ns > h.alive_unix_ns.load();
+  }
+  int64_t unclaimed = 0;
+  if ((!past_deadline && !asked) || !mark.stand_in_mono_ns.compare_exchange_strong(unclaimed, now)) return std::nullopt;
+  Conversion c;
+  c.box = path;
+  c.stopped = true;
+  c.pid = h.pid;
+  c.rank = h.global_rank.load();
+  c.job_instance = id.job_instance;
+  const std::string who = Who(c.rank, h.pid, id.host) + " is " + trace::StopKindText(*how) + ": it answers no dump request";
+  BoxCopy box;
+  std::string why;
+  if (!ReadBox(fd, &box, &why)) {
+    c.line = who + "; its black box cannot be read (" + why + ")";
+    return c;
+  }
+  Converted w = WriteFromBox(box, id, trace::DumpReason::Stopped,
+                            trace::StopKindText(*how) + ", seen by its host; what its black box held at its last sign of life");
+  c.dump = w.dump;
+  c.line = w.dump.empty() ? who + "; no stand-in dump could be written (" + w.problem + ")"
+                          : who + "; a stand-in dump from its black box is " + w.dump;
+  return c;
+}
+
 std::vector<std::string> Names(const std::string& dir) {
   std::vector<std::string> out;
   DIR* d = opendir(dir.c_str());
@@ -458,7 +576,11 @@ std::string KernelOomLine(int pid) {
   return FindOomLine(records, pid);
 }
 
-std::string HowItEnded(const std::string& oom_line) {
+std::string HowItEnded(const std::string& oom_line, const std::optional<trace::StopKind>& stopped) {
+  if (stopped)
+    return "was " + trace::StopKindText(*stopped) + ", then killed while stopped" +
+           (oom_line.empty() ? std::string(" (SIGKILL: its launcher's or a user's)")
+                             : " by the kernel's OOM killer (" + oom_line + ")");
   if (!oom_line.empty()) return "killed by the kernel's OOM killer (" + oom_line + ")";
   return "ended without a word: SIGKILL or the OOM killer";
 }
@@ -509,11 +631,51 @@ std::vector<LeftBox> ReadDeadBoxes(const std::string& box_dir) {
                     : id.dump_fallback.empty() ? std::string()
                     : id.cwd.empty() ? id.dump_fallback : id.cwd + "/" + id.dump_fallback;
     const int64_t final_dump = h.final_dump_mono_ns.load();
-    if (!(final_dump && h.alive_mono_ns.load() - final_dump < kFinalDumpMarginNs)) WritePostmortem(box, id, &left.dump);
+    if (!(final_dump && h.alive_mono_ns.load() - final_dump < kFinalDumpMarginNs))
+      WriteFromBox(box, id, trace::DumpReason::Postmortem, HowItEnded(KernelOomLine(h.pid), RecordedStop(h)), &left.dump);
     out.push_back(std::move(left));
   }
   return out;
 }
+
+
+std::optional<trace::StopKind> StopOfState(char state) {
+  switch (state) {
+    case 'T': return trace::StopKind::Stopped;
+    case 't': return trace::StopKind::Traced;
+    default: return std::nullopt;
+  }
+}
+
+bool CgroupFrozen(const std::string& proc_cgroup, const std::string& cgroup_root) {
+  std::istringstream lines(proc_cgroup);
+  std::string line;
+  while (std::getline(lines, line)) {  // hierarchy:controllers:path
+    const size_t a = line.find(':');
+    const size_t b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1), cgroup = line.substr(b + 1);
+    if (cgroup.empty() || cgroup[0] != '/' || cgroup.find("/..") != std::string::npos) continue;
+    if (controllers.empty()) {  // v2 (unified, or beside v1 under unified/)
+      for (const char* mount : {"", "/unified"}) {
+        const std::string events = SmallFile(cgroup_root + mount + cgroup + "/cgroup.events");
+        if (("\n" + events).find("\nfrozen 1") != std::string::npos) return true;
+      }
+    } else if (("," + controllers + ",").find(",freezer,") != std::string::npos) {
+      if (SmallFile(cgroup_root + "/freezer" + cgroup + "/freezer.state").rfind("FROZEN", 0) == 0) return true;
+    }
+  }
+  return false;
+}
+
+std::optional<trace::StopKind> StopOf(int pid) {
+  const ProcStat stat = ReadProcStat(pid);
+  if (!stat.exists || stat.ended) return std::nullopt;
+  if (auto how = StopOfState(stat.state)) return how;
+  if (CgroupFrozen(SmallFile("/proc/" + std::to_string(pid) + "/cgroup"), "/sys/fs/cgroup")) return trace::StopKind::Frozen;
+  return std::nullopt;
+}
+
 
 CaretakerPass ConvertDeadBoxes(const std::string& box_dir, const std::string& relay_dir, const std::string& own_box) {
   CaretakerPass pass;
@@ -534,10 +696,13 @@ CaretakerPass ConvertDeadBoxes(const std::string& box_dir, const std::string& re
     struct stat st;
     const int fd = OpenOwn(path, &st);
     if (fd < 0) continue;
-    if (!TakeDeadLock(fd)) {  // alive: only what it watches matters here
+    if (!TakeDeadLock(fd)) {  // alive: what it watches, and whether it can run
       BoxIdentity id;
-      if (!hidden && ReadLiveIdentity(fd, &id) && !id.relay.empty()) watched_relays.insert(id.relay);
+      const bool known = !hidden && ReadLiveIdentity(fd, &id);
+      if (known && !id.relay.empty()) watched_relays.insert(id.relay);
       else someone_starting = true;
+      if (known)
+        if (std::optional<Conversion> c = CareForStopped(fd, path, id)) pass.converted.push_back(std::move(*c));
       close(fd);
       continue;
     }
@@ -582,15 +747,17 @@ CaretakerPass ConvertDeadBoxes(const std::string& box_dir, const std::string& re
       c.rank = h.global_rank.load();
       c.job_instance = id.job_instance;
       const int64_t final_dump = h.final_dump_mono_ns.load();
-      const std::string who = "rank " + std::to_string(c.rank) + " (pid " + std::to_string(h.pid) + " on " +
-                              (id.host.empty() ? "this host" : id.host) + ")";
+      const std::optional<trace::StopKind> stopped = RecordedStop(h);
+      const std::string who = Who(c.rank, h.pid, id.host) +
+                              (stopped ? " was " + trace::StopKindText(*stopped) + ", then ended without a word"
+                                       : std::string(" ended without a word"));
       if (final_dump && h.alive_mono_ns.load() - final_dump < kFinalDumpMarginNs) {
-        c.line = who + " dumped at its end: removed its black box";
+        c.line = Who(c.rank, h.pid, id.host) + " dumped at its end: removed its black box";
       } else {
-        Converted w = WritePostmortem(box, id);
+        Converted w = WriteFromBox(box, id, trace::DumpReason::Postmortem, HowItEnded(KernelOomLine(h.pid), stopped));
         c.dump = w.dump;
-        c.line = w.dump.empty() ? who + " ended without a word; its black box could not be converted (" + w.problem + ")"
-                                : who + " ended without a word; its black box is now " + w.dump;
+        c.line = w.dump.empty() ? who + "; its black box could not be converted (" + w.problem + ")"
+                                : who + "; its black box is now " + w.dump;
       }
     }
     unlink(path.c_str());

@@ -12,9 +12,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "ncclwatch/trace_format.h"
 
 namespace ncclwatch {
 namespace blackbox {
@@ -41,7 +44,8 @@ bool ParseIdentity(const std::string& json, BoxIdentity* out);
 struct Conversion {
   std::string box;        // the black box file
   int pid = 0, rank = -1;
-  std::string dump;       // the postmortem dump written; "" when none was
+  std::string dump;       // the postmortem (or stand-in) dump written; "" when none was
+  bool stopped = false;   // a stand-in for a live process that cannot run: its box stays
   std::string line;       // one line saying what was done
   std::string job_instance;  // of the process, from its identity ("" unknown)
   bool ended = true;         // false: the process lives on in another program (execve), no death to tell
@@ -54,6 +58,9 @@ struct CaretakerPass {
 
 // Converts the black boxes in `box_dir` of this user's processes that are gone and removes them,
 // and removes leftovers of dead processes in `box_dir` and `relay_dir` ("none": not used).
+// A live process that cannot run (stopped, traced, in a frozen cgroup: it answers no dump
+// request) is marked so in its box, and once a job-wide request waits for it or it has been
+// stopped past its deadline, gets a stand-in dump (reason `stopped`) from its box, once a stop.
 // `own_box`: the caller's own black box file name, never touched ("" none). Never throws.
 CaretakerPass ConvertDeadBoxes(const std::string& box_dir, const std::string& relay_dir,
                                const std::string& own_box = "");
@@ -78,8 +85,17 @@ std::string KernelOomLine(int pid);
 // The OOM-killer line for `pid` among kernel log records (one per string), "" if none.
 std::string FindOomLine(const std::vector<std::string>& records, int pid);
 
-// How a process without a word ended, as the postmortem dump's detail says it.
-std::string HowItEnded(const std::string& oom_line);
+// How a process without a word ended, as the postmortem dump's detail says it; `stopped`: its
+// host saw it stopped until its end (it was killed stopped, not by what killed a running one).
+std::string HowItEnded(const std::string& oom_line, const std::optional<trace::StopKind>& stopped = std::nullopt);
+
+// A process that cannot run, as its host sees it: /proc/PID/stat's state (T stopped, t traced),
+// else its cgroup frozen. Nothing when it runs, or cannot be seen.
+std::optional<trace::StopKind> StopOf(int pid);
+// Its pieces: what a /proc/PID/stat state letter says; whether the cgroup a /proc/PID/cgroup text
+// names is frozen under `cgroup_root` (/sys/fs/cgroup; v2 cgroup.events, v1 freezer.state).
+std::optional<trace::StopKind> StopOfState(char state);
+bool CgroupFrozen(const std::string& proc_cgroup, const std::string& cgroup_root);
 
 }  // namespace blackbox
 }  // namespace ncclwatch

@@ -70,6 +70,7 @@ trace::Summary SummaryOf(const DumpInput& in) {
   s.error_result = in.error_result;
   s.states_as_of_mono_ns = in.states_as_of_mono_ns;
   s.exception = in.exception;
+  s.stopped = in.stopped;
   if (in.failed) s.failed = OpRecordOf(*in.failed);
   return s;
 }

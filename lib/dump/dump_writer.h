@@ -48,6 +48,7 @@ struct DumpInput {
   int error_result = 0;              // reasons nccl_error, async_error: the ncclResult_t
   int64_t states_as_of_mono_ns = -1;  // postmortem: when op states were last mirrored (trace::Summary)
   std::optional<trace::UncaughtException> exception;  // reason exit: the Python exception it ended with
+  std::optional<trace::StopRecord> stopped;  // reasons stopped, postmortem: its host saw it stopped
   std::vector<Recovery> recoveries;
   // Full detail (absent from light dumps).
   bool light = false;

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <string>
 
+#include "ncclwatch/trace_format.h"
+
 namespace ncclwatch {
 namespace trace {
 
@@ -17,6 +19,17 @@ inline std::string NcclVersionText(int64_t code) {
   const int64_t major = old_scheme ? code / 1000 : code / 10000;
   const int64_t minor = old_scheme ? code / 100 % 10 : code / 100 % 100;
   return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(code % 100);
+}
+
+// summary.stopped.how as the caretaker's line and the report say it.
+inline std::string StopKindText(StopKind how) {
+  switch (how) {
+    case StopKind::Stopped: return "stopped (SIGSTOP or a debugger)";
+    case StopKind::Traced: return "stopped by a debugger or tracer (ptrace)";
+    case StopKind::Frozen: return "frozen (its cgroup's freezer)";
+    case StopKind::Count: break;
+  }
+  return "stopped";
 }
 
 // "4.0 KiB", "1.5 GiB": sizes as every ncclwatch message and report prints them.

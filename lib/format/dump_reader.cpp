@@ -715,6 +715,8 @@ Summary SummaryFromJson(const json& j) {
     s.exception = UncaughtException{GetString(*e, key::kType), GetString(*e, key::kMessage),
                                     GetString(*e, key::kFile), GetInt(*e, key::kLine, 0),
                                     GetString(*e, key::kFunction)};
+  if (const json* st = Find(j, key::kStopped); st && st->is_object())
+    s.stopped = StopRecord{GetString(*st, key::kHow), GetInt(*st, key::kSeenUnixNs, 0), GetInt(*st, key::kLastSeenUnixNs, 0)};
   return s;
 }
 

@@ -144,6 +144,15 @@ struct UncaughtException {
   NCCLWATCH_RECORD_EQUALITY(UncaughtException)
 };
 
+// A process its host saw stopped (reasons stopped and postmortem): how, since when.
+struct StopRecord {
+  std::string how;               // StopKindName(); kept as text
+  int64_t seen_unix_ns = 0;      // when the host first saw it stopped (this time)
+  int64_t last_seen_unix_ns = 0;  // when it last saw it still stopped
+  auto Tie() const { return std::tie(how, seen_unix_ns, last_seen_unix_ns); }
+  NCCLWATCH_RECORD_EQUALITY(StopRecord)
+};
+
 struct Summary {
   int rank = kUnknownRank;
   int local_rank = kUnknownRank;
@@ -181,6 +190,8 @@ struct Summary {
   int64_t states_as_of_mono_ns = -1;
   // Reason exit: the uncaught Python exception the process ended with, if any.
   std::optional<UncaughtException> exception;
+  // Reasons stopped and postmortem: its host saw it stopped, and it never ran again after.
+  std::optional<StopRecord> stopped;
 
   const CommSummary* Comm(const std::string& id) const {
     for (const auto& c : comms)
@@ -191,7 +202,7 @@ struct Summary {
     return std::tie(rank, local_rank, world_size, host, pid, dump_seq, reason, detail, trigger, time_unix_ns,
                     time_mono_ns, start_mono_ns, nccl_version, in_nccl, comms, in_flight, stalled,
                     ring_overwritten, process_uid, job_instance, start_unix_ns, exit_status, failed,
-                    error_result, states_as_of_mono_ns, exception);
+                    error_result, states_as_of_mono_ns, exception, stopped);
   }
   NCCLWATCH_RECORD_EQUALITY(Summary)
 };

@@ -150,6 +150,13 @@ void WriteSummary(JsonWriter& w, const Summary& s) {
     w.Field(k::kFunction, s.exception->function);
     w.EndObject();
   }
+  if (s.stopped) {
+    w.Key(k::kStopped).BeginObject();
+    w.Field(k::kHow, s.stopped->how);
+    w.Field(k::kSeenUnixNs, s.stopped->seen_unix_ns);
+    w.Field(k::kLastSeenUnixNs, s.stopped->last_seen_unix_ns);
+    w.EndObject();
+  }
   w.EndObject();
 }
 

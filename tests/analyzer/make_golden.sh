@@ -23,6 +23,7 @@ sets=(
   "rank_dead_no_dump|--ranks 8 --scenario rank_dead|"
   "rank_dead_fatal|--ranks 8 --scenario rank_dead --fatal|"
   "rank_exited|--ranks 8 --scenario rank_exited|txt"
+  "rank_stopped|--ranks 8 --scenario rank_stopped|txt"
   "nccl_error|--ranks 8 --scenario nccl_error|txt"
   "init_hang|--ranks 4 --scenario init_hang|txt"
   "no_hang|--ranks 8 --scenario no_hang|"

@@ -3,6 +3,7 @@
 // job stopped or snapshotted, a setup hang, stale evidence, reused directories, shared pids.
 #include <catch2/catch.hpp>
 
+#include "format/display.h"
 #include "render/render_report.h"
 #include "test_support.h"
 
@@ -348,4 +349,93 @@ TEST_CASE("a culprit's current stack is the application's, never ncclwatch's own
   CHECK(v.evidence[0].current_tid == 4343);
   REQUIRE(v.evidence[0].current.native.size() == 1);
   CHECK(v.evidence[0].current.native[0].symbol == "save_checkpoint");
+}
+
+// A rank stopped (SIGSTOP, a debugger, a frozen cgroup) answers nothing: its host's caretaker
+// writes a stand-in from its black box (reason stopped, summary.stopped), and a postmortem if it
+// is then killed. Wherever it stopped (inside the collective, or before it), it is the one the
+// others wait for, and it is stopped: not stuck_in_collective, rank_missing or an OOM story.
+namespace {
+Document StandIn(int rank, trace::CommSummary comm, std::vector<trace::Op> in_flight, const char* how = "stopped") {
+  Document d = Dump(rank, 4, {comm}, std::move(in_flight), Name(R::Stopped));
+  d.summary.stopped = trace::StopRecord{how, 1'700'010'000'000'000'000LL, 1'700'010'020'000'000'000LL};  // 01:00:00 UTC
+  d.summary.states_as_of_mono_ns = d.summary.time_mono_ns - 100'000'000;
+  d.summary.detail = "stopped (SIGSTOP or a debugger), seen by its host";
+  return d;
+}
+
+std::vector<Document> OthersStallIn8(int stopped) {
+  std::vector<Document> dumps;
+  for (int r = 0; r < 4; ++r)
+    if (r != stopped)
+      dumps.push_back(Dump(r, 4, {Comm(kWorld, 4, r, 8, 8, 7)}, {Op(kWorld, 8, "AllReduce", "gpu_reached", 30)},
+                           Name(r == 0 ? R::Stall : R::PeerRequest)));
+  return dumps;
+}
+}  // namespace
+
+TEST_CASE("a stopped rank is rank_stopped, wherever it stopped, and stays so once killed", "[endings]") {
+  struct Case {
+    const char* name;
+    trace::CommSummary comm;
+    std::vector<trace::Op> in_flight;
+    const char* how;
+  };
+  for (const Case& c : {Case{"inside #8", Comm(kWorld, 4, 2, 8, 8, 7), {Op(kWorld, 8, "AllReduce", "gpu_reached", 31)}, "stopped"},
+                        Case{"before #8", Comm(kWorld, 4, 2, 7, 7, 7), {}, "traced"},
+                        Case{"its GPU behind", Comm(kWorld, 4, 2, 8, 7, 7), {Op(kWorld, 8, "AllReduce", "enqueued", 31)}, "frozen"}}) {
+    for (bool killed : {false, true}) {
+      INFO(c.name << (killed ? ", then killed" : ""));
+      TempDir dir;
+      std::vector<Document> dumps = OthersStallIn8(2);
+      Document stand_in = StandIn(2, c.comm, c.in_flight, c.how);
+      dumps.push_back(stand_in);
+      if (killed) {  // its postmortem: the same box, the same number, the stop kept
+        Document pm = stand_in;
+        pm.summary.reason = Name(R::Postmortem);
+        pm.summary.detail = "was stopped (SIGSTOP or a debugger), then killed while stopped (SIGKILL: its launcher's or a user's)";
+        dumps.push_back(pm);
+      }
+      auto report = Analyze(dir, dumps);
+      INFO(analysis::ReportToJson(report).dump());
+      REQUIRE(report.verdicts.size() == 1);
+      const auto& v = report.verdicts[0];
+      CHECK(v.cause == Cause::RankStopped);
+      CHECK(v.culprit_ranks == Ranks({2}));
+      CHECK(v.seq == 8);
+      CHECK(v.waiting_ranks == Ranks({0, 1, 3}));
+      CHECK(v.culprit_stopped_killed == killed);
+      REQUIRE(v.evidence.size() == 1);
+      CHECK(v.evidence[0].position.state == analysis::CulpritState::Stopped);
+      const std::string where = analysis::WhereText(v.evidence[0]);
+      trace::StopKind how;
+      REQUIRE(trace::ParseStopKind(c.how, &how));
+      CHECK(where.find(trace::StopKindText(how) + " since 2023-11-15 01:00:00 UTC") != std::string::npos);
+      CHECK((where.find("then killed while stopped") != std::string::npos) == killed);
+      CHECK(where.find("OOM") == std::string::npos);
+      const std::string text = analysis::RenderReportText(report, {});
+      CHECK(text.find(killed ? "rank 2 was stopped, then killed while stopped" : "rank 2 is stopped") != std::string::npos);
+      CHECK(text.find("kill -CONT") != std::string::npos);
+      CHECK(report.problems.empty());
+    }
+  }
+}
+
+TEST_CASE("a rank stopped, then continued, is not stopped: its own later dumps say what it did", "[endings]") {
+  // Its stand-in carries the number of its next own dump: that dump (its exit record here)
+  // comes after it, and is no duplicate. Every rank then exited: no hang.
+  TempDir dir;
+  std::vector<Document> dumps;
+  for (int r = 0; r < 4; ++r) {
+    Document exit = Dump(r, 4, {Comm(kWorld, 4, r, 20, 20, 20)}, {}, Name(R::Exit));
+    exit.summary.exit_status = 0;
+    exit.summary.time_unix_ns += 30'000'000'000LL;
+    dumps.push_back(exit);
+  }
+  dumps.push_back(StandIn(2, Comm(kWorld, 4, 2, 8, 8, 7), {Op(kWorld, 8, "AllReduce", "gpu_reached", 31)}));
+  auto report = Analyze(dir, dumps);
+  INFO(analysis::ReportToJson(report).dump());
+  REQUIRE(report.verdicts.size() == 1);
+  CHECK(report.verdicts[0].cause == Cause::NoHang);
+  CHECK(report.problems.empty());
 }

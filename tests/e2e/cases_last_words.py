@@ -9,7 +9,7 @@ import signal
 import subprocess
 import time
 
-from e2e_common import (analyze, built, case, first_verdict, host_dirs, job, rank_pid, ring_entries)
+from e2e_common import (analyze, analyze_dir, built, case, first_verdict, host_dirs, job, rank_pid, ring_entries)
 from ncclwatch_testing import (check, wait_for, wait_for_ranks)
 
 
@@ -19,6 +19,21 @@ def files_in(path):
 
 def boxes(j):
     return [f for f in files_in(os.path.join(j.tmp, "boxes")) if "ncclwatch-box-" in f]
+
+
+def caretaker_pid(p):
+    """The pid of the job's host caretaker (the holder of its flock)."""
+    lock = os.path.join(os.path.realpath(f"/proc/{p.pid}/cwd"), "boxes", f"ncclwatch-caretaker-{os.getuid()}.lock")
+    wait_for(lambda: os.path.exists(lock), "the caretaker's lock")
+    inode = os.stat(lock).st_ino
+
+    def holder():
+        for line in open("/proc/locks"):
+            f = line.split()
+            if len(f) > 5 and f[1] == "FLOCK" and f[5].endswith(f":{inode}"):
+                return int(f[4])
+        return None
+    return wait_for(holder, "a caretaker")
 
 
 def postmortem_where(j, rank, cause="rank_dead"):
@@ -163,17 +178,7 @@ def last_words_default_and_relative_dir():
 def last_words_caretaker_killed():
     # The host's caretaker itself is SIGKILLed: the next process elected converts its black box.
     def kill_caretaker(p):
-        lock = os.path.join(os.path.realpath(f"/proc/{p.pid}/cwd"), "boxes", f"ncclwatch-caretaker-{os.getuid()}.lock")
-        wait_for(lambda: os.path.exists(lock), "the caretaker's lock")
-        inode = os.stat(lock).st_ino
-
-        def holder():
-            for line in open("/proc/locks"):
-                f = line.split()
-                if len(f) > 5 and f[1] == "FLOCK" and f[5].endswith(f":{inode}"):
-                    return int(f[4])
-            return None
-        pid = wait_for(holder, "a caretaker")
+        pid = caretaker_pid(p)
         killed["pid"] = pid
         os.kill(pid, signal.SIGKILL)
         wait_for(lambda: glob.glob(os.path.join(os.path.realpath(f"/proc/{p.pid}/cwd"), "dumps",
@@ -432,3 +437,76 @@ def rank_that_reexecutes_itself_is_no_death():
         check(len(report.get("attempts") or [None]) == 1, f"{what}: one attempt: {report.get('attempts')}")
         check(all(v["cause"] != "rank_dead" for v in report["verdicts"]),
               f"{what}: nobody dead:\n{json.dumps(report['verdicts'], indent=1)[:2000]}")
+
+
+# A rank stopped (kill -STOP, a debugger, a frozen cgroup) is alive and answers nothing: the
+# host's caretaker sees it in /proc and writes a stand-in dump for it from its black box; it is
+# rank_stopped while stopped, and stays so once the launcher kills it (not an OOM story). One
+# continued before the end is no verdict at all: its own later dumps say what it did.
+
+def stop_a_rank(p, seen):
+    """SIGSTOPs a rank that is not the caretaker (a stopped caretaker sees nobody) once the job
+    has run for a second; waits for its stand-in dump. Returns the dumps directory."""
+    dumps = os.path.join(os.path.realpath(f"/proc/{p.pid}/cwd"), "dumps")
+    caretaker = caretaker_pid(p)
+    rank = next(r for r in (2, 1, 3) if rank_pid(p, r) != caretaker)
+    pid = rank_pid(p, rank)
+    time.sleep(1.0)  # some collectives done
+    os.kill(pid, signal.SIGSTOP)
+    seen.update(rank=rank, pid=pid)
+    stand_in = wait_for(lambda: glob.glob(os.path.join(dumps, f"rank{rank:05d}-*-stopped.json")), f"rank {rank}'s stand-in")
+    seen["stand_in"] = json.load(open(stand_in[0]))
+    seen["stand_in_file"] = os.path.basename(stand_in[0])
+    return dumps
+
+
+@case
+def stopped_rank_is_stopped_then_killed():
+    seen = {}
+
+    def stop_then_kill(p):
+        dumps = stop_a_rank(p, seen)
+        # While it is stopped, the job's dumps already say so (what `ncclwatch run` prints live).
+        rc, report = analyze_dir(dumps)
+        seen["live"] = report
+        os.kill(seen["pid"], signal.SIGKILL)  # the launcher gives up on it
+        wait_for(lambda: glob.glob(os.path.join(dumps, f"rank{seen['rank']:05d}-*-postmortem.json")), "its postmortem")
+        p.send_signal(signal.SIGTERM)  # and tears the job down
+    j = job(4, ["--iters", "100000", "--jitter-ms", "20", "--seed", "7"], env={"NCCLWATCH_TIMEOUT": "2"}, timeout=60,
+            after_start=stop_then_kill)
+    r, s = seen["rank"], seen["stand_in"]["summary"]
+    check(s["stopped"]["how"] == "stopped" and s["stopped"]["seen_unix_ns"] > 0, f"the stand-in says how: {s['stopped']}")
+    check(any(f"rank {r} (pid {seen['pid']}" in l and "is stopped (SIGSTOP or a debugger)" in l for l in j.ncclwatch_lines()),
+          f"the caretaker said it:\n{j.err[-2000:]}")
+    last = s["comms"][0]["last_enqueued"]
+    for when, report in (("while stopped", seen["live"]), ("at the end", analyze_dir(j.dir)[1])):
+        v = report["verdicts"][0]
+        what = json.dumps(report["verdicts"], indent=1)[:3000]
+        check(v["cause"] == "rank_stopped" and v["culprit_ranks"] == [r], f"{when}: rank {r} is stopped:\n{what}")
+        check(sorted(v["waiting_ranks"]) == sorted({0, 1, 2, 3} - {r}), f"{when}: the others wait:\n{what}")
+        where = v["culprit_stacks"][str(r)]
+        check(where["state"] == "stopped" and "stopped (SIGSTOP or a debugger) since" in where["where"],
+              f"{when}: where: {where['where']}")
+        check(where["callsite_op"].startswith(f"AllReduce #{last}") and where["callsite"], f"{when}: its last call: {where}")
+        check("OOM" not in where["where"] and "without a word" not in where["where"], f"{when}: no death story: {where['where']}")
+    check("then killed while stopped" in where["where"], f"killed while stopped: {where['where']}")
+    pm = j.first(r, "postmortem")["summary"]
+    check(pm["stopped"]["seen_unix_ns"] == s["stopped"]["seen_unix_ns"] and "then killed while stopped" in pm["detail"],
+          f"its postmortem keeps the stop: {pm['detail']} {pm.get('stopped')}")
+
+
+@case
+def stopped_rank_continued_is_no_verdict():
+    seen = {}
+
+    def stop_then_continue(p):
+        stop_a_rank(p, seen)
+        os.kill(seen["pid"], signal.SIGCONT)
+    j = job(4, ["--iters", "400", "--jitter-ms", "20", "--seed", "7"], env={"NCCLWATCH_TIMEOUT": "2"}, timeout=60,
+            after_start=stop_then_continue)
+    check(j.rc == 0, f"the job recovered and finished: {j.rc}\n{j.err[-2000:]}")
+    rc, report = analyze_dir(j.dir)
+    what = json.dumps(report["verdicts"], indent=1)[:3000]
+    check(rc == 0 and [v["cause"] for v in report["verdicts"]] == ["no_hang"], f"a stop that ended is no verdict:\n{what}")
+    problems = json.dumps(report.get("problems", []))
+    check(seen["stand_in_file"] not in problems, f"its stand-in and its own later dumps side by side: {problems}")

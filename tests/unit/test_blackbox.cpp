@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -17,6 +18,7 @@
 
 #include "blackbox/black_box.h"
 #include "blackbox/postmortem.h"
+#include "common/clock.h"
 #include "format/dump_reader.h"
 #include "format/file_name.h"
 #include "format/trace_writer.h"
@@ -44,10 +46,12 @@ std::vector<std::string> Boxes(const std::string& dir) {
   return out;
 }
 
-// A child that records what a rank in an all-reduce records, then ends as `how` says.
-enum class Ending { kWithoutAWord, kAfterItsOwnDump, kNormalExit };
+// A child that records what a rank in an all-reduce records, then ends as `how` says. kStopped:
+// it stops itself (SIGSTOP) and waits to be killed; kStoppedThenRuns: the same, and once
+// continued its watchdog polls again (it writes a byte to `ran_fd` then) before it waits.
+enum class Ending { kWithoutAWord, kAfterItsOwnDump, kNormalExit, kStopped, kStoppedThenRuns };
 
-pid_t RecordingChild(const std::string& boxes, const std::string& dumps, Ending how) {
+pid_t RecordingChild(const std::string& boxes, const std::string& dumps, Ending how, int ran_fd = -1) {
   pid_t pid = fork();
   if (pid != 0) return pid;
   std::string why;
@@ -106,11 +110,39 @@ pid_t RecordingChild(const std::string& boxes, const std::string& dumps, Ending 
   box->Alive(1'700'000'000'000'000'000, 5'000'000'000, 4'900'000'000, 0);
   if (how == Ending::kAfterItsOwnDump) box->FinalDumpWritten(4'999'000'000);
   if (how == Ending::kNormalExit) box->Remove();
+  if (how == Ending::kStopped || how == Ending::kStoppedThenRuns) {
+    raise(SIGSTOP);
+    if (how == Ending::kStoppedThenRuns) {
+      box->Alive(1'700'000'100'000'000'000, static_cast<int64_t>(MonoNs()), static_cast<int64_t>(MonoNs()), 12);
+      if (write(ran_fd, "x", 1) != 1) _exit(1);
+    }
+    for (;;) pause();
+  }
   _exit(0);  // the lock goes with the process; the file stays unless removed
 }
 
 std::string DumpFileNameOf(const trace::LoadedDump& d) {
   return trace::DumpFileName(d.summary.rank, d.summary.host, d.summary.pid, d.summary.dump_seq, d.summary.reason);
+}
+
+pid_t StoppedChild(const std::string& boxes, const std::string& dumps, Ending how, int ran_fd = -1) {
+  const pid_t pid = RecordingChild(boxes, dumps, how, ran_fd);
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, WUNTRACED) == pid);
+  REQUIRE(WIFSTOPPED(status));
+  return pid;
+}
+
+void Kill(pid_t pid) {
+  kill(pid, SIGKILL);
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+}
+
+trace::LoadedDump Read(const std::string& path) {
+  trace::LoadedDump d;
+  REQUIRE(trace::ReadDumpFile(path, trace::ReadDepth::kFull, &d).usable);
+  return d;
 }
 
 void Reap(pid_t pid) {
@@ -264,6 +296,103 @@ TEST_CASE("black box: a reader reads what dead processes left as their postmorte
   REQUIRE(in_memory.detail);
   CHECK(in_memory.detail->ring.entries.size() == converted.detail->ring.entries.size());
   CHECK(DumpFileNameOf(in_memory) == written.substr(written.rfind('/') + 1));
+}
+
+TEST_CASE("black box: a stopped process gets one stand-in dump, and its postmortem keeps the stop") {
+  // Stopped (SIGSTOP) inside its all-reduce #12, its watchdog silent past its 30 s deadline:
+  // the caretaker writes a stand-in from its box (the process cannot answer), once.
+  TempDir boxes, dumps;
+  const pid_t pid = StoppedChild(boxes.path(), dumps.path(), Ending::kStopped);
+  blackbox::CaretakerPass pass = blackbox::ConvertDeadBoxes(boxes.path(), "none");
+  REQUIRE(pass.converted.size() == 1);
+  const blackbox::Conversion& c = pass.converted[0];
+  CHECK(c.stopped);
+  CHECK(c.rank == 3);
+  CHECK(c.line.find("is stopped (SIGSTOP or a debugger)") != std::string::npos);
+  REQUIRE(!c.dump.empty());
+  CHECK(Boxes(boxes.path()).size() == 1);  // it lives: its box stays
+  trace::LoadedDump d = Read(c.dump);
+  CHECK(d.summary.reason == "stopped");
+  REQUIRE(d.summary.stopped);
+  CHECK(d.summary.stopped->how == "stopped");
+  CHECK(d.summary.stopped->seen_unix_ns > 0);
+  CHECK(d.summary.time_mono_ns == 5'000'000'000);  // as of its last sign of life
+  REQUIRE(d.summary.in_nccl.size() == 1);
+  CHECK(d.summary.in_nccl[0].function == "ncclAllReduce");
+  REQUIRE(d.summary.comms.size() == 1);
+  CHECK(d.summary.comms[0].last_enqueued == 12);
+
+  CHECK(blackbox::ConvertDeadBoxes(boxes.path(), "none").converted.empty());  // once a stop
+
+  // Killed while stopped (its launcher's SIGKILL): the postmortem says it was stopped.
+  Kill(pid);
+  pass = blackbox::ConvertDeadBoxes(boxes.path(), "none");
+  REQUIRE(pass.converted.size() == 1);
+  CHECK(!pass.converted[0].stopped);
+  CHECK(pass.converted[0].line.find("was stopped (SIGSTOP or a debugger), then ended without a word") != std::string::npos);
+  REQUIRE(!pass.converted[0].dump.empty());
+  trace::LoadedDump pm = Read(pass.converted[0].dump);
+  CHECK(pm.summary.reason == "postmortem");
+  CHECK(pm.summary.detail.find("was stopped (SIGSTOP or a debugger), then killed while stopped") != std::string::npos);
+  CHECK(pm.summary.detail.find("OOM killer") == std::string::npos);
+  REQUIRE(pm.summary.stopped);
+  CHECK(pm.summary.stopped->seen_unix_ns == d.summary.stopped->seen_unix_ns);
+  CHECK(pm.summary.stopped->last_seen_unix_ns >= d.summary.stopped->last_seen_unix_ns);
+  CHECK(Boxes(boxes.path()).empty());
+}
+
+TEST_CASE("black box: a process that ran again after its stop is not said stopped when it dies") {
+  TempDir boxes, dumps;
+  int ran[2];
+  REQUIRE(pipe(ran) == 0);
+  const pid_t pid = StoppedChild(boxes.path(), dumps.path(), Ending::kStoppedThenRuns, ran[1]);
+  blackbox::CaretakerPass pass = blackbox::ConvertDeadBoxes(boxes.path(), "none");
+  REQUIRE(pass.converted.size() == 1);
+  CHECK(pass.converted[0].stopped);
+  kill(pid, SIGCONT);
+  char b;
+  REQUIRE(read(ran[0], &b, 1) == 1);  // its watchdog polled again
+  CHECK(blackbox::ConvertDeadBoxes(boxes.path(), "none").converted.empty());  // running: nothing to say
+  Kill(pid);
+  pass = blackbox::ConvertDeadBoxes(boxes.path(), "none");
+  REQUIRE(pass.converted.size() == 1);
+  trace::LoadedDump pm = Read(pass.converted[0].dump);
+  CHECK(pm.summary.reason == "postmortem");
+  CHECK(!pm.summary.stopped);
+  CHECK(pm.summary.detail.find("SIGKILL or the OOM killer") != std::string::npos);
+  close(ran[0]);
+  close(ran[1]);
+}
+
+TEST_CASE("what the host sees of a process that cannot run: /proc's state, a frozen cgroup") {
+  using trace::StopKind;
+  CHECK(blackbox::StopOfState('T') == StopKind::Stopped);
+  CHECK(blackbox::StopOfState('t') == StopKind::Traced);
+  for (char running : {'R', 'S', 'D', 'Z', '\0'}) CHECK(blackbox::StopOfState(running) == std::nullopt);
+  CHECK(blackbox::StopOf(getpid()) == std::nullopt);  // this process runs
+  const pid_t child = fork();
+  if (child == 0) {
+    raise(SIGSTOP);
+    _exit(0);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, WUNTRACED) == child);
+  CHECK(blackbox::StopOf(child) == StopKind::Stopped);  // as /proc says it
+  Kill(child);
+
+  TempDir root;
+  std::filesystem::create_directories(root.path() + "/job.slice/rank3");
+  root.Write("job.slice/rank3/cgroup.events", "populated 1\nfrozen 1\n");
+  std::filesystem::create_directories(root.path() + "/job.slice/rank4");
+  root.Write("job.slice/rank4/cgroup.events", "populated 1\nfrozen 0\n");
+  std::filesystem::create_directories(root.path() + "/freezer/slurm/job7");
+  root.Write("freezer/slurm/job7/freezer.state", "FROZEN\n");
+  CHECK(blackbox::CgroupFrozen("0::/job.slice/rank3\n", root.path()));
+  CHECK(!blackbox::CgroupFrozen("0::/job.slice/rank4\n", root.path()));
+  CHECK(blackbox::CgroupFrozen("12:cpu,cpuacct:/x\n7:freezer:/slurm/job7\n0::/y\n", root.path()));
+  CHECK(!blackbox::CgroupFrozen("7:freezer:/slurm/job8\n", root.path()));
+  CHECK(!blackbox::CgroupFrozen("0::/../job.slice/rank3\n", root.path()));
+  CHECK(!blackbox::CgroupFrozen("garbage", root.path()));
 }
 
 TEST_CASE("black box: a normal exit leaves nothing, and damaged or foreign boxes are removed with one line") {

@@ -11,6 +11,7 @@
 #include <map>
 
 #include "common/config.h"
+#include "format/display.h"
 #include "format/file_name.h"
 #include "format/trace_writer.h"
 #include "ncclwatch/version.h"
@@ -410,6 +411,7 @@ trace::Document DumpRenderer::Render(int rank, const RankPlan& plan, const DumpO
   using R = trace::DumpReason;
   R reason = options.earlier ? R::OnDemand
              : plan.fatal    ? R::FatalSignal
+             : plan.stopped  ? R::Stopped
              : plan.exited   ? R::Exit
              : plan.nccl_error ? R::NcclError
              : plan.first_to_stall ? R::Stall
@@ -436,6 +438,10 @@ trace::Document DumpRenderer::Render(int rank, const RankPlan& plan, const DumpO
     s.stalled = *oldest;
   } else if (reason == R::FatalSignal) {
     s.detail = "signal SIGSEGV (Segmentation fault)";
+  } else if (reason == R::Stopped) {  // as of its last sign of life, before its host saw it stopped
+    s.detail = trace::StopKindText(trace::StopKind::Stopped) + ", seen by its host; what its black box held at its last sign of life";
+    const int64_t seen = kUnixBaseNs + host_skew_ms * 1000000LL + (mono_now_ns - kMonoBaseNs) + 1000000000LL;
+    s.stopped = trace::StopRecord{trace::StopKindName(trace::StopKind::Stopped), seen, seen + 3000000000LL};
   } else if (reason == R::Exit) {
     s.detail = "exit status 0";
     s.exit_status = 0;

@@ -81,7 +81,7 @@ void WaitBehind(const Topology& t, const std::vector<int>& culprits, std::vector
 
 void MarkFirstWaiter(std::vector<RankPlan>* plans) {
   for (auto& p : *plans)
-    if (p.write && !p.fatal && !p.exited && !p.nccl_error &&
+    if (p.write && !p.fatal && !p.exited && !p.nccl_error && !p.stopped &&
         (p.in_setup || (!p.extras.empty() && p.extras.back().stage != Stage::kCompleted))) {
       p.first_to_stall = true;
       return;
@@ -195,6 +195,12 @@ bool BuildScenario(const std::string& name, const Topology& t, int culprit, bool
     p.write = fatal;
     p.fatal = fatal;
     p.stack = StackKind::kCrash;
+  } else if (name == analysis::CauseName(Cause::RankStopped)) {
+    // Stopped with SIGSTOP (a debugger) while saving a checkpoint: its host writes its stand-in.
+    WaitBehind(t, {culprit}, plans);
+    (*plans)[culprit].stopped = true;
+    (*plans)[culprit].stack = StackKind::kCheckpoint;
+    expect(Cause::RankStopped, {culprit}, world_or_tp);
   } else if (name == analysis::CauseName(Cause::RankExited)) {
     // Uneven inputs: the culprit ran out of batches and left the loop; the others wait.
     WaitBehind(t, {culprit}, plans);

@@ -66,6 +66,7 @@ struct RankPlan {
   bool fatal = false;  // writes a fatal_signal dump
   bool exited = false;      // left normally after the history: writes its exit record
   bool nccl_error = false;  // its last extra operation returned ncclSystemError: nccl_error dump
+  bool stopped = false;     // stopped (SIGSTOP): its host's stand-in, a `stopped` dump from its black box
   bool in_setup = false;    // inside ncclCommInitRank of the world: no history, comm initializing
   bool first_to_stall = false;
   StackKind stack = StackKind::kWaitingSync;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "format/records.h"
@@ -36,6 +37,12 @@ struct Dump : trace::LoadedDump {
   // A recovery dump's list of stalls that completed (kept apart from `detail`, which passes
   // over every rank drop and read again).
   std::vector<trace::Recovery> recoveries;
+
+  // Where it comes among its process's dumps: by dump_seq. A stand-in its host wrote while the
+  // process was stopped carries the number of the process's next own dump, and comes first.
+  std::pair<int64_t, int> WriteOrder() const {
+    return {summary.dump_seq, summary.reason == trace::DumpReasonName(trace::DumpReason::Stopped) ? 0 : 1};
+  }
 
   // Unique in the job: process_uid, else host and pid (older dumps).
   std::string ProcessKey() const {

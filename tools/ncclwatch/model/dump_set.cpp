@@ -368,8 +368,8 @@ void DumpSet::Select(std::vector<Dump> usable, int attempt) {
   // Each process's dumps in order: the evidence is its latest, except that dumps following a
   // teardown's start (a crash after the framework's abort) give way to that start.
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return std::tie(keys[a], usable[a].summary.dump_seq, usable[a].file_name) <
-           std::tie(keys[b], usable[b].summary.dump_seq, usable[b].file_name);
+    const auto oa = usable[a].WriteOrder(), ob = usable[b].WriteOrder();
+    return std::tie(keys[a], oa, usable[a].file_name) < std::tie(keys[b], ob, usable[b].file_name);
   });
   auto at = [&](size_t k) -> Dump& { return usable[order[k]]; };
   std::vector<size_t> latest_per_process;  // indices in usable
@@ -378,7 +378,7 @@ void DumpSet::Select(std::vector<Dump> usable, int attempt) {
     while (end < order.size() && keys[order[end]] == keys[order[begin]]) ++end;
     std::vector<bool> duplicate(end - begin, false);
     for (size_t i = begin + 1; i < end; ++i)
-      if (at(i).summary.dump_seq == at(i - 1).summary.dump_seq) {
+      if (at(i).WriteOrder() == at(i - 1).WriteOrder()) {
         duplicate[i - begin] = true;
         AddProblem(at(i).file_name, ProblemKind::kSameDumpSeq, "", at(i - 1).file_name);
       }
@@ -498,10 +498,11 @@ void DumpSet::MarkGoneBeforeTeardown() {
   for (auto& d : dumps_) {
     const std::string& last = d.last_reason;
     using R = trace::DumpReason;
-    // A process that said its own end (exit, crash, black box) is not silent.
+    // A process that said its own end (exit, crash, black box), or whose host said it is
+    // stopped (it cannot answer a SIGTERM), is not silent.
     if (last == trace::DumpReasonName(R::Signal) || last == trace::DumpReasonName(R::Exit) ||
         last == trace::DumpReasonName(R::ExitInFlight) || last == trace::DumpReasonName(R::FatalSignal) ||
-        last == trace::DumpReasonName(R::Postmortem))
+        last == trace::DumpReasonName(R::Postmortem) || last == trace::DumpReasonName(R::Stopped))
       continue;
     if (began - d.last_time_unix_ns < kGoneBeforeTeardownNs) continue;
     d.gone_before_teardown = true;
@@ -527,7 +528,7 @@ void DumpSet::IndexProcesses() {
     }
   for (auto& [key, list] : by_process_)
     std::sort(list.begin(), list.end(),
-              [](const Dump* a, const Dump* b) { return a->summary.dump_seq < b->summary.dump_seq; });
+              [](const Dump* a, const Dump* b) { return a->WriteOrder() < b->WriteOrder(); });
 }
 
 const std::vector<const Dump*>& DumpSet::DumpsOfProcess(const Dump& d) const {
@@ -538,7 +539,7 @@ const std::vector<const Dump*>& DumpSet::DumpsOfProcess(const Dump& d) const {
 
 bool DumpSet::CompletedLater(const Dump& d, const trace::Op& op) const {
   for (const Dump* later : DumpsOfProcess(d)) {
-    if (later->summary.dump_seq > d.summary.dump_seq && CompletedIn(*later, op)) return true;
+    if (later->WriteOrder() > d.WriteOrder() && CompletedIn(*later, op)) return true;
   }
   return false;
 }
@@ -546,7 +547,7 @@ bool DumpSet::CompletedLater(const Dump& d, const trace::Op& op) const {
 bool DumpSet::StallRecovered(const Dump& d) const {
   if (!IsReason(d, trace::DumpReason::Stall)) return false;
   for (const Dump* later : DumpsOfProcess(d))
-    if (later->summary.dump_seq > d.summary.dump_seq && StallEndedIn(d, *later)) return true;
+    if (later->WriteOrder() > d.WriteOrder() && StallEndedIn(d, *later)) return true;
   return false;
 }
 
@@ -575,7 +576,7 @@ bool DumpSet::RequestFromRecoveredStall(const trace::Trigger& t) const {
 
 const trace::Recovery* DumpSet::RecoveryOf(const Dump& d, const std::string& comm, int64_t seq) const {
   for (const Dump* later : DumpsOfProcess(d)) {
-    if (later->summary.dump_seq <= d.summary.dump_seq) continue;
+    if (later->WriteOrder() <= d.WriteOrder()) continue;
     for (const auto& r : later->recoveries)
       if (r.comm == comm && r.seq == seq) return &r;
   }
@@ -605,7 +606,7 @@ std::vector<trace::PythonFrame> DumpSet::EarlierPythonFrames(const Dump& d, int6
   const auto& all = DumpsOfProcess(d);
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     const Dump* earlier = *it;
-    if (earlier->summary.dump_seq >= d.summary.dump_seq || earlier->path.empty()) continue;
+    if (earlier->WriteOrder() >= d.WriteOrder() || earlier->path.empty()) continue;
     if (!SameState(*earlier, d)) break;  // older ones are further from it still
     Dump full;
     trace::ReadResult r = trace::ReadDumpFile(earlier->path, trace::ReadDepth::kFull, &full);

@@ -125,6 +125,11 @@ bool WaitGraph::IsKilled(int dump) const {
   return dump >= 0 && (Is(dump, trace::DumpReason::Postmortem) || dumps_[dump].gone_before_teardown);
 }
 
+bool WaitGraph::IsStopped(int dump) const {
+  return dump >= 0 && dumps_[dump].summary.stopped &&
+         (Is(dump, trace::DumpReason::Stopped) || Is(dump, trace::DumpReason::Postmortem));
+}
+
 bool WaitGraph::IsExited(int dump) const {
   return dump >= 0 && (Is(dump, trace::DumpReason::Exit) || Is(dump, trace::DumpReason::ExitInFlight));
 }
@@ -141,6 +146,7 @@ bool WaitGraph::IsRemoteError(int dump) const {
 }
 
 BlockKind WaitGraph::KindFromDump(int dump) const {
+  if (IsStopped(dump)) return BlockKind::kStopped;  // killed while stopped too: the stop is the story
   if (IsDead(dump)) return BlockKind::kDead;
   if (IsErrored(dump)) return BlockKind::kError;
   if (IsExited(dump)) return BlockKind::kExited;
@@ -443,10 +449,12 @@ void WaitGraph::ResolveBlockers(int ui) {
   Unit& u = units_[ui];
   if (u.mismatch || u.init) return;  // the calls disagree / nobody joined: nothing to follow
   for (Blocker& b : u.blockers) {
-    if (b.kind == BlockKind::kDead || b.kind == BlockKind::kError || b.kind == BlockKind::kExited) {
-      b.terminal = b.kind == BlockKind::kDead ? Terminal::kDead
-                   : b.kind == BlockKind::kError ? Terminal::kError
-                                                  : Terminal::kExited;
+    if (b.kind == BlockKind::kDead || b.kind == BlockKind::kStopped || b.kind == BlockKind::kError ||
+        b.kind == BlockKind::kExited) {
+      b.terminal = b.kind == BlockKind::kDead      ? Terminal::kDead
+                   : b.kind == BlockKind::kStopped ? Terminal::kStopped
+                   : b.kind == BlockKind::kError   ? Terminal::kError
+                                                   : Terminal::kExited;
       continue;
     }
     const auto& ops = dumps_[b.dump].summary.in_flight;

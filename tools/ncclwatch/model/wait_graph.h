@@ -42,6 +42,7 @@ struct MismatchGroup {
 // Why a member keeps a blocked operation from completing.
 enum class BlockKind {
   kDead,         // no usable dump, or its latest dump is a crash dump
+  kStopped,      // its host saw it stopped (a stand-in dump, or its postmortem says so)
   kError,        // an NCCL call of its returned an error
   kExited,       // it exited normally (its exit record)
   kHostMissing,  // its host never issued the operation
@@ -52,6 +53,7 @@ enum class BlockKind {
 enum class Terminal {
   kNone,      // it waits on another blocked operation (see Blocker::target)
   kDead,      // rank_dead
+  kStopped,   // rank_stopped
   kError,     // nccl_error
   kExited,    // rank_exited
   kBusy,      // host elsewhere and not blocked on any NCCL operation: rank_missing
@@ -137,6 +139,9 @@ class WaitGraph {
   // Dead without a word: its black box read by another process (a postmortem dump), or gone
   // before the job's teardown.
   bool IsKilled(int dump) const;
+  // Its host saw it stopped and it never ran again: a stand-in dump, or a postmortem of a
+  // process killed while stopped.
+  bool IsStopped(int dump) const;
   bool IsExited(int dump) const;
   bool IsErrored(int dump) const;
   // Its error only says that another rank failed (ncclRemoteError).

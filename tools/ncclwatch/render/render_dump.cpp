@@ -53,16 +53,6 @@ std::string Num(int64_t v) { return std::to_string(v); }
 double NsBetween(int64_t from, int64_t to) { return (static_cast<double>(to) - static_cast<double>(from)) / 1e9; }
 std::string Secs(double s) { return s < 0 ? "-" : FormatSeconds(s); }
 
-std::string WallClock(int64_t unix_ns) {
-  if (unix_ns <= 0) return "?";
-  std::time_t t = static_cast<std::time_t>(unix_ns / 1000000000);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[64];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
-  return buf;
-}
-
 std::string StateName(const trace::Op& op) {
   return op.state.known ? trace::OpStateName(op.state.value) : "?";
 }
@@ -111,7 +101,7 @@ std::string RenderDumpText(const Dump& dump, const ShowOptions& options) {
   if (s.trigger)
     out << "asked by " << RequesterText(*s.trigger) << ", reason " << Printable(s.trigger->reason) << ", request "
         << Printable(s.trigger->request) << "\n";
-  out << "dumped " << WallClock(s.time_unix_ns) << " (this host's clock); ncclwatch up "
+  out << "dumped " << FormatWallClock(s.time_unix_ns) << " (this host's clock); ncclwatch up "
       << Secs(NsBetween(s.start_mono_ns, s.time_mono_ns));
   if (s.nccl_version > 0) out << "; NCCL " << trace::NcclVersionText(s.nccl_version);
   out << "\n";

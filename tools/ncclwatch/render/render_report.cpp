@@ -139,6 +139,9 @@ std::string Headline(const Verdict& v) {
         return who + (v.culprit_unanswered ? " did not answer the latest dump request" : " left only unreadable dumps") +
                (v.comm.empty() ? std::string() : "; others wait in " + Where(v));
       return who + " is dead" + (v.comm.empty() ? " (nobody waits for it yet)" : "; others wait in " + Where(v));
+    case Cause::RankStopped:
+      return who + (v.culprit_stopped_killed ? " was stopped, then killed while stopped" : " is stopped") +
+             (v.comm.empty() ? std::string() : "; others wait in " + Where(v));
     case Cause::NcclError: return "an NCCL call of " + who + " failed; others wait in " + Where(v);
     case Cause::RankExited: return who + " exited while others wait in " + Where(v);
     case Cause::InitHang:
@@ -424,7 +427,15 @@ std::string PositionText(const CulpritPosition& p) {
     case State::UnreadableDump: return "its dump is unreadable";
     case State::Crashed: return "crashed: " + (p.detail.empty() ? std::string("fatal signal") : p.detail);
     case State::Killed:
-      where = p.detail.empty() ? std::string("ended without a word") : p.detail;
+    case State::Stopped:
+      if (p.state == State::Stopped) {
+        trace::StopKind how;
+        where = trace::ParseStopKind(p.stop_how.c_str(), &how) ? trace::StopKindText(how) : std::string("stopped");
+        if (p.stopped_seen_unix_ns > 0) where += " since " + FormatWallClock(p.stopped_seen_unix_ns) + " (its host saw it so)";
+        if (p.killed_while_stopped) where += ", then killed while stopped";
+      } else {
+        where = p.detail.empty() ? std::string("ended without a word") : p.detail;
+      }
       if (p.in_nccl_known)
         where += p.was_inside_nccl ? "; last seen inside " + p.function + " (tid " + std::to_string(p.tid) + ")"
                                    : "; last seen outside NCCL";
@@ -624,6 +635,13 @@ std::string AdviceText(const Verdict& v, const Report& report) {
       return who + (v.culprit_crashed ? " crashed (fatal signal): its stack at the crash is below; "
                                       : " left no dump: it was likely killed (OOM killer, node failure); ") +
              "check its log and dmesg on its host.";
+    case Cause::RankStopped:
+      return who + (v.culprit_stopped_killed ? " was stopped until it was killed: it did not fail by itself, and it"
+                                             : " is stopped: its process cannot run, so it") +
+             " answered no dump request while the others waited; where it was and its last call site are below. "
+             "A debugger attached (gdb, a profiler)? Detach it, or `kill -CONT <pid>`; Ctrl-Z in its terminal "
+             "(SIGTSTP)? `fg`; a frozen cgroup (a scheduler's suspend, `docker pause`)? Thaw it (cgroup.freeze 0, "
+             "`docker unpause`).";
     case Cause::NcclError:
       return "An NCCL call of " + who + " failed (" + (v.culprit_position ? v.culprit_position->detail : "") +
              "); the others wait for it in " + OpLabel(v.op, v.seq) +

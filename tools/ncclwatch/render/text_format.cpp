@@ -1,5 +1,7 @@
 #include "render/text_format.h"
 
+#include <ctime>
+
 #include <algorithm>
 #include <cstdio>
 #include <optional>
@@ -25,6 +27,14 @@ std::string FormatRanks(std::vector<int> ranks, const char* noun) {
     i = j + 1;
   }
   return out;
+}
+
+std::string FormatWallClock(int64_t unix_ns) {
+  const std::time_t t = static_cast<std::time_t>(unix_ns / 1000000000);
+  std::tm tm{};
+  char buf[64];
+  if (unix_ns <= 0 || !gmtime_r(&t, &tm) || !std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm)) return "?";
+  return buf;
 }
 
 std::string FormatSeconds(double s) {

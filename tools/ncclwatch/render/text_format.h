@@ -16,6 +16,8 @@ namespace analysis {
 std::string FormatRanks(std::vector<int> ranks, const char* noun = "rank");
 // "612 s", "3.2 s", "45 ms"
 std::string FormatSeconds(double s);
+// A wall-clock time as "2026-11-27 23:41:07 UTC"; "?" unknown.
+std::string FormatWallClock(int64_t unix_ns);
 // "128 MiB", "4 KiB", "12 B"
 std::string FormatBytes(int64_t bytes);
 // "save_checkpoint (trainer.py:212)"; library frames are not marked here.

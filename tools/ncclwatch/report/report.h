@@ -53,6 +53,10 @@ struct CulpritPosition {
   // watchdog never polled, so no op state in it is known.
   double box_age_s = -1;
   bool states_never = false;
+  // Stopped: how its host saw it (StopKind's name) and since when; whether it was then killed.
+  std::string stop_how;
+  int64_t stopped_seen_unix_ns = 0;
+  bool killed_while_stopped = false;
 };
 
 // Why a culprit's evidence has no stacks, or what its dump says about a missing one.
@@ -169,6 +173,7 @@ struct Verdict {
   bool culprit_unreadable = false;      // rank_dead: every culprit's dumps are unreadable (nothing says it died)
   bool culprit_unanswered = false;      // rank_dead: a culprit did not answer the newest request (DumpSet::unanswered_ranks)
   bool culprit_killed = false;          // rank_dead: a culprit ended without a word (postmortem dump, or gone before the teardown)
+  bool culprit_stopped_killed = false;  // rank_stopped: a culprit was killed while stopped
   // nccl_error, rank_exited: where the first culprit with a dump that failed or exited is.
   std::optional<CulpritPosition> culprit_position;
   bool stopped_while_healthy = false;   // no_hang: ranks were at different seqs, nothing past due

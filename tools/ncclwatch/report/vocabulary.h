@@ -21,6 +21,7 @@ namespace analysis {
   X(P2pUnmatched, "p2p_unmatched")             \
   X(CrossCommDeadlock, "cross_comm_deadlock")  \
   X(RankDead, "rank_dead")                     \
+  X(RankStopped, "rank_stopped")               \
   X(NoHang, "no_hang")
 
 NCCLWATCH_DEFINE_VOCABULARY(Cause, kCauseNames, CauseName, ParseCause, NCCLWATCH_FOR_EACH_CAUSE)
@@ -32,6 +33,8 @@ NCCLWATCH_DEFINE_VOCABULARY(Cause, kCauseNames, CauseName, ParseCause, NCCLWATCH
   X(Crashed, "crashed")                  /* a fatal signal */                            \
   X(Killed, "killed")                    /* ended without a word (SIGKILL, the OOM killer): \
                                             its black box, or gone before the teardown */  \
+  X(Stopped, "stopped")                  /* its host saw it stopped (SIGSTOP, a debugger, \
+                                            a frozen cgroup); perhaps killed so since */  \
   X(NcclError, "nccl_error")             /* an NCCL call of its returned an error */     \
   X(Exited, "exited")                    /* it exited */                                 \
   X(OutsideNccl, "outside_nccl")         /* alive, no thread inside NCCL */              \

@@ -62,7 +62,7 @@ class Attributor {
     for (const auto& h : set_.history()) {
       int i = set_.IndexOfRank(h.summary.rank);
       const Dump* evidence = i >= 0 ? &set_.dumps()[i] : nullptr;
-      bool later = evidence && evidence->ProcessKey() == h.ProcessKey() && h.summary.dump_seq > evidence->summary.dump_seq;
+      bool later = evidence && evidence->ProcessKey() == h.ProcessKey() && h.WriteOrder() > evidence->WriteOrder();
       report.earlier_dumps.push_back({h.summary.rank, h.file_name, h.summary.reason, later});
     }
     std::sort(report.earlier_dumps.begin(), report.earlier_dumps.end(),
@@ -460,9 +460,9 @@ class Attributor {
       const trace::Summary& s = g_.dumps()[i].summary;
       if (!g_.IsDead(static_cast<int>(i)) || named.count(s.rank)) continue;
       Draft d;
-      d.v.cause = Cause::RankDead;
+      d.v.cause = g_.IsStopped(static_cast<int>(i)) ? Cause::RankStopped : Cause::RankDead;  // killed while stopped
       AddCulprit(&d, s.rank, -1, static_cast<int>(i));
-      d.merge_key = std::string(analysis::CauseName(Cause::RankDead)) + ":" + CulpritKey(d);
+      d.merge_key = std::string(analysis::CauseName(d.v.cause)) + ":" + CulpritKey(d);
       drafts->push_back(std::move(d));
     }
   }
@@ -582,6 +582,11 @@ class Attributor {
       if (c.dump < 0) continue;
       const trace::Summary& s = g_.dumps()[c.dump].summary;
       d->v.culprit_in_nccl = d->v.culprit_in_nccl || !s.in_nccl.empty();
+      if (g_.IsStopped(c.dump)) {  // the advice says what stopped it, and whether it was killed so
+        d->v.culprit_stopped_killed = d->v.culprit_stopped_killed || g_.Is(c.dump, trace::DumpReason::Postmortem);
+        if (!d->v.culprit_position) d->v.culprit_position = evidence_.PositionOf(nullptr, c.dump);
+        continue;
+      }
       if (g_.IsKilled(c.dump)) {  // the advice says how it ended
         d->v.culprit_killed = true;
         if (!d->v.culprit_position) d->v.culprit_position = evidence_.PositionOf(nullptr, c.dump);

@@ -57,6 +57,8 @@ constexpr CauseRule kCauseRules[] = {
     {Cause::P2pUnmatched, Terminal::kBusy, Applies::kP2p, Blames::kBlockers, true, 6},
     {Cause::CrossCommDeadlock, Terminal::kNone, Applies::kNone, Blames::kCycle, true, 5},
     {Cause::RankDead, Terminal::kDead, Applies::kBoth, Blames::kBlockers, false, 0},
+    // Stopped (SIGSTOP, a debugger, a frozen cgroup) as its host saw it: it cannot answer.
+    {Cause::RankStopped, Terminal::kStopped, Applies::kBoth, Blames::kBlockers, false, 0},
     {Cause::NoHang, Terminal::kNone, Applies::kNone, Blames::kNobody, false, 10},
 };
 

@@ -128,15 +128,21 @@ CulpritPosition Evidence::PositionOf(const Unit* u, int dump) const {
   using Position = CommPosition;
   CulpritPosition p;
   const trace::Summary& s = g_.dumps()[dump].summary;
-  const bool killed = g_.IsKilled(dump);
-  if (g_.IsDead(dump) && !killed) {  // a crash says it all: no communicator position, no teardown
+  const bool stopped = g_.IsStopped(dump);
+  const bool killed = g_.IsKilled(dump) && !stopped;
+  if (g_.IsDead(dump) && !killed && !stopped) {  // a crash says it all: no communicator position, no teardown
     p.state = CulpritState::Crashed;
     p.detail = s.detail;
     return p;
   }
-  if (killed) {  // how it ended, then where it was as its black box (or last dump) says
+  if (killed || stopped) {  // how it ended (or stopped), then where it was as its black box says
     const Dump& d = g_.dumps()[dump];
-    p.state = CulpritState::Killed;
+    p.state = stopped ? CulpritState::Stopped : CulpritState::Killed;
+    if (stopped) {
+      p.stop_how = s.stopped->how;
+      p.stopped_seen_unix_ns = s.stopped->seen_unix_ns;
+      p.killed_while_stopped = g_.Is(dump, trace::DumpReason::Postmortem);
+    }
     p.detail = d.gone_before_teardown ? "gone before the job's teardown: it answered no SIGTERM, and its last dump is " +
                                             std::to_string(d.gone_gap_s) + " s older"
                                       : s.detail;
