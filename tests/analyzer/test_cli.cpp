@@ -7,7 +7,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "test_support.h"
+#include "fixtures.h"
 
 using namespace ncclwatch::testing;
 using Json = nlohmann::json;  // the report type, keys sorted

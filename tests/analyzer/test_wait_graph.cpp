@@ -5,7 +5,7 @@
 
 #include "model/wait_graph.h"
 #include "format/dump_reader.h"
-#include "test_support.h"
+#include "fixtures.h"
 
 using namespace ncclwatch;
 using namespace ncclwatch::testing;

@@ -1,4 +1,4 @@
-#include "test_support.h"
+#include "fixtures.h"
 
 #include "format/file_name.h"
 #include "format/trace_writer.h"
