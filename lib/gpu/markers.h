@@ -28,7 +28,7 @@ struct Marker {
   std::atomic<uint32_t> next_free{0};  // free-list link: index + 1 of the next free marker, 0: none
 };
 
-enum class MarkResult { Marked, Captured, Unmonitored };
+enum class MarkResult { kMarked, kCaptured, kUnmonitored };
 
 class GpuMarkers {
  public:
