@@ -122,7 +122,8 @@ struct InNcclThread {
   NCCLWATCH_RECORD_EQUALITY(InNcclThread)
 };
 
-// For reason peer_request: the rank whose dump request this dump answers.
+// For reason peer_request: the dump request (DumpRequest, format/request.h) this dump answers,
+// as the dump keeps it; the request file's job instance and time only decide whether to answer.
 struct AnsweredRequest {
   std::string request;
   int origin_rank = kUnknownRank;

@@ -1,9 +1,9 @@
 // The wait-for graph of a hang, built from the selected dumps of a DumpSet: communicators and
-// their members across dumps, the blocked operations (units), who keeps each from completing
-// and where each wait ends (a dead, errored or exited member, a host busy elsewhere, a GPU held
-// by earlier work, or another blocked operation), and the cycles among them. No verdicts: the
-// rules that name causes read this graph (attribution.cpp), so each can be tested on a small
-// hand-built dump set.
+// their members across dumps, the blocked operations (BlockedOp; units() holds them, and a
+// `unit` is an index into it), who keeps each from completing and where each wait ends (a dead,
+// errored or exited member, a host busy elsewhere, a GPU held by earlier work, or another
+// blocked operation), and the cycles among them. No verdicts: the rules that name causes read
+// this graph (attribution.cpp), so each can be tested on a small hand-built dump set.
 #pragma once
 
 #include <cstddef>
