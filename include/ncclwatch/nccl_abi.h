@@ -4,7 +4,7 @@
  * Two parts:
  *  1. Types and constants of NCCL 2.28's public API. Skipped when a real nccl.h was included
  *     first (NCCL_H_ defined): then the real types are used, which is how
- *     tests/abi/check_nccl_abi.cpp verifies every signature below against the real header.
+ *     tests/abi/test_nccl_abi.cpp verifies every signature below against the real header.
  *  2. X-macro lists of every wrapped function. One list drives the wrappers in
  *     lib/intercept, the op-name table, the real-symbol table and the ABI tests.
  *

@@ -16,7 +16,8 @@ constexpr const char* kFormatName = "ncclwatch-trace";
 
 // One vocabulary from one X-macro list X(Enumerator, "name"): the enum, its name table, a name
 // lookup that never reads out of bounds, and the parse that inverts it (false for an unknown
-// name, which readers keep as text).
+// name, which readers keep as text). Enumerators here are spelled as the things they name
+// (OpKind::AllReduce, from ncclAllReduce and written "AllReduce"); every other enum's are kName.
 #define NCCLWATCH_VOCAB_ENUMERATOR(e, s) e,
 #define NCCLWATCH_VOCAB_NAME(e, s) s,
 #define NCCLWATCH_DEFINE_VOCABULARY(Type, kNames, NameOf, ParseFn, LIST)               \

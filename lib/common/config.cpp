@@ -82,9 +82,9 @@ bool ParseString(const std::string& t, std::string* out, std::string* err) {
 
 bool ParseLevel(const std::string& t, LogLevel* out, std::string* err) {
   static const std::pair<const char*, LogLevel> kLevels[] = {
-      {"quiet", LogLevel::Quiet}, {"warn", LogLevel::Warn}, {"info", LogLevel::Info},
-      {"debug", LogLevel::Debug}, {"0", LogLevel::Quiet},   {"1", LogLevel::Warn},
-      {"2", LogLevel::Info},      {"3", LogLevel::Debug}};
+      {"quiet", LogLevel::kQuiet}, {"warn", LogLevel::kWarn}, {"info", LogLevel::kInfo},
+      {"debug", LogLevel::kDebug}, {"0", LogLevel::kQuiet},   {"1", LogLevel::kWarn},
+      {"2", LogLevel::kInfo},      {"3", LogLevel::kDebug}};
   for (auto& l : kLevels)
     if (strcasecmp(t.c_str(), l.first) == 0) return *out = l.second, true;
   *err = "expected quiet, warn, info or debug";
@@ -107,7 +107,7 @@ int DefaultSignal(const char* text) {
 }
 
 LogLevel DefaultLevel(const char* text) {
-  LogLevel l = LogLevel::Warn;
+  LogLevel l = LogLevel::kWarn;
   std::string ignored;
   ParseLevel(text, &l, &ignored);
   return l;

@@ -8,7 +8,7 @@
 
 namespace ncclwatch {
 namespace {
-std::atomic<int> g_level{static_cast<int>(LogLevel::Warn)};
+std::atomic<int> g_level{static_cast<int>(LogLevel::kWarn)};
 std::atomic<int> g_rank{-1};
 
 void Emit(LogLevel level, const char* fmt, va_list ap) {
@@ -43,9 +43,9 @@ void SetLogRank(int rank) { g_rank.store(rank); }
     Emit(level, fmt, ap);               \
     va_end(ap);                         \
   }
-NCCLWATCH_DEFINE_LOG(LogWarn, LogLevel::Warn)
-NCCLWATCH_DEFINE_LOG(LogInfo, LogLevel::Info)
-NCCLWATCH_DEFINE_LOG(LogDebug, LogLevel::Debug)
+NCCLWATCH_DEFINE_LOG(LogWarn, LogLevel::kWarn)
+NCCLWATCH_DEFINE_LOG(LogInfo, LogLevel::kInfo)
+NCCLWATCH_DEFINE_LOG(LogDebug, LogLevel::kDebug)
 #undef NCCLWATCH_DEFINE_LOG
 
 }  // namespace ncclwatch

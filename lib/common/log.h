@@ -3,7 +3,7 @@
 
 namespace ncclwatch {
 
-enum class LogLevel { Quiet = 0, Warn = 1, Info = 2, Debug = 3 };
+enum class LogLevel { kQuiet = 0, kWarn = 1, kInfo = 2, kDebug = 3 };
 
 void SetLogLevel(LogLevel level);
 LogLevel GetLogLevel();

@@ -312,7 +312,7 @@ int DumpDirectory::WriteUnique(const std::string& stem, const ContentWriter& con
   return e;
 }
 
-bool DumpDirectory::WriteRequest(const PeerRequest& r) {
+bool DumpDirectory::WriteRequest(const trace::DumpRequest& r) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!EnsureDirectory()) return false;
   // Replacing is intended here: the newest request wins; every rank serves each one once.
@@ -341,7 +341,7 @@ namespace {
 
 // The request file at `path` (a regular file, not a link, read without blocking), parsed; false
 // where there is none or it is being replaced.
-bool ReadRequestFile(const std::string& path, PeerRequest* r) {
+bool ReadRequestFile(const std::string& path, trace::DumpRequest* r) {
   int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return false;
   char buf[4096];
@@ -352,28 +352,28 @@ bool ReadRequestFile(const std::string& path, PeerRequest* r) {
 
 }  // namespace
 
-std::optional<PeerRequest> DumpDirectory::CurrentRequest() {
+std::optional<trace::DumpRequest> DumpDirectory::CurrentRequest() {
   const std::string path = RequestPath();
   struct stat st;
   if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
-  PeerRequest r;
+  trace::DumpRequest r;
   if (!ReadRequestFile(path, &r)) return std::nullopt;
   if (r.time_unix_ns <= 0) r.time_unix_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   return r;
 }
 
-std::optional<PeerRequest> DumpDirectory::PollRequest(const std::string& own_instance, uint64_t own_start_unix_ns) {
+std::optional<trace::DumpRequest> DumpDirectory::PollRequest(const std::string& own_instance, uint64_t own_start_unix_ns) {
   return request_watch_.Poll(RequestPath(), own_instance, own_start_unix_ns);
 }
 
-std::optional<PeerRequest> RequestFileWatch::Poll(const std::string& path, const std::string& own_instance,
+std::optional<trace::DumpRequest> RequestFileWatch::Poll(const std::string& path, const std::string& own_instance,
                                                   uint64_t own_start_unix_ns, bool own_files_only) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
   if (own_files_only && st.st_uid != getuid()) return std::nullopt;
   int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   if (mtime == seen_mtime_ns_ && st.st_size == seen_size_ && st.st_ino == seen_ino_) return std::nullopt;
-  PeerRequest r;
+  trace::DumpRequest r;
   if (!ReadRequestFile(path, &r)) return std::nullopt;  // being replaced: retry next poll
   seen_mtime_ns_ = mtime;
   seen_size_ = st.st_size;

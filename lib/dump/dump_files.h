@@ -22,9 +22,6 @@ namespace ncclwatch {
 // true when it is then a directory this process can write. *why: strerror of what failed.
 bool MakeDirs(const std::string& path, std::string* why);
 
-// The job-wide dump request: a format record (format/request.h).
-using PeerRequest = trace::DumpRequest;
-
 // Produces a file's content in pieces, each handed to the sink (which writes it out and clears
 // it): a dump is written in bounded memory. False: stop (the sink failed or the producer did).
 using ContentWriter = std::function<bool(const trace::TextSink& sink)>;
@@ -36,7 +33,7 @@ using ContentWriter = std::function<bool(const trace::TextSink& sink)>;
 // node-local directory).
 class RequestFileWatch {
  public:
-  std::optional<PeerRequest> Poll(const std::string& path, const std::string& own_instance, uint64_t own_start_unix_ns,
+  std::optional<trace::DumpRequest> Poll(const std::string& path, const std::string& own_instance, uint64_t own_start_unix_ns,
                                    bool own_files_only = false);
 
  private:
@@ -66,12 +63,12 @@ class DumpDirectory {
   const std::string& path() const { return dir_; }
 
   // The job-wide dump request (docs/trace-format.md).
-  bool WriteRequest(const PeerRequest& r);
+  bool WriteRequest(const trace::DumpRequest& r);
   // A request whose file changed since the last call, if any (RequestFileWatch's rules).
-  std::optional<PeerRequest> PollRequest(const std::string& own_instance = "", uint64_t own_start_unix_ns = 0);
+  std::optional<trace::DumpRequest> PollRequest(const std::string& own_instance = "", uint64_t own_start_unix_ns = 0);
   // The request file as it is now (whoever wrote it), if there is one that parses; its
   // time_unix_ns is the file's modification time when the request does not carry one.
-  std::optional<PeerRequest> CurrentRequest();
+  std::optional<trace::DumpRequest> CurrentRequest();
   // Where the job-wide request file is (or will be).
   std::string RequestPath();
 

@@ -22,7 +22,7 @@ trace::Summary SummaryOf(const DumpInput& in) {
   s.reason = trace::DumpReasonName(in.reason);
   s.detail = in.detail;
   if (in.trigger)
-    s.trigger = trace::Trigger{in.trigger->request, in.trigger->origin_rank, in.trigger->origin_host,
+    s.trigger = trace::AnsweredRequest{in.trigger->request, in.trigger->origin_rank, in.trigger->origin_host,
                                in.trigger->reason};
   s.time_unix_ns = static_cast<int64_t>(in.time_unix_ns);
   s.time_mono_ns = static_cast<int64_t>(in.time_mono_ns);

@@ -24,7 +24,7 @@ namespace ncclwatch {
 struct DumpInput {
   trace::DumpReason reason = trace::DumpReason::OnDemand;
   std::string detail;
-  std::optional<PeerRequest> trigger;
+  std::optional<trace::DumpRequest> trigger;
   ProcessIdentity identity;
   int global_rank = -1;
   int world_size = -1;

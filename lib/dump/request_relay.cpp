@@ -75,7 +75,7 @@ bool RequestRelay::Open(const std::string& shared_request_path) {
   return true;
 }
 
-std::optional<PeerRequest> RequestRelay::Poll(DumpDirectory* shared, const std::string& own_instance,
+std::optional<trace::DumpRequest> RequestRelay::Poll(DumpDirectory* shared, const std::string& own_instance,
                                               uint64_t own_start_unix_ns) {
   // The application closed the lock's descriptor (and so dropped a watch we held): opened again.
   if (usable_ && !lock_fd_.StillOurs()) {
@@ -86,7 +86,7 @@ std::optional<PeerRequest> RequestRelay::Poll(DumpDirectory* shared, const std::
   if (usable_ && !watcher_) watcher_ = flock(lock_fd_.fd(), LOCK_EX | LOCK_NB) == 0;
   if (!usable_ || watcher_) {
     ++shared_checks_;
-    std::optional<PeerRequest> r = shared->PollRequest(own_instance, own_start_unix_ns);
+    std::optional<trace::DumpRequest> r = shared->PollRequest(own_instance, own_start_unix_ns);
     // Relayed before it is served here, so the host's other ranks dump as soon as this one.
     if (r && usable_) {
       int e = WriteFileReplacing(relay_path_, trace::WriteRequest(*r));

@@ -28,7 +28,7 @@ class RequestRelay {
   RequestRelay& operator=(const RequestRelay&) = delete;
 
   // One peer-poll tick: the request to serve, if one arrived since the last tick.
-  std::optional<PeerRequest> Poll(DumpDirectory* shared, const std::string& own_instance, uint64_t own_start_unix_ns);
+  std::optional<trace::DumpRequest> Poll(DumpDirectory* shared, const std::string& own_instance, uint64_t own_start_unix_ns);
 
   // At a normal exit: hands the watch over (and the watcher removes the relay's files).
   void Leave();

@@ -122,14 +122,15 @@ struct InNcclThread {
   NCCLWATCH_RECORD_EQUALITY(InNcclThread)
 };
 
-// For reason peer_request: the rank whose dump request this dump answers.
-struct Trigger {
+// For reason peer_request: the dump request (DumpRequest, format/request.h) this dump answers,
+// as the dump keeps it; the request file's job instance and time only decide whether to answer.
+struct AnsweredRequest {
   std::string request;
   int origin_rank = kUnknownRank;
   std::string origin_host;
   std::string reason;
   auto Tie() const { return std::tie(request, origin_rank, origin_host, reason); }
-  NCCLWATCH_RECORD_EQUALITY(Trigger)
+  NCCLWATCH_RECORD_EQUALITY(AnsweredRequest)
 };
 
 // The uncaught Python exception a process ended with (reason exit): the interpreter's own last
@@ -162,7 +163,7 @@ struct Summary {
   int64_t dump_seq = 0;
   std::string reason;  // DumpReasonName(); kept as text
   std::string detail;
-  std::optional<Trigger> trigger;
+  std::optional<AnsweredRequest> trigger;
   int64_t time_unix_ns = 0;
   int64_t time_mono_ns = 0;
   int64_t start_mono_ns = 0;

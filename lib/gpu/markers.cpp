@@ -174,18 +174,18 @@ MarkResult GpuMarkers::Begin(CUstream stream, Marker** out) {
   *out = nullptr;
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   CUresult r = driver_->StreamIsCapturing(stream, &status);
-  if (r != CUDA_SUCCESS) return MarkResult::Unmonitored;  // e.g. legacy stream during a global capture
-  if (status != CU_STREAM_CAPTURE_STATUS_NONE) return MarkResult::Captured;
+  if (r != CUDA_SUCCESS) return MarkResult::kUnmonitored;  // e.g. legacy stream during a global capture
+  if (status != CU_STREAM_CAPTURE_STATUS_NONE) return MarkResult::kCaptured;
   Marker* m = Acquire(stream);
-  if (!m) return MarkResult::Unmonitored;
+  if (!m) return MarkResult::kUnmonitored;
   if (driver_->EventRecord(m->start, stream) != CUDA_SUCCESS) {
     ForgetStream(stream);  // a reused handle in another context: look it up afresh next time
     Abandon(m);
-    return MarkResult::Unmonitored;
+    return MarkResult::kUnmonitored;
   }
   m->refs.store(1, std::memory_order_relaxed);
   *out = m;
-  return MarkResult::Marked;
+  return MarkResult::kMarked;
 }
 
 bool GpuMarkers::End(Marker* m, CUstream stream) {

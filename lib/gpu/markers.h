@@ -28,7 +28,7 @@ struct Marker {
   std::atomic<uint32_t> next_free{0};  // free-list link: index + 1 of the next free marker, 0: none
 };
 
-enum class MarkResult { Marked, Captured, Unmonitored };
+enum class MarkResult { kMarked, kCaptured, kUnmonitored };
 
 class GpuMarkers {
  public:
@@ -36,7 +36,7 @@ class GpuMarkers {
   ~GpuMarkers();
 
   // Hot path, application thread. On a stream being captured into a CUDA graph nothing is
-  // inserted (Captured). Otherwise records the start event and returns the marker (Marked).
+  // inserted (kCaptured). Otherwise records the start event and returns the marker (kMarked).
   MarkResult Begin(CUstream stream, Marker** out);
   // Records the end event after the operation was launched. False if that failed (the marker
   // was released).

@@ -62,7 +62,7 @@ void AssignSequence(GroupedOp* g) {
 }
 
 trace::OpState StateFor(MarkResult mr) {
-  return mr == MarkResult::Captured ? trace::OpState::Captured : trace::OpState::Unmonitored;
+  return mr == MarkResult::kCaptured ? trace::OpState::Captured : trace::OpState::Unmonitored;
 }
 
 void Fail(Runtime& rt, GroupedOp* ops, int n, ncclResult_t r, const char* function) {
@@ -120,7 +120,7 @@ ncclResult_t LaunchBatch(Runtime& rt, ThreadState& ts, GroupedOp* ops, int n, co
     int m = 0;
     while (m < nmarks && marks[m].stream != s) ++m;
     if (m == nmarks && nmarks < kMaxGroupStreams) {
-      marks[m] = {s, nullptr, MarkResult::Unmonitored, 0};
+      marks[m] = {s, nullptr, MarkResult::kUnmonitored, 0};
       if (markers) marks[m].result = markers->Begin(reinterpret_cast<CUstream>(s), &marks[m].marker);
       ++nmarks;
     }
@@ -142,7 +142,7 @@ ncclResult_t LaunchBatch(Runtime& rt, ThreadState& ts, GroupedOp* ops, int n, co
     if (r == ncclInProgress) continue;  // the end marker goes in once NCCL confirms the launch
     if (!markers->End(sm.marker, reinterpret_cast<CUstream>(sm.stream))) {
       sm.marker = nullptr;
-      sm.result = MarkResult::Unmonitored;
+      sm.result = MarkResult::kUnmonitored;
       continue;
     }
     sm.marker->refs.store(sm.ops, std::memory_order_relaxed);
@@ -153,7 +153,7 @@ ncclResult_t LaunchBatch(Runtime& rt, ThreadState& ts, GroupedOp* ops, int n, co
     int m = stream_of[i];
     marker_of[i] = m >= 0 ? marks[m].marker : nullptr;
     if (marker_of[i]) continue;
-    trace::OpState state = StateFor(m >= 0 ? marks[m].result : MarkResult::Unmonitored);
+    trace::OpState state = StateFor(m >= 0 ? marks[m].result : MarkResult::kUnmonitored);
     rt.ring().SetState(ops[i].op.index, state);
     // A collective captured into a CUDA graph is launched by every replay: it is never "not
     // reached", so its sequence number counts as reached and completed (a replay that hangs

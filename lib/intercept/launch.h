@@ -24,6 +24,20 @@ class RealCall {
   ncclResult_t (*fn_)(void*);
 };
 
+// The shapes one operation takes, from the call to the report:
+//   OpCall         a wrapper's arguments, as NCCL got them (here)
+//   GroupedOp      the call described as an OpSnapshot, with its communicator; a group's
+//                  operations wait in the thread's GroupBuffer for the outermost ncclGroupEnd
+//                  (thread_state.h), a single one is a batch of one
+//   OpSnapshot     the plain record: written into the flight ring's OpSlot at launch, and the
+//                  copy every later stage reads back (record/op_record.h)
+//   InflightItem   the one-cache-line hand-off to the watchdog: where the record is in the ring,
+//                  plus what a stall report needs if the ring overwrites it (watchdog/watchdog.h)
+//   Watchdog::Tracked  the watchdog's own follow-up per stream: the snapshot read back, its
+//                  marker, state and deadline
+//   InflightView   a not-completed operation as a dump shows it: snapshot, age, deadline
+//   trace::Op      the trace format's record (format/records.h): what a dump writes and the
+//                  command reads; the command's wait graph points at it (BlockedOp::op).
 struct OpCall {
   const char* function;
   trace::OpKind kind;

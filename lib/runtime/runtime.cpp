@@ -332,7 +332,7 @@ CommInfo* Runtime::AdoptUnknown(const void* handle) {
   return comms_.Register(std::move(info));
 }
 
-void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const std::optional<PeerRequest>& trigger,
+void Runtime::Dump(trace::DumpReason reason, const std::string& detail, const std::optional<trace::DumpRequest>& trigger,
                    const std::optional<InflightView>& stalled, const DumpExtra& extra) {
   if (!LockWithin(dump_mu_, timing::Ms(timing::kDumpLockWait))) return;
   std::lock_guard<std::mutex> lock(dump_mu_, std::adopt_lock);
@@ -388,7 +388,7 @@ void Runtime::AskPeersToDump(trace::DumpReason reason, uint64_t stuck_since_unix
   // ranks' latest dumps from before the hang (thousands of ranks stalling at once still write
   // the file a few times, not thousands).
   const uint64_t now_unix = UnixNs();
-  if (std::optional<PeerRequest> there = dumps_->CurrentRequest()) {
+  if (std::optional<trace::DumpRequest> there = dumps_->CurrentRequest()) {
     const uint64_t written = static_cast<uint64_t>(std::max<int64_t>(there->time_unix_ns, 0));
     const uint64_t recovered = last_recovery_mono_ns_.load();
     const bool recovered_since = recovered && now_unix > written && MonoNs() - recovered < now_unix - written;
@@ -397,7 +397,7 @@ void Runtime::AskPeersToDump(trace::DumpReason reason, uint64_t stuck_since_unix
         now_unix - std::min(now_unix, written) < timing::Ns(timing::kRequestFresh) && !recovered_since)
       return;
   }
-  PeerRequest r;
+  trace::DumpRequest r;
   r.request = identity_.host + "-" + std::to_string(identity_.pid) + "-" + std::to_string(requests_made_.fetch_add(1));
   r.origin_rank = global_rank_.load();
   r.origin_host = identity_.host;
@@ -536,7 +536,7 @@ void Runtime::OnTick() {
   CheckSetups(now);
   if (now - last_peer_poll_ns_ < config_.peer_poll_ms * 1000000ull) return;
   last_peer_poll_ns_ = now;
-  std::optional<PeerRequest> req = relay_->Poll(dumps_.get(), identity_.job_instance, identity_.start_unix_ns);
+  std::optional<trace::DumpRequest> req = relay_->Poll(dumps_.get(), identity_.job_instance, identity_.start_unix_ns);
   // The caretaker keeps a relay someone watches. Its identity is written under the dump lock.
   if (box_ && relay_->relay_path() != box_identity_.relay && LockWithin(dump_mu_, timing::Ms(timing::kDumpLockWait))) {
     std::lock_guard<std::mutex> lock(dump_mu_, std::adopt_lock);

@@ -63,7 +63,7 @@ class Runtime {
 
   // Writes one dump now, on the calling thread.
   void Dump(trace::DumpReason reason, const std::string& detail,
-            const std::optional<PeerRequest>& trigger = std::nullopt,
+            const std::optional<trace::DumpRequest>& trigger = std::nullopt,
             const std::optional<InflightView>& stalled = std::nullopt, const DumpExtra& extra = {});
   // An NCCL call returned an error (or GetAsyncError reported one): one dump per communicator.
   // `failed`: the operation whose call failed, when it was one.

@@ -111,7 +111,11 @@ int CapturePythonFrames(uintptr_t* code, int32_t* position, int max, bool* gil_h
 // read without the GIL through guarded reads (that thread runs on). Same output as
 // CapturePythonFrames; 0 when there is none (or it is the caller's own state).
 int CaptureDriverPythonFrames(uintptr_t* code, int32_t* position, int max);
-// Takes one reference on each code object so that it outlives its frames (GIL held).
+// Takes one reference on each code object so that it outlives its frames (GIL held). A call
+// site interned without the GIL borrows its code objects until the first dump names them: each
+// is checked to still be a live code object first (IsLiveCodeObject); one freed and replaced by
+// another code object at the same address would get the new one's name, the one case this
+// cannot tell.
 void RetainCodeObjects(const uintptr_t* code, int count);
 // Python frames in call sites on (the default) or off, for the whole process.
 void SetPythonCallsitesEnabled(bool enabled);

@@ -1,47 +1,12 @@
-// Stack capture for ncclwatch: call-site interning on the hot path, symbolization and
-// all-thread stacks (native and Python) at dump time.
-//
-// What a call site captures (CaptureCallsite), and why:
-//  - Native: the raw return addresses of the calling thread, innermost first, taken with
-//    libunwind's unw_backtrace (its x86_64 fast-trace cache makes repeated call sites cheap).
-//    Frame 0 is the caller of CaptureCallsite, after `skip` more frames are dropped. Nothing
-//    is symbolized on the hot path: names are looked up at dump time (Symbolize).
-//    A path a thread takes again (a training loop) is not unwound again: each thread remembers
-//    its recent paths with the stack slots their return addresses were read from, and a call
-//    whose slots all still hold them is the same path (call_paths.h says why that is exact).
-//  - Python: when the process embeds CPython 3.9+ (found with dlsym; libpython is never
-//    linked), the calling thread's innermost kMaxPythonFrames frames, whether it holds the GIL
-//    or not: PyTorch's c10d bindings release the GIL around every collective, and DDP/FSDP
-//    issue them from autograd threads. The thread's frames are read from the interpreter's
-//    structures (python_frames.h): its thread state comes from PyGILState's TLS key, which needs
-//    no GIL, and its frame chain cannot change while the thread is inside our wrapper. The
-//    offsets are one small table per CPython minor version (3.9 to 3.13), chosen once from the
-//    running interpreter's version; every pointer is checked (aligned, in range, frame and code
-//    objects of the right type) and the walk is bounded. Another version (or a free-threaded
-//    or Py_TRACE_REFS build) gets no walker: one log line (PythonCallsiteProblem), and Python
-//    frames only for callers that hold the GIL, through the C API. A thread running no Python
-//    code (autograd's, NCCL's own) records none. Frames are (code object, byte offset of the
-//    current instruction) pairs, turned into lines at dump time, because computing lines scans
-//    line tables (without the walker, before 3.11, the API gives the line number itself). They
-//    are part of the key, so the same native path reached from different Python lines gives
-//    different ids.
-//    The native frames then stop where the interpreter's own code begins: the Python frames
-//    say what the interpreter was running, and its frames change as CPython specializes
-//    bytecode, which would otherwise give one Python line several ids.
-//    Keeping code objects valid until dump time: a call site interned by a thread holding the
-//    GIL takes one reference (Py_IncRef) on its code objects and never drops it. A thread
-//    without the GIL may not touch reference counts, so its code objects are only borrowed:
-//    they live as long as their functions do, normally the whole job. At dump time, under the
-//    GIL, each code object is first checked to still be a live code object (its header read
-//    with process_vm_readv, so that freed and unmapped memory is an answer, not a fault), then
-//    named and given one reference, so that it stays valid for later dumps. A code object freed
-//    before the first dump leaves its frames unnamed, with a note; one freed and replaced by
-//    another code object at the same address (code compiled again and again, exec) would give
-//    the new one's name: the one case this cannot tell.
-//    Frames are named under the GIL at dump time; Python's frame API, when used, materializes
-//    frame objects for those frames, as sys._getframe() does: CPython's allocation, never ours.
-//  - The interned call sites live in a fixed, lock-free table (kCallsiteCapacity entries);
-//    when it is full, CaptureCallsite returns -1 for new call sites (known ones still work).
+// Stack capture for ncclwatch: call-site interning on the hot path (CaptureCallsite), and at
+// dump time symbolization and every thread's stacks, native and Python.
+// A call site is the calling thread's raw return addresses (libunwind's unw_backtrace; a path
+// taken again is not unwound again: call_paths.h) and, in a process running CPython 3.9+, its
+// innermost Python frames as (code object, instruction offset), read whether the thread holds
+// the GIL or not (python_api.h, python_frames.h). Nothing is named on the hot path. The native
+// frames stop where the interpreter's own code begins, so that one Python line keeps one id
+// while CPython specializes its bytecode. Interned call sites live in a fixed, lock-free table
+// (kCallsiteCapacity): when it is full, a new call site gets -1 (known ones still work).
 #pragma once
 
 #include <cstddef>

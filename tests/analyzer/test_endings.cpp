@@ -5,7 +5,7 @@
 
 #include "format/display.h"
 #include "render/render_report.h"
-#include "test_support.h"
+#include "fixtures.h"
 
 using namespace ncclwatch;
 using namespace ncclwatch::testing;

@@ -8,7 +8,7 @@
 #include "format/dump_reader.h"
 #include "format/trace_writer.h"
 #include "fuzz_harness.h"
-#include "test_support.h"
+#include "fixtures.h"
 
 using namespace ncclwatch::testing;
 namespace fs = std::filesystem;

@@ -10,7 +10,7 @@
 
 #include "format/dump_reader.h"
 #include "render/render_report.h"
-#include "test_support.h"
+#include "fixtures.h"
 
 using namespace ncclwatch;
 using namespace ncclwatch::testing;

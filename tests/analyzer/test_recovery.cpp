@@ -2,7 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "render/render_report.h"
-#include "test_support.h"
+#include "fixtures.h"
 
 using namespace ncclwatch;
 using namespace ncclwatch::testing;

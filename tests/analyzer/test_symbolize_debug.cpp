@@ -11,7 +11,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "render/symbolize_debug.h"
+#include "debuginfo/symbolize_debug.h"
 #include "render/text_format.h"
 
 using namespace ncclwatch::analysis;

@@ -9,7 +9,7 @@
 
 #include "model/clock_align.h"
 #include "render/timeline.h"
-#include "test_support.h"
+#include "fixtures.h"
 
 using namespace ncclwatch;
 using namespace ncclwatch::testing;

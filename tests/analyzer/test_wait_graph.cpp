@@ -5,7 +5,7 @@
 
 #include "model/wait_graph.h"
 #include "format/dump_reader.h"
-#include "test_support.h"
+#include "fixtures.h"
 
 using namespace ncclwatch;
 using namespace ncclwatch::testing;
@@ -31,7 +31,7 @@ analysis::DumpSet SetOf(const std::vector<Document>& docs) {
   return set;
 }
 
-const analysis::Blocker* BlockerOf(const analysis::Unit& u, int global) {
+const analysis::Blocker* BlockerOf(const analysis::BlockedOp& u, int global) {
   for (const auto& b : u.blockers)
     if (b.global == global) return &b;
   return nullptr;
@@ -53,7 +53,7 @@ TEST_CASE("wait graph: each kind of member that keeps a collective open", "[wait
   analysis::DumpSet set = SetOf(docs);
   analysis::WaitGraph g(set);
   REQUIRE(g.units().size() == 1);
-  const analysis::Unit& u = g.units()[0];
+  const analysis::BlockedOp& u = g.units()[0];
   CHECK(u.seq == 9);
   CHECK(u.waiting == std::vector<int>{0});
   REQUIRE(u.blockers.size() == 4);

@@ -143,9 +143,9 @@ TEST_CASE("NCCLWATCH_SIM_FAULT syntax") {
   REQUIRE(ParseFaults("stall:rank=3,seq=42;delay:rank=0,seq=1,comm=1,ms=250; crash:rank=2,seq=5,signal=SEGV",
                       &f, &err));
   REQUIRE(f.size() == 3);
-  CHECK((f[0].kind == FaultKind::Stall && f[0].rank == 3 && f[0].seq == 42 && f[0].comm == -1));
-  CHECK((f[1].kind == FaultKind::Delay && f[1].comm == 1 && f[1].ms == 250));
-  CHECK((f[2].kind == FaultKind::Crash && f[2].signal == 11));
+  CHECK((f[0].kind == FaultKind::kStall && f[0].rank == 3 && f[0].seq == 42 && f[0].comm == -1));
+  CHECK((f[1].kind == FaultKind::kDelay && f[1].comm == 1 && f[1].ms == 250));
+  CHECK((f[2].kind == FaultKind::kCrash && f[2].signal == 11));
   REQUIRE(ParseFaults("kernel:rank=1,seq=2,ms=-1;", &f, &err));
   CHECK(f[0].ms == -1);
   for (const char* bad : {"stal:rank=1,seq=1", "stall:rank=1", "stall:rank=x,seq=1", "stall:rank=1,seq=0",

@@ -1,4 +1,4 @@
-// Loaded by python_stacks_test.py through ctypes: drives lib/stacks inside a real CPython
+// Loaded by test_python_stacks.py through ctypes: drives lib/stacks inside a real CPython
 // process and answers in JSON. Calls made through ctypes.PyDLL keep the GIL, those made through
 // ctypes.CDLL release it, which is how the script chooses.
 #include <time.h>

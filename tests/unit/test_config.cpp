@@ -43,7 +43,7 @@ TEST_CASE("valid values are taken") {
   CHECK(r.config.ring == 1024);  // rounded up to a power of two
   CHECK(r.config.gpu_timing);
   CHECK(r.config.dump_signal == SIGUSR1);
-  CHECK(r.config.log == LogLevel::Debug);
+  CHECK(r.config.log == LogLevel::kDebug);
   CHECK(r.config.dir == "/tmp/x");
   CHECK(r.config.adaptive_floor_s == 2.5);
 }

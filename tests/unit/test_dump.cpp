@@ -281,7 +281,7 @@ TEST_CASE("the job-wide dump request is seen once per change") {
   std::string dir = dir_tmp.path();
   DumpDirectory writer(dir, dir, 5), reader(dir, dir, 5);
   CHECK_FALSE(reader.PollRequest().has_value());
-  PeerRequest r{"h-1-0", 2, "h", "stall", "", 0};
+  trace::DumpRequest r{"h-1-0", 2, "h", "stall", "", 0};
   REQUIRE(writer.WriteRequest(r));
   auto got = reader.PollRequest();
   REQUIRE(got.has_value());

@@ -26,7 +26,7 @@ const CUstream kStream = reinterpret_cast<CUstream>(0x1234);
 
 Marker* Take(GpuMarkers& markers) {
   Marker* m = nullptr;
-  if (markers.Begin(kStream, &m) != MarkResult::Marked) return nullptr;
+  if (markers.Begin(kStream, &m) != MarkResult::kMarked) return nullptr;
   REQUIRE(markers.End(m, kStream));
   return m;
 }
@@ -70,15 +70,15 @@ TEST_CASE("beyond the per-context bound operations go unmonitored until a marker
   std::vector<Marker*> held;
   for (uint32_t i = 0; i < GpuMarkers::kMaxMarkersPerContext; ++i) {
     Marker* m = nullptr;
-    if (markers.Begin(kStream, &m) != MarkResult::Marked) break;
+    if (markers.Begin(kStream, &m) != MarkResult::kMarked) break;
     held.push_back(m);
   }
   REQUIRE(held.size() == GpuMarkers::kMaxMarkersPerContext);
   Marker* extra = nullptr;
-  CHECK(markers.Begin(kStream, &extra) == MarkResult::Unmonitored);
+  CHECK(markers.Begin(kStream, &extra) == MarkResult::kUnmonitored);
   CHECK(extra == nullptr);
   markers.Abandon(held.back());
-  CHECK(markers.Begin(kStream, &extra) == MarkResult::Marked);
+  CHECK(markers.Begin(kStream, &extra) == MarkResult::kMarked);
   CHECK(extra == held.back());
 }
 
@@ -87,7 +87,7 @@ TEST_CASE("a marker whose events could not be created is retried, not lost") {
   GpuMarkers markers(&driver, false);
   FakeCuda::FailNextCreates(1);
   Marker* m = nullptr;
-  CHECK(markers.Begin(kStream, &m) == MarkResult::Unmonitored);
+  CHECK(markers.Begin(kStream, &m) == MarkResult::kUnmonitored);
   Marker* retried = Take(markers);
   REQUIRE(retried);
   CHECK(retried->start != nullptr);
@@ -107,7 +107,7 @@ TEST_CASE("threads taking and giving back markers never share one") {
       std::vector<Marker*> held;
       for (int i = 0; i < kRounds; ++i) {
         Marker* m = nullptr;
-        if (markers.Begin(kStream, &m) != MarkResult::Marked) {
+        if (markers.Begin(kStream, &m) != MarkResult::kMarked) {
           unmonitored.fetch_add(1);
           continue;
         }

@@ -20,7 +20,7 @@ namespace {
 struct Rank {
   Rank(const std::string& shared, const std::string& relay_dir, const std::string& host)
       : dumps(shared, shared, 5), relay(relay_dir, host) {}
-  std::optional<PeerRequest> Poll() { return relay.Poll(&dumps, "", 0); }
+  std::optional<trace::DumpRequest> Poll() { return relay.Poll(&dumps, "", 0); }
   DumpDirectory dumps;
   RequestRelay relay;
 };

@@ -56,7 +56,7 @@ struct Bench {
   Marker* Launch(OpSnapshot& o) {
     ring.Record(o);
     Marker* m = nullptr;
-    REQUIRE(markers.Begin(reinterpret_cast<CUstream>(o.stream), &m) == MarkResult::Marked);
+    REQUIRE(markers.Begin(reinterpret_cast<CUstream>(o.stream), &m) == MarkResult::kMarked);
     REQUIRE(markers.End(m, reinterpret_cast<CUstream>(o.stream)));
     comm.live().last_enqueued = o.seq;
     REQUIRE(wd->Submit(InflightItem::Of(o, &comm, m)));
@@ -195,7 +195,7 @@ TEST_CASE("captured operations get no marker, and the watchdog's queries never i
   Bench b;
   FakeCuda::SetCapture(CU_STREAM_CAPTURE_STATUS_ACTIVE);
   Marker* m = nullptr;
-  CHECK(b.markers.Begin(reinterpret_cast<CUstream>(0x5), &m) == MarkResult::Captured);
+  CHECK(b.markers.Begin(reinterpret_cast<CUstream>(0x5), &m) == MarkResult::kCaptured);
   CHECK(m == nullptr);
   CHECK(FakeCuda::Created() == 0);
   b.markers.PrepareThread();

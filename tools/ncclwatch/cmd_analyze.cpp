@@ -7,7 +7,7 @@
 #include "rules/attribution.h"
 #include "model/dump_set.h"
 #include "render/render_report.h"
-#include "render/symbolize_debug.h"
+#include "debuginfo/symbolize_debug.h"
 #include "render/text_format.h"
 #include "dump_dir.h"
 #include "subcommand.h"

@@ -24,7 +24,7 @@
 #include "rules/attribution.h"
 #include "model/dump_set.h"
 #include "render/render_report.h"
-#include "render/symbolize_debug.h"
+#include "debuginfo/symbolize_debug.h"
 #include "common/config.h"
 #include "common/process_info.h"
 #include "dump/dump_files.h"

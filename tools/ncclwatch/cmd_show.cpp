@@ -9,7 +9,7 @@
 
 #include "format/dump_reader.h"
 #include "render/render_dump.h"
-#include "render/symbolize_debug.h"
+#include "debuginfo/symbolize_debug.h"
 #include "render/text_format.h"
 #include "subcommand.h"
 

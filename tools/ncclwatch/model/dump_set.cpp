@@ -560,7 +560,7 @@ bool DumpSet::StallOver(const Dump& d) const {
   return false;
 }
 
-bool DumpSet::RequestFromRecoveredStall(const trace::Trigger& t) const {
+bool DumpSet::RequestFromRecoveredStall(const trace::AnsweredRequest& t) const {
   if (t.reason != trace::DumpReasonName(trace::DumpReason::Stall)) return false;
   size_t stalls = 0;
   for (const auto& [key, list] : by_process_) {

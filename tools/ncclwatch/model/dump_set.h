@@ -155,7 +155,7 @@ class DumpSet {
   bool StallOver(const Dump& d) const;
   // Whether every stall of the process that sent a request (trigger of a peer_request dump)
   // recovered: its answers then show a moment of a job that went on, not a hang.
-  bool RequestFromRecoveredStall(const trace::Trigger& t) const;
+  bool RequestFromRecoveredStall(const trace::AnsweredRequest& t) const;
   // Python frames of thread `tid` from the latest earlier dump of the process of `d` that shows
   // it in the same state (no operation issued or completed since, the same NCCL calls in
   // progress) and has them, where `d` has none for it (the thread held the GIL at `d`'s dump);

@@ -200,7 +200,7 @@ int64_t WaitGraph::BlockedSeq(int ci) const {
 void WaitGraph::BuildInitUnit(int ci) {
   const CommIndex& c = comms_[ci];
   const std::string initializing = trace::CommStateName(trace::CommState::Initializing);
-  Unit u;
+  BlockedOp u;
   u.init = true;
   u.comm = ci;
   for (int r = 0; r < c.size; ++r) {
@@ -227,7 +227,7 @@ void WaitGraph::BuildCollectiveUnit(int ci) {
   int64_t s = BlockedSeq(ci);
   if (s < 0) return;
 
-  Unit u;
+  BlockedOp u;
   u.comm = ci;
   u.seq = s;
   std::map<Signature, std::vector<int>> by_signature;  // -> global ranks
@@ -279,7 +279,7 @@ void WaitGraph::BuildCollectiveUnit(int ci) {
   units_.push_back(std::move(u));
 }
 
-void WaitGraph::DescribeMismatch(const CommIndex& c, int64_t s, const std::map<Signature, std::vector<int>>& by_signature, Unit* u) {
+void WaitGraph::DescribeMismatch(const CommIndex& c, int64_t s, const std::map<Signature, std::vector<int>>& by_signature, BlockedOp* u) {
   u->mismatch = true;
   std::vector<std::pair<Signature, std::vector<int>>> groups(by_signature.begin(), by_signature.end());
   for (auto& g : groups) std::sort(g.second.begin(), g.second.end());
@@ -340,7 +340,7 @@ void WaitGraph::BuildP2pUnits() {
       int src = send ? cs->rank : op.peer, dst = send ? op.peer : cs->rank;
       auto k = std::make_tuple(cit->second, src, dst, op.p2p_seq);
       if (p2p_units_.count(k)) continue;
-      Unit u;
+      BlockedOp u;
       u.p2p = true;
       u.comm = cit->second;
       u.src = src;
@@ -362,7 +362,7 @@ void WaitGraph::BuildP2pUnits() {
   }
 }
 
-void WaitGraph::AddP2pSide(Unit* u, int comm_rank, bool send) {
+void WaitGraph::AddP2pSide(BlockedOp* u, int comm_rank, bool send) {
   const CommIndex& c = comms_[u->comm];
   int other = send ? u->dst : u->src;
   Blocker b;
@@ -399,7 +399,7 @@ void WaitGraph::AddP2pSide(Unit* u, int comm_rank, bool send) {
   u->blockers.push_back(b);
 }
 
-bool WaitGraph::EndedOwingNothing(const Unit& u, int dump, int comm_rank, bool send) const {
+bool WaitGraph::EndedOwingNothing(const BlockedOp& u, int dump, int comm_rank, bool send) const {
   const CommIndex& c = comms_[u.comm];
   const int other = send ? u.dst : u.src;
   const trace::CommSummary* cs = StateOf(dump, u.comm);
@@ -446,7 +446,7 @@ bool WaitGraph::CompletedByPeers(int dump, const trace::Op& op) const {
 }
 
 void WaitGraph::ResolveBlockers(int ui) {
-  Unit& u = units_[ui];
+  BlockedOp& u = units_[ui];
   if (u.mismatch || u.init) return;  // the calls disagree / nobody joined: nothing to follow
   for (Blocker& b : u.blockers) {
     if (b.kind == BlockKind::kDead || b.kind == BlockKind::kStopped || b.kind == BlockKind::kError ||

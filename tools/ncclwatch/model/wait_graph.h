@@ -1,9 +1,9 @@
 // The wait-for graph of a hang, built from the selected dumps of a DumpSet: communicators and
-// their members across dumps, the blocked operations (units), who keeps each from completing
-// and where each wait ends (a dead, errored or exited member, a host busy elsewhere, a GPU held
-// by earlier work, or another blocked operation), and the cycles among them. No verdicts: the
-// rules that name causes read this graph (attribution.cpp), so each can be tested on a small
-// hand-built dump set.
+// their members across dumps, the blocked operations (BlockedOp; units() holds them, and a
+// `unit` is an index into it), who keeps each from completing and where each wait ends (a dead,
+// errored or exited member, a host busy elsewhere, a GPU held by earlier work, or another
+// blocked operation), and the cycles among them. No verdicts: the rules that name causes read
+// this graph (attribution.cpp), so each can be tested on a small hand-built dump set.
 #pragma once
 
 #include <cstddef>
@@ -71,7 +71,7 @@ struct Blocker {
 };
 
 // One blocked operation: a collective (comm, seq) or one Send/Recv transfer.
-struct Unit {
+struct BlockedOp {
   bool p2p = false;
   bool init = false;  // a communicator's creation (ncclCommInitRank*) that has not returned
   int comm = -1;
@@ -122,7 +122,7 @@ class WaitGraph {
 
   const std::vector<Dump>& dumps() const { return dumps_; }
   const std::vector<CommIndex>& comms() const { return comms_; }
-  const std::vector<Unit>& units() const { return units_; }
+  const std::vector<BlockedOp>& units() const { return units_; }
   // Index in comms() of a communicator id, or -1.
   int CommOf(const std::string& id) const;
   // The strongly connected component of a unit in the wait-for graph, and whether the unit
@@ -166,14 +166,14 @@ class WaitGraph {
   // for the members that never joined (no state for it).
   void BuildInitUnit(int ci);
   void BuildCollectiveUnit(int ci);
-  void DescribeMismatch(const CommIndex& c, int64_t s, const std::map<Signature, std::vector<int>>& by_signature, Unit* u);
+  void DescribeMismatch(const CommIndex& c, int64_t s, const std::map<Signature, std::vector<int>>& by_signature, BlockedOp* u);
   // One unit per incomplete Send/Recv transfer, keyed by (comm, src, dst, p2p_seq), built
   // from whichever side recorded it.
   void BuildP2pUnits();
-  void AddP2pSide(Unit* u, int comm_rank, bool send);
+  void AddP2pSide(BlockedOp* u, int comm_rank, bool send);
   // A rank that ended (exited, died) owes nothing to a transfer it completed, or issued while
   // its peer completed its side: its counts toward the peer say so, whatever its op list says.
-  bool EndedOwingNothing(const Unit& u, int dump, int comm_rank, bool send) const;
+  bool EndedOwingNothing(const BlockedOp& u, int dump, int comm_rank, bool send) const;
   int UnitOfOp(int dump, const trace::Op& op) const;
   // A collective of this rank that the other members completed a while ago: its own GPU (or
   // work queued around the operation on its stream) holds it.
@@ -186,7 +186,7 @@ class WaitGraph {
   const std::vector<Dump>& dumps_;
   std::vector<CommIndex> comms_;
   std::unordered_map<std::string, int> comm_by_id_;
-  std::vector<Unit> units_;
+  std::vector<BlockedOp> units_;
   std::map<std::tuple<int, int, int, int64_t>, int> p2p_units_;
   std::vector<int> scc_;        // strongly connected component of each unit
   std::vector<bool> cyclic_;    // the unit lies on a wait cycle

@@ -80,7 +80,7 @@ void RenderStack(std::ostream& out, const Style& st, const trace::Stack& s, cons
 
 // Who sent a job-wide dump request: a rank, or the `ncclwatch dump` command (origin rank -1,
 // reason on_demand).
-static std::string RequesterText(const trace::Trigger& t) {
+static std::string RequesterText(const trace::AnsweredRequest& t) {
   if (t.origin_rank < 0 && t.reason == trace::DumpReasonName(trace::DumpReason::OnDemand))
     return "`ncclwatch dump` on " + Printable(t.origin_host);
   return (t.origin_rank >= 0 ? "rank " + std::to_string(t.origin_rank) : std::string("a rank not known yet")) + " (" +

@@ -1,5 +1,5 @@
 // Source lines of the native frames a report (or a dump shown) will print: found by the
-// symbolization pass before rendering (render/symbolize_debug.h reads debug info), looked up
+// symbolization pass before rendering (debuginfo/symbolize_debug.h reads debug info), looked up
 // by the renderers, which never read a file themselves.
 #pragma once
 

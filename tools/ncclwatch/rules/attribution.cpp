@@ -93,7 +93,7 @@ class Attributor {
     std::vector<bool> cycle_done(g_.units().size(), false);
     std::vector<bool> split_ids = SplitIdDrafts(&drafts);
     for (size_t ui = 0; ui < g_.units().size(); ++ui) {
-      const Unit& u = g_.units()[ui];
+      const BlockedOp& u = g_.units()[ui];
       int i = static_cast<int>(ui);
       if (u.init && split_ids[ui]) continue;
       if (u.init) {
@@ -179,7 +179,7 @@ class Attributor {
       Draft d;
       d.v = BaseVerdict(groups.front().second, Cause::InitHang);
       for (const auto& [ranks, ui] : groups) {
-        const Unit& u = g_.units()[ui];
+        const BlockedOp& u = g_.units()[ui];
         const CommIndex& c = g_.comms()[u.comm];
         d.units.push_back(ui);
         covered[ui] = true;
@@ -264,7 +264,7 @@ class Attributor {
     }
   }
 
-  std::vector<int> Globals(const Unit& u, const std::vector<int>& comm_ranks) const {
+  std::vector<int> Globals(const BlockedOp& u, const std::vector<int>& comm_ranks) const {
     std::vector<int> g;
     for (int r : comm_ranks)
       if (g_.comms()[u.comm].global[r] >= 0) g.push_back(g_.comms()[u.comm].global[r]);
@@ -273,7 +273,7 @@ class Attributor {
   }
 
   Verdict BaseVerdict(int ui, Cause cause) const {
-    const Unit& u = g_.units()[ui];
+    const BlockedOp& u = g_.units()[ui];
     const CommIndex& c = g_.comms()[u.comm];
     Verdict v;
     v.cause = cause;
@@ -302,7 +302,7 @@ class Attributor {
   // How long the waiting ranks have waited as of their processes' newest dumps: the evidence
   // is the moment the hang began (a stall dump), a later dump (the teardown's SIGTERM) that
   // still shows the operation unfinished says how long the wait lasted.
-  double WaitedAsOfNewest(const Unit& u) const {
+  double WaitedAsOfNewest(const BlockedOp& u) const {
     double waited = u.waited_s;
     if (u.p2p || u.init) return waited;
     const CommIndex& c = g_.comms()[u.comm];
@@ -359,7 +359,7 @@ class Attributor {
   }
 
   Draft MismatchDraft(int ui) {
-    const Unit& u = g_.units()[ui];
+    const BlockedOp& u = g_.units()[ui];
     Draft d;
     d.v = BaseVerdict(ui, Cause::Mismatch);
     d.units.push_back(ui);
@@ -416,7 +416,7 @@ class Attributor {
     if (cycle.empty()) return d;
     // Everyone inside an operation of the cycle waits on the deadlock.
     for (const auto& step : cycle) {
-      const Unit& cu = g_.units()[step.first];
+      const BlockedOp& cu = g_.units()[step.first];
       std::vector<int> w = Globals(cu, cu.waiting);
       d.v.waiting_ranks.insert(d.v.waiting_ranks.end(), w.begin(), w.end());
       d.v.waited_s = std::max(d.v.waited_s, cu.waited_s);
@@ -437,7 +437,7 @@ class Attributor {
   }
 
   CycleStep StepOf(int ui, int from, int to) const {
-    const Unit& u = g_.units()[ui];
+    const BlockedOp& u = g_.units()[ui];
     const CommIndex& c = g_.comms()[u.comm];
     CycleStep step;
     step.from = from;
@@ -495,7 +495,7 @@ class Attributor {
   }
 
   Consequence ConsequenceOf(int ui) const {
-    const Unit& u = g_.units()[ui];
+    const BlockedOp& u = g_.units()[ui];
     const CommIndex& c = g_.comms()[u.comm];
     Consequence q;
     q.comm = c.id;
@@ -541,7 +541,7 @@ class Attributor {
   // Evidence: stacks of the culprits, read from their full dumps.
 
   void AddEvidence(Draft* d) {
-    const Unit* u = d->units.empty() ? nullptr : &g_.units()[d->units[0]];
+    const BlockedOp* u = d->units.empty() ? nullptr : &g_.units()[d->units[0]];
     size_t n = std::min(d->culprits.size(), options_.max_evidence);
     for (size_t i = 0; i < n; ++i) {
       int dump = d->culprits[i].dump;

@@ -5,7 +5,7 @@
 namespace ncclwatch {
 namespace analysis {
 
-void Evidence::Fill(const Unit* u, int dump, CulpritEvidence* e) {
+void Evidence::Fill(const BlockedOp* u, int dump, CulpritEvidence* e) {
   if (dump < 0) {
     auto it = e->rank >= 0 ? set_.unreadable_ranks().find(e->rank) : set_.unreadable_ranks().end();
     if (it != set_.unreadable_ranks().end()) {
@@ -124,7 +124,7 @@ void Evidence::Fill(const Unit* u, int dump, CulpritEvidence* e) {
   }
 }
 
-CulpritPosition Evidence::PositionOf(const Unit* u, int dump) const {
+CulpritPosition Evidence::PositionOf(const BlockedOp* u, int dump) const {
   using Position = CommPosition;
   CulpritPosition p;
   const trace::Summary& s = g_.dumps()[dump].summary;

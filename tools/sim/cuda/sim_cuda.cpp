@@ -60,7 +60,7 @@ constexpr auto kExitGracePeriod = std::chrono::milliseconds(500);
 
 // One item of a stream's FIFO, or one node of a captured graph.
 struct Work {
-  enum class Kind { HostFn, EventRecord };
+  enum class Kind { kHostFn, kEventRecord };
   explicit Work(Kind k) : kind(k) {}
   Kind kind;
   CUhostFn fn = nullptr;
@@ -148,7 +148,7 @@ class CommandRing {
     std::vector<Work> bigger;
     bigger.reserve(slots_.empty() ? 64 : slots_.size() * 2);
     for (size_t i = 0; i < size_; ++i) bigger.push_back(std::move(slots_[(head_ + i) % slots_.size()]));
-    bigger.resize(bigger.capacity(), Work(Work::Kind::HostFn));
+    bigger.resize(bigger.capacity(), Work(Work::Kind::kHostFn));
     slots_ = std::move(bigger);
     head_ = 0;
   }
@@ -322,7 +322,7 @@ void runWorker(CUstream_st* s) {
     if (d.shuttingDown || s->queue.empty()) break;
     Work w = std::move(s->queue.front());
     s->queue.pop_front();
-    if (w.kind == Work::Kind::HostFn) {
+    if (w.kind == Work::Kind::kHostFn) {
       s->busy = true;
       lk.unlock();
       w.fn(w.userData);
@@ -410,7 +410,7 @@ CUresult enqueue(Driver& d, CUstream_st* s, Work w) {
     c->lastNode = &c->graph->nodes.back();
     return CUDA_SUCCESS;
   }
-  if (w.kind == Work::Kind::EventRecord) {
+  if (w.kind == Work::Kind::kEventRecord) {
     w.generation = ++w.event->generation;
     w.event->recorded = true;
     // As on a GPU, recording an event costs no more than writing a command: on an idle stream
@@ -702,7 +702,7 @@ CUresult eventRecord(CUevent hEvent, CUstream h) {
   CUevent_st* ev = findEvent(hEvent);
   CUstream_st* s = findStream(d, h);
   if (!ev || !s) return CUDA_ERROR_INVALID_HANDLE;
-  Work marker(Work::Kind::EventRecord);
+  Work marker(Work::Kind::kEventRecord);
   marker.event = ev;
   return enqueue(d, s, std::move(marker));
 }
@@ -765,7 +765,7 @@ CUresult launchHostFunc(CUstream h, CUhostFn fn, void* userData) {
   Lock lk(d.mu);
   CUstream_st* s = findStream(d, h);
   if (!s) return CUDA_ERROR_INVALID_HANDLE;
-  Work w(Work::Kind::HostFn);
+  Work w(Work::Kind::kHostFn);
   w.fn = fn;
   w.userData = userData;
   return enqueue(d, s, std::move(w));

@@ -360,7 +360,7 @@ ncclResult_t LaunchGroup(std::vector<PendingOp> ops) {
 ncclResult_t HostFaults(ncclComm* c, uint64_t seq, PendingOp* p) {
   const int rank = GlobalRank(), ci = c->index;
   auto seqs = static_cast<unsigned long long>(seq);
-  if (const Fault* f = FindFault(FaultKind::Crash, rank, ci, seq)) {
+  if (const Fault* f = FindFault(FaultKind::kCrash, rank, ci, seq)) {
     Log("fault crash: comm %d seq %llu: raising %s", ci, seqs, f->signal == SIGSEGV ? "SIGSEGV" : "SIGKILL");
     fflush(nullptr);
     if (f->signal == SIGSEGV) {
@@ -371,24 +371,24 @@ ncclResult_t HostFaults(ncclComm* c, uint64_t seq, PendingOp* p) {
     kill(getpid(), SIGKILL);
     for (;;) pause();
   }
-  if (FindFault(FaultKind::Abort, rank, ci, seq)) {
+  if (FindFault(FaultKind::kAbort, rank, ci, seq)) {
     Log("fault abort: comm %d seq %llu: calling abort()", ci, seqs);
     fflush(nullptr);
     abort();
   }
-  if (FindFault(FaultKind::Error, rank, ci, seq)) {
+  if (FindFault(FaultKind::kError, rank, ci, seq)) {
     c->async_error.store(ncclRemoteError);
     return Fail(ncclSystemError, "injected error (NCCLWATCH_SIM_FAULT) at comm %d seq %llu", ci, seqs);
   }
-  if (const Fault* f = FindFault(FaultKind::Delay, rank, ci, seq)) {
+  if (const Fault* f = FindFault(FaultKind::kDelay, rank, ci, seq)) {
     Log("fault delay: comm %d seq %llu: host sleeps %d ms", ci, seqs, f->ms);
     SleepUnlessStopped(c, f->ms);
   }
   // The slow "kernel" for collective N runs after collective N-1 on the stream, so that it
   // also precedes any marker a wrapper records right before calling collective N.
-  if (const Fault* f = FindFault(FaultKind::Kernel, rank, ci, seq + 1)) p->kernel_after_ms = f->ms;
+  if (const Fault* f = FindFault(FaultKind::kKernel, rank, ci, seq + 1)) p->kernel_after_ms = f->ms;
   if (seq == 1) {
-    if (const Fault* f = FindFault(FaultKind::Kernel, rank, ci, 1)) p->kernel_before_ms = f->ms;
+    if (const Fault* f = FindFault(FaultKind::kKernel, rank, ci, 1)) p->kernel_before_ms = f->ms;
   }
   return ncclSuccess;
 }

@@ -116,7 +116,7 @@ void RunCollective(const Op& op) {
   ncclComm* c = op.comm;
   if (c->stop.load()) return;
   const uint64_t seq = ++c->exec_seq;
-  if (FindFault(FaultKind::Stall, GlobalRank(), c->index, seq)) {
+  if (FindFault(FaultKind::kStall, GlobalRank(), c->index, seq)) {
     Log("fault stall: comm %d seq %llu never completes", c->index, (unsigned long long)seq);
     return WaitUntilStopped(c);
   }

@@ -30,9 +30,9 @@ bool ParseOne(const std::string& entry, Fault* f, std::string* err) {
   static const struct {
     const char* name;
     FaultKind kind;
-  } kKinds[] = {{"stall", FaultKind::Stall}, {"delay", FaultKind::Delay},
-                {"kernel", FaultKind::Kernel}, {"crash", FaultKind::Crash},
-                {"abort", FaultKind::Abort}, {"error", FaultKind::Error}};
+  } kKinds[] = {{"stall", FaultKind::kStall}, {"delay", FaultKind::kDelay},
+                {"kernel", FaultKind::kKernel}, {"crash", FaultKind::kCrash},
+                {"abort", FaultKind::kAbort}, {"error", FaultKind::kError}};
   bool known = false;
   for (const auto& k : kKinds) {
     if (kind == k.name) {
@@ -84,9 +84,9 @@ bool ParseOne(const std::string& entry, Fault* f, std::string* err) {
     }
   }
   if (!have_rank || !have_seq) return *err = "'" + kind + "' needs both rank= and seq=", false;
-  if (have_ms && f->kind != FaultKind::Delay && f->kind != FaultKind::Kernel)
+  if (have_ms && f->kind != FaultKind::kDelay && f->kind != FaultKind::kKernel)
     return *err = "ms= applies only to delay and kernel", false;
-  if (have_signal && f->kind != FaultKind::Crash) return *err = "signal= applies only to crash", false;
+  if (have_signal && f->kind != FaultKind::kCrash) return *err = "signal= applies only to crash", false;
   return true;
 }
 

@@ -8,10 +8,10 @@
 
 namespace simnccl {
 
-enum class FaultKind { Stall, Delay, Kernel, Crash, Abort, Error };
+enum class FaultKind { kStall, kDelay, kKernel, kCrash, kAbort, kError };
 
 struct Fault {
-  FaultKind kind = FaultKind::Stall;
+  FaultKind kind = FaultKind::kStall;
   int rank = -1;      // global rank (RANK, else the rank in the process's first communicator)
   uint64_t seq = 0;   // collective sequence number on the communicator, from 1
   int comm = -1;      // creation index of the communicator in that process; -1: any

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Installation tests: what `cmake --install` and `cpack -G DEB` produce, and that it works.
 
-    check_install.py --build BUILD_DIR --source SOURCE_DIR --cmake CMAKE --cpack CPACK
+    test_install.py --build BUILD_DIR --source SOURCE_DIR --cmake CMAKE --cpack CPACK
                      --check-elf CHECK_ELF --version VERSION [--multiarch TRIPLET]
                      [--static-runtime] CASE
 

@@ -8,7 +8,7 @@
 
 #include "callsite_table.h"
 #include "stacks.h"
-#include "test_sites.h"
+#include "call_sites.h"
 #include "testing.h"
 
 using namespace ncclwatch::stacks;

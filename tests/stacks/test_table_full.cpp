@@ -5,7 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "stacks.h"
-#include "test_sites.h"
+#include "call_sites.h"
 
 using namespace ncclwatch::stacks;
 

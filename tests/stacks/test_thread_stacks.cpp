@@ -22,7 +22,7 @@
 #include <catch2/catch.hpp>
 
 #include "stacks.h"
-#include "test_sites.h"
+#include "call_sites.h"
 #include "testing.h"
 
 using namespace ncclwatch::stacks;

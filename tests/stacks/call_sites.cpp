@@ -1,4 +1,4 @@
-#include "test_sites.h"
+#include "call_sites.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "render/symbolize_debug.h"
+#include "debuginfo/symbolize_debug.h"
 
 #include <cxxabi.h>
 #include <dlfcn.h>

@@ -15,11 +15,11 @@
 #include <catch2/catch.hpp>
 
 #include "stacks.h"
-#include "test_sites.h"
+#include "call_sites.h"
 
 using namespace ncclwatch::stacks;
 
-// tests/stacks/test_module.cpp: a stripped library.
+// tests/stacks/stripped_module.cpp: a stripped library.
 extern "C" int nw_module_exported(int x);
 extern "C" uintptr_t nw_module_hidden_function();
 extern "C" int nw_module_calls(int32_t (*capture)(int, int), int depth);
