@@ -447,7 +447,7 @@ std::optional<Conversion> CareForStopped(int fd, const std::string& path, const 
   bool asked = false;
   if (!past_deadline && !(id.dump_dir.empty() && id.dump_fallback.empty())) {
     DumpDirectory dir(id.dump_dir, id.dump_fallback, 0, id.cwd);
-    const std::optional<PeerRequest> r = dir.CurrentRequest();
+    const std::optional<trace::DumpRequest> r = dir.CurrentRequest();
     asked = r && (r->job_instance.empty() || id.job_instance.empty() || r->job_instance == id.job_instance) &&
             r->time_unix_ns > h.alive_unix_ns.load();
   }

@@ -60,7 +60,7 @@ std::vector<trace::NativeFrame> Symbolized(const std::vector<uintptr_t>& ips) {
 }
 
 DumpInput AssembleDumpInput(const DumpSources& src, trace::DumpReason reason, const std::string& detail,
-                            const std::optional<PeerRequest>& trigger, const std::optional<InflightView>& stalled,
+                            const std::optional<trace::DumpRequest>& trigger, const std::optional<InflightView>& stalled,
                             const DumpExtra& extra) {
   DumpInput in;
   in.reason = reason;

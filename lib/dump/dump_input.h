@@ -46,7 +46,7 @@ constexpr int kBackgroundGilWaitMs = 100;
 // Captures stacks (signals to the threads a report shows) unless `extra` asks for a light dump
 // or an exit record.
 DumpInput AssembleDumpInput(const DumpSources& src, trace::DumpReason reason, const std::string& detail,
-                            const std::optional<PeerRequest>& trigger, const std::optional<InflightView>& stalled,
+                            const std::optional<trace::DumpRequest>& trigger, const std::optional<InflightView>& stalled,
                             const DumpExtra& extra);
 
 // Return addresses, symbolized (a call site's frames).
