@@ -21,17 +21,28 @@ namespace {
 constexpr size_t kPage = 4096;
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
-// The lock readers test: held for the life of the process, its release is how they know the
-// process is gone (and whether the pid they find is still that process: postmortem.cpp).
-bool LockBox(int fd) {
+}  // namespace
+
+namespace {
+struct flock BoxLockRange() {
   struct flock lock{};
   lock.l_type = F_WRLCK;
   lock.l_whence = SEEK_SET;
   lock.l_len = 1;
+  return lock;
+}
+}  // namespace
+
+bool TakeBoxLock(int fd) {
+  struct flock lock = BoxLockRange();
   return fcntl(fd, F_SETLK, &lock) == 0;
 }
 
-}  // namespace
+pid_t BoxLockHolder(int fd) {
+  struct flock lock = BoxLockRange();
+  if (fcntl(fd, F_GETLK, &lock) != 0) return -1;
+  return lock.l_type == F_UNLCK ? 0 : lock.l_pid;
+}
 
 std::string BoxPrefix(uint32_t uid) { return "ncclwatch-box-" + std::to_string(uid) + "-"; }
 
@@ -91,7 +102,7 @@ std::unique_ptr<BlackBox> BlackBox::Create(const std::string& dir, uint64_t ring
   };
   const int fd = open(hidden.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return fail("cannot create", errno, -1);
-  if (!LockBox(fd)) return fail("cannot lock", errno, fd);
+  if (!TakeBoxLock(fd)) return fail("cannot lock", errno, fd);
   // Reserved now: a page first touched on the hot path must never find the file system full.
   if (int e = posix_fallocate(fd, 0, static_cast<off_t>(layout.file_bytes))) return fail("cannot reserve space for", e, fd);
   void* base = mmap(nullptr, layout.file_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -139,7 +150,7 @@ bool BlackBox::KeepLocked() {
   const int fd = open(path_.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
   struct stat st;
   const bool same = fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == fd_.dev() && st.st_ino == fd_.ino();
-  if (same && LockBox(fd) && fd_.Keep(fd, "the black box's lock")) {
+  if (same && TakeBoxLock(fd) && fd_.Keep(fd, "the black box's lock")) {
     LogInfo("black box %s: locked again", path_.c_str());
     return true;
   }

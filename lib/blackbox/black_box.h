@@ -105,6 +105,14 @@ std::string BoxPrefix(uint32_t uid);
 // The lock whose holder is the host's caretaker for this user (postmortem.h).
 std::string CaretakerLockName(uint32_t uid);
 
+// A box's lock: a write lock on its first byte, held by its process for its life; its release is
+// how readers know the process is gone (and postmortem.cpp whether the pid is still that process).
+// Taken: this box is ours (its creator's, or a dead owner's, now the caretaker's).
+bool TakeBoxLock(int fd);
+// Who holds it, asked without taking it: the holder's pid as this PID namespace numbers it, 0 when
+// free, -1 when it cannot be asked.
+pid_t BoxLockHolder(int fd);
+
 class BlackBox {
  public:
   // Creates this process's black box in `dir` with room for `ring_capacity` ring slots.

@@ -34,8 +34,12 @@ bool Caretaker::Elected() {
 }
 
 void Caretaker::Tend(const std::string& own_box, const std::string& job_instance) {
-  if (box_dir_ == "none" || !Elected()) return;
-  CaretakerPass pass = ConvertDeadBoxes(box_dir_, relay_dir_, own_box);
+  if (box_dir_ == "none") return;
+  // Not the caretaker: the caretaker may be the process that is stopped (its lock held all the
+  // while), so every process looks for stopped ones; a stop is said once, by whoever saw it.
+  CaretakerPass pass;
+  if (Elected()) pass = ConvertDeadBoxes(box_dir_, relay_dir_, own_box);
+  else pass.converted = CareForStoppedBoxes(box_dir_, own_box);
   // Another job's ranks are converted too (their dumps go to their own directory), but this
   // job's output says only its own: a host shared by two jobs must not mix their stories.
   for (const auto& c : pass.converted)

@@ -363,15 +363,6 @@ int OpenOwn(const std::string& path, struct stat* st) {
   return fd;
 }
 
-// True when the process that owned the box is gone: its lock could be taken (and is now ours).
-bool TakeDeadLock(int fd) {
-  struct flock lock{};
-  lock.l_type = F_WRLCK;
-  lock.l_whence = SEEK_SET;
-  lock.l_len = 1;
-  return fcntl(fd, F_SETLK, &lock) == 0;
-}
-
 std::string Base(const std::string& name, const std::string& suffix) {
   return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0
              ? name.substr(0, name.size() - suffix.size())
@@ -422,12 +413,9 @@ std::optional<Conversion> CareForStopped(int fd, const std::string& path, const 
   const int64_t now = static_cast<int64_t>(MonoNs());
   if (alive == 0 || now - alive < kStoppedLookAfterNs) return std::nullopt;
   // The lock's holder as this process's PID namespace numbers it (the box's pid is its own).
-  struct flock holder{};
-  holder.l_type = F_WRLCK;
-  holder.l_whence = SEEK_SET;
-  holder.l_len = 1;
-  if (fcntl(fd, F_GETLK, &holder) != 0 || holder.l_type == F_UNLCK || holder.l_pid <= 0) return std::nullopt;
-  const std::optional<trace::StopKind> how = StopOf(holder.l_pid);
+  const pid_t holder = BoxLockHolder(fd);
+  if (holder <= 0) return std::nullopt;
+  const std::optional<trace::StopKind> how = StopOf(holder);
   if (!how) return std::nullopt;
   MappedHeader mapped(fd);
   Header* live = mapped.get();
@@ -596,12 +584,7 @@ std::vector<LeftBox> ReadDeadBoxes(const std::string& box_dir) {
     if (fd < 0) continue;
     struct stat st;
     // Whether its process holds its lock, asked without taking it.
-    struct flock lock {};
-    lock.l_type = F_WRLCK;
-    lock.l_whence = SEEK_SET;
-    lock.l_len = 1;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != getuid() || fcntl(fd, F_GETLK, &lock) != 0 ||
-        lock.l_type != F_UNLCK) {
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != getuid() || BoxLockHolder(fd) != 0) {
       close(fd);
       continue;
     }
@@ -677,6 +660,29 @@ std::optional<trace::StopKind> StopOf(int pid) {
 }
 
 
+std::vector<Conversion> CareForStoppedBoxes(const std::string& box_dir, const std::string& own_box) {
+  std::vector<Conversion> out;
+  if (box_dir.empty() || box_dir == "none") return out;
+  const std::string prefix = BoxPrefix(getuid());
+  const int64_t now = static_cast<int64_t>(MonoNs());
+  for (const std::string& name : Names(box_dir)) {
+    if (!StartsWith(name, prefix) || name == own_box) continue;  // own: closing a descriptor drops its lock
+    const std::string path = box_dir + "/" + name;
+    struct stat st;
+    const int fd = OpenOwn(path, &st);
+    if (fd < 0) continue;
+    Header h;
+    BoxIdentity id;
+    const bool quiet = pread(fd, static_cast<void*>(&h), sizeof h, 0) == static_cast<ssize_t>(sizeof h) &&
+                       h.alive_mono_ns.load() != 0 && now - h.alive_mono_ns.load() >= kStoppedLookAfterNs;
+    // Only a live box (its lock held; a dead one is the caretaker's) of a process gone quiet.
+    if (quiet && BoxLockHolder(fd) > 0 && ReadLiveIdentity(fd, &id))
+      if (std::optional<Conversion> c = CareForStopped(fd, path, id)) out.push_back(std::move(*c));
+    close(fd);
+  }
+  return out;
+}
+
 CaretakerPass ConvertDeadBoxes(const std::string& box_dir, const std::string& relay_dir, const std::string& own_box) {
   CaretakerPass pass;
   if (box_dir.empty() || box_dir == "none") return pass;
@@ -696,7 +702,7 @@ CaretakerPass ConvertDeadBoxes(const std::string& box_dir, const std::string& re
     struct stat st;
     const int fd = OpenOwn(path, &st);
     if (fd < 0) continue;
-    if (!TakeDeadLock(fd)) {  // alive: what it watches, and whether it can run
+    if (!TakeBoxLock(fd)) {  // alive: what it watches, and whether it can run
       BoxIdentity id;
       const bool known = !hidden && ReadLiveIdentity(fd, &id);
       if (known && !id.relay.empty()) watched_relays.insert(id.relay);

@@ -65,6 +65,13 @@ struct CaretakerPass {
 CaretakerPass ConvertDeadBoxes(const std::string& box_dir, const std::string& relay_dir,
                                const std::string& own_box = "");
 
+// The stopped-process part of a pass alone, for the processes that are not the host's caretaker
+// (the caretaker may be the stopped one, and its lock stays held while it is): every live box
+// but `own_box` whose process cannot run is marked, and gets its stand-in, as ConvertDeadBoxes
+// does; whoever sees a stop first says it, once. Boxes whose watchdog polled within a second
+// cost one read of their header. Never throws.
+std::vector<Conversion> CareForStoppedBoxes(const std::string& box_dir, const std::string& own_box);
+
 // A dead process's black box as it lies, read by a command that must change nothing: no lock
 // taken, nothing written or removed.
 struct LeftBox {

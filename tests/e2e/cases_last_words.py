@@ -444,12 +444,13 @@ def rank_that_reexecutes_itself_is_no_death():
 # rank_stopped while stopped, and stays so once the launcher kills it (not an OOM story). One
 # continued before the end is no verdict at all: its own later dumps say what it did.
 
-def stop_a_rank(p, seen):
-    """SIGSTOPs a rank that is not the caretaker (a stopped caretaker sees nobody) once the job
-    has run for a second; waits for its stand-in dump. Returns the dumps directory."""
+def stop_a_rank(p, seen, the_caretaker=False):
+    """SIGSTOPs a rank that is not the host's caretaker (or, with the_caretaker, the one that is:
+    the others must see it) once the job has run for a second; waits for its stand-in dump.
+    Returns the dumps directory."""
     dumps = os.path.join(os.path.realpath(f"/proc/{p.pid}/cwd"), "dumps")
     caretaker = caretaker_pid(p)
-    rank = next(r for r in (2, 1, 3) if rank_pid(p, r) != caretaker)
+    rank = next(r for r in (2, 1, 3, 0) if (rank_pid(p, r) == caretaker) == the_caretaker)
     pid = rank_pid(p, rank)
     time.sleep(1.0)  # some collectives done
     os.kill(pid, signal.SIGSTOP)
@@ -462,11 +463,25 @@ def stop_a_rank(p, seen):
 
 @case
 def stopped_rank_is_stopped_then_killed():
+    stopped_then_killed(the_caretaker=False)
+
+
+@case
+def stopped_caretaker_is_stopped_then_killed():
+    # The host's caretaker stopped: its lock stays held, so the other ranks see the stop.
+    stopped_then_killed(the_caretaker=True)
+
+
+def stopped_then_killed(the_caretaker):
     seen = {}
 
     def stop_then_kill(p):
-        dumps = stop_a_rank(p, seen)
-        # While it is stopped, the job's dumps already say so (what `ncclwatch run` prints live).
+        dumps = stop_a_rank(p, seen, the_caretaker)
+        # While it is stopped, the job's dumps already say so (what `ncclwatch run` prints live),
+        # once the others have dumped their stall.
+        others = [o for o in range(4) if o != seen["rank"]]
+        wait_for(lambda: all(glob.glob(os.path.join(dumps, f"rank{o:05d}-*.json")) for o in others),
+                 "the waiting ranks' dumps")
         rc, report = analyze_dir(dumps)
         seen["live"] = report
         os.kill(seen["pid"], signal.SIGKILL)  # the launcher gives up on it

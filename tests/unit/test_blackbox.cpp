@@ -11,6 +11,7 @@
 #include <utime.h>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -152,6 +153,40 @@ void Reap(pid_t pid) {
   REQUIRE(WEXITSTATUS(status) == 0);
 }
 
+// Another process that does `hold` (opens a box, takes a lock) and keeps what it holds until
+// Release(): a live owner, as the caretaker sees one.
+class HoldingChild {
+ public:
+  explicit HoldingChild(const std::function<bool()>& hold) {
+    REQUIRE(pipe(ready_) == 0);
+    REQUIRE(pipe(release_) == 0);
+    pid_ = fork();
+    if (pid_ == 0) {
+      char b = hold() ? 1 : 0;
+      if (write(ready_[1], &b, 1) != 1 || read(release_[0], &b, 1) != 1) _exit(1);
+      _exit(0);
+    }
+    char b = 0;
+    REQUIRE(read(ready_[0], &b, 1) == 1);
+    REQUIRE(b == 1);
+  }
+  void Release() {
+    REQUIRE(write(release_[1], "\n", 1) == 1);
+    Reap(pid_);
+    for (int fd : {ready_[0], ready_[1], release_[0], release_[1]}) close(fd);
+  }
+
+ private:
+  int ready_[2], release_[2];
+  pid_t pid_ = -1;
+};
+
+// A live process's box (lives until the child's _exit: never destroyed there).
+bool HoldBox(const std::string& boxes) {
+  std::string why;
+  return blackbox::BlackBox::Create(boxes, 64, getpid(), "0000000000000002", 30.0, &why).release() != nullptr;
+}
+
 }  // namespace
 
 TEST_CASE("black box: a process gone without a word becomes a postmortem dump of what it knew") {
@@ -202,20 +237,7 @@ TEST_CASE("black box: a live process's box, and one that left its own word, are 
   REQUIRE(own);
   const std::string own_name = own->path().substr(own->path().rfind('/') + 1);
   // Live in another process: its lock is held.
-  int ready[2], release[2];
-  REQUIRE(pipe(ready) == 0);
-  REQUIRE(pipe(release) == 0);
-  pid_t live = fork();
-  if (live == 0) {
-    auto box = blackbox::BlackBox::Create(boxes.path(), 64, getpid(), "0000000000000002", 30.0, &why);
-    char b = box ? 1 : 0;
-    if (write(ready[1], &b, 1) != 1) _exit(1);
-    if (read(release[0], &b, 1) != 1) _exit(1);
-    _exit(0);
-  }
-  char b = 0;
-  REQUIRE(read(ready[0], &b, 1) == 1);
-  REQUIRE(b == 1);
+  HoldingChild live([&] { return HoldBox(boxes.path()); });
   // Dumped its own end (SIGTERM) just before it went: removed, no dump.
   Reap(RecordingChild(boxes.path(), dumps.path(), Ending::kAfterItsOwnDump));
 
@@ -226,8 +248,7 @@ TEST_CASE("black box: a live process's box, and one that left its own word, are 
   CHECK(Listing(dumps.path()).empty());
   CHECK(Boxes(boxes.path()).size() == 2);  // ours and the live child's
 
-  REQUIRE(write(release[1], &b, 1) == 1);
-  Reap(live);
+  live.Release();
   pass = blackbox::ConvertDeadBoxes(boxes.path(), "none", own_name);
   CHECK(pass.converted.size() == 1);  // now it is gone
   CHECK(Boxes(boxes.path()) == std::vector<std::string>{own_name});
@@ -240,21 +261,7 @@ TEST_CASE("black box: a reader reads what dead processes left as their postmorte
   Reap(RecordingChild(boxes.path(), dumps.path(), Ending::kWithoutAWord));
   Reap(RecordingChild(boxes.path(), dumps.path(), Ending::kAfterItsOwnDump));  // its own word: nothing due
   // A live process's box (its lock held by another process): not read.
-  int ready[2], release[2];
-  REQUIRE(pipe(ready) == 0);
-  REQUIRE(pipe(release) == 0);
-  pid_t live = fork();
-  if (live == 0) {
-    std::string why;
-    auto box = blackbox::BlackBox::Create(boxes.path(), 64, getpid(), "0000000000000002", 30.0, &why);
-    char b = box ? 1 : 0;
-    if (write(ready[1], &b, 1) != 1) _exit(1);
-    if (read(release[0], &b, 1) != 1) _exit(1);
-    _exit(0);
-  }
-  char b = 0;
-  REQUIRE(read(ready[0], &b, 1) == 1);
-  REQUIRE(b == 1);
+  HoldingChild live([&] { return HoldBox(boxes.path()); });
   auto contents = [&] {
     std::vector<std::string> all;
     for (const auto& name : Listing(boxes.path())) {
@@ -279,8 +286,7 @@ TEST_CASE("black box: a reader reads what dead processes left as their postmorte
   REQUIRE(trace::ReadDumpBuffer(dead.dump, trace::ReadDepth::kFull, &in_memory).usable);
 
   // The dump the caretaker then writes is the one the reader made.
-  REQUIRE(write(release[1], &b, 1) == 1);
-  Reap(live);
+  live.Release();
   blackbox::CaretakerPass pass = blackbox::ConvertDeadBoxes(boxes.path(), "none");
   std::string written;
   for (const auto& c : pass.converted)
@@ -339,6 +345,34 @@ TEST_CASE("black box: a stopped process gets one stand-in dump, and its postmort
   CHECK(pm.summary.stopped->seen_unix_ns == d.summary.stopped->seen_unix_ns);
   CHECK(pm.summary.stopped->last_seen_unix_ns >= d.summary.stopped->last_seen_unix_ns);
   CHECK(Boxes(boxes.path()).empty());
+}
+
+TEST_CASE("black box: a process that is not the caretaker sees a stopped one, once, and leaves the dead to the caretaker") {
+  // The caretaker may be the stopped process: every other process looks for stops.
+  TempDir boxes, dumps;
+  Reap(RecordingChild(boxes.path(), dumps.path(), Ending::kWithoutAWord));  // dead: not its business
+  HoldingChild running([&] { return HoldBox(boxes.path()); });              // runs: nothing to say
+  const pid_t pid = StoppedChild(boxes.path(), dumps.path(), Ending::kStopped);
+  std::vector<blackbox::Conversion> seen = blackbox::CareForStoppedBoxes(boxes.path(), "");
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0].stopped);
+  CHECK(seen[0].rank == 3);
+  CHECK(seen[0].line.find("is stopped (SIGSTOP or a debugger)") != std::string::npos);
+  REQUIRE(!seen[0].dump.empty());
+  CHECK(Read(seen[0].dump).summary.reason == "stopped");
+  CHECK(Boxes(boxes.path()).size() == 3);  // nothing converted or removed
+  CHECK(blackbox::CareForStoppedBoxes(boxes.path(), "").empty());  // said once a stop
+  // The caretaker, later, says it no second time; the dead one is its to convert.
+  blackbox::CaretakerPass pass = blackbox::ConvertDeadBoxes(boxes.path(), "none");
+  REQUIRE(pass.converted.size() == 1);
+  CHECK(!pass.converted[0].stopped);
+  CHECK(pass.converted[0].line.find("ended without a word") != std::string::npos);
+  // Killed while stopped: its postmortem keeps the stop another process saw.
+  Kill(pid);
+  pass = blackbox::ConvertDeadBoxes(boxes.path(), "none");
+  REQUIRE(pass.converted.size() == 1);
+  CHECK(pass.converted[0].line.find("was stopped (SIGSTOP or a debugger), then ended without a word") != std::string::npos);
+  running.Release();
 }
 
 TEST_CASE("black box: a process that ran again after its stop is not said stopped when it dies") {
@@ -437,25 +471,9 @@ TEST_CASE("caretaker: leftovers of dead processes go, what a live process watche
   age(starting, 120);
   int starting_fd = open(starting.c_str(), O_RDWR);
   REQUIRE(starting_fd >= 0);
-  int ready[2], release[2];
-  REQUIRE(pipe(ready) == 0);
-  REQUIRE(pipe(release) == 0);
-  pid_t watcher = fork();
-  if (watcher == 0) {
-    struct flock box_lock{};
-    box_lock.l_type = F_WRLCK;
-    box_lock.l_whence = SEEK_SET;
-    box_lock.l_len = 1;
-    char b = flock(held, LOCK_EX | LOCK_NB) == 0 && fcntl(starting_fd, F_SETLK, &box_lock) == 0 ? 1 : 0;
-    if (write(ready[1], &b, 1) != 1) _exit(1);
-    if (read(release[0], &b, 1) != 1) _exit(1);
-    _exit(0);
-  }
+  HoldingChild watcher([&] { return flock(held, LOCK_EX | LOCK_NB) == 0 && blackbox::TakeBoxLock(starting_fd); });
   close(held);
   close(starting_fd);
-  char b = 0;
-  REQUIRE(read(ready[0], &b, 1) == 1);
-  REQUIRE(b == 1);
   // A new one: may belong to a process starting now.
   relay.Write("ncclwatch-relay-" + uid + "-00000000000000cc.lock", "");
   // A relay whose lock file is gone (written by a later watcher that was then killed).
@@ -466,8 +484,7 @@ TEST_CASE("caretaker: leftovers of dead processes go, what a live process watche
   CHECK(Listing(relay.path()) == std::vector<std::string>{"ncclwatch-relay-" + uid + "-00000000000000bb.lock",
                                                           "ncclwatch-relay-" + uid + "-00000000000000cc.lock"});
   CHECK(Listing(boxes.path()) == std::vector<std::string>{"." + blackbox::BoxFileName(getuid(), 99997, "02")});
-  REQUIRE(write(release[1], &b, 1) == 1);
-  Reap(watcher);
+  watcher.Release();
   // Nobody is starting any more: the young relay goes too, with the watcher's and the box.
   pass = blackbox::ConvertDeadBoxes(boxes.path(), relay.path());
   CHECK(pass.removed_leftovers == 3);
