@@ -249,6 +249,7 @@ TEST_CASE("black box: a reader reads what dead processes left as their postmorte
   // The dump the caretaker then writes is the one the reader made.
   REQUIRE(write(release[1], &b, 1) == 1);
   Reap(live);
+  for (int fd : {ready[0], ready[1], release[0], release[1]}) close(fd);  // later cases' shells take low numbers
   blackbox::CaretakerPass pass = blackbox::ConvertDeadBoxes(boxes.path(), "none");
   std::string written;
   for (const auto& c : pass.converted)
