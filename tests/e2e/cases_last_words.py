@@ -9,7 +9,8 @@ import signal
 import subprocess
 import time
 
-from e2e_common import (analyze, analyze_dir, built, case, first_verdict, host_dirs, job, rank_pid, ring_entries)
+from e2e_common import (analyze, analyze_dir, built, case, first_verdict, host_dirs, job, kill_after_stall, rank_pid,
+                        ring_entries)
 from ncclwatch_testing import (check, wait_for, wait_for_ranks)
 
 
@@ -142,14 +143,8 @@ def last_words_killed_after_tenth_call():
 def last_words_sigkill_outside_nccl():
     # Rank 2 stops outside NCCL after #20 (a save); the others stall in #21 and dump; then it is
     # SIGKILLed. Its postmortem says it was outside NCCL after #20, not that it left no dump.
-    def kill_busy(p):
-        dumps = os.path.join(os.path.realpath(f"/proc/{p.pid}/cwd"), "dumps")
-        pid = rank_pid(p, 2)
-        wait_for(lambda: glob.glob(os.path.join(dumps, "rank00000-*-stall.json")), "rank 0's stall dump")
-        os.kill(pid, signal.SIGKILL)
-        wait_for(lambda: glob.glob(os.path.join(dumps, "rank00002-*-postmortem.json")), "rank 2's postmortem dump")
     j = job(4, ["--iters", "200", "--busy-rank", "2", "--busy-at", "20", "--busy-ms", "-1"],
-            env={"NCCLWATCH_TIMEOUT": "2"}, timeout=15, after_start=kill_busy)
+            env={"NCCLWATCH_TIMEOUT": "2"}, timeout=15, after_start=lambda p: kill_after_stall(p, 2))
     v, where, text = postmortem_where(j, 2)
     check(v["seq"] == 21, f"the others wait in #21: #{v['seq']}")
     check("last seen outside NCCL" in where["where"] and "#20" in where["where"], f"where: {where['where']}")

@@ -207,3 +207,13 @@ def host_dirs():
     os.makedirs(relay_dir)
     return boxes_dir, relay_dir, {"NCCLWATCH_BLACKBOX_DIR": boxes_dir, "NCCLWATCH_RELAY_DIR": relay_dir,
                                   "NCCLWATCH_TIMEOUT": "2"}
+
+
+def kill_after_stall(p, rank):
+    """After rank 0's stall dump, SIGKILLs `rank` (the OOM killer's way) and waits for its
+    postmortem dump (its black box, converted by the host's caretaker)."""
+    dumps = os.path.join(os.path.realpath(f"/proc/{p.pid}/cwd"), "dumps")
+    pid = rank_pid(p, rank)
+    wait_for(lambda: glob.glob(os.path.join(dumps, "rank00000-*-stall.json")), "rank 0's stall dump")
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: glob.glob(os.path.join(dumps, f"rank{rank:05d}-*-postmortem.json")), f"rank {rank}'s postmortem dump")
