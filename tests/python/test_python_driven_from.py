@@ -15,23 +15,15 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from ncclwatch_testing import Checks, temp_dir  # noqa: E402
+from ncclwatch_testing import Checks  # noqa: E402
+from python_jobs import SCRIPT as script, marker_line, run_sim_job  # noqa: E402
 
 build = os.path.abspath(sys.argv[1])
-here = os.path.dirname(os.path.abspath(__file__))
-script = os.path.join(here, "sim_job.py")
-driver_line = next(i for i, l in enumerate(open(script), 1) if "DRIVER-LINE" in l)
+driver_line = marker_line("DRIVER-LINE")
 check = Checks(verbose=True)
 
-tmp = temp_dir("ncclwatch-py-")
-boxes = os.path.join(tmp, "boxes")
-os.makedirs(boxes)
-dumps = os.path.join(tmp, "dumps")
-env = dict(os.environ, LD_PRELOAD=os.path.join(build, "lib", "libncclwatch.so"), NCCLWATCH_DIR=dumps,
-           NCCLWATCH_TIMEOUT="2", NCCLWATCH_PEER_POLL_MS="200", NCCLWATCH_BLACKBOX_DIR=boxes, BUSY_RANK="0",
-           BUSY_STEP="5", NATIVE_ISSUER=os.path.join(build, "lib", "libsim_native_issuer.so"))
-p = subprocess.run([os.path.join(build, "bin", "simlaunch"), "-n", "2", "--timeout", "10", "--", sys.executable, script],
-                   env=env, capture_output=True, text=True, timeout=90)
+p, dumps, boxes = run_sim_job(build, 2, 10, BUSY_RANK="0", BUSY_STEP="5",
+                              NATIVE_ISSUER=os.path.join(build, "lib", "libsim_native_issuer.so"))
 files = sorted(glob.glob(os.path.join(dumps, "rank*.json")))
 check(len(files) >= 2, f"both ranks dumped ({files}); launcher:\n{p.stderr[-2000:]}")
 for f in files:

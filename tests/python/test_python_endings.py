@@ -16,27 +16,20 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from ncclwatch_testing import Checks, temp_dir  # noqa: E402
+from ncclwatch_testing import Checks  # noqa: E402
+from python_jobs import SCRIPT as script, marker_line, run_sim_job  # noqa: E402
 
 build = os.path.abspath(sys.argv[1])
-here = os.path.dirname(os.path.abspath(__file__))
-script = os.path.join(here, "sim_job.py")
-lines = {tag: next(i for i, l in enumerate(open(script), 1) if tag in l) for tag in ("# RAISE-LINE", "BUILTIN-RAISE-LINE")}
+lines = {tag: marker_line(tag) for tag in ("# RAISE-LINE", "BUILTIN-RAISE-LINE")}
 check = Checks(verbose=True)
 
 
 def run_job(extra_env, timeout=12):
-    tmp = temp_dir("ncclwatch-py-")
-    boxes = os.path.join(tmp, "boxes")
-    os.makedirs(boxes)
-    env = dict(os.environ, LD_PRELOAD=os.path.join(build, "lib", "libncclwatch.so"), NCCLWATCH_DIR=os.path.join(tmp, "dumps"),
-               NCCLWATCH_TIMEOUT="3", NCCLWATCH_PEER_POLL_MS="200", NCCLWATCH_BLACKBOX_DIR=boxes, BUSY_RANK="-1",
-               END_RANK="1", END_STEP="5", **extra_env)
-    p = subprocess.run([os.path.join(build, "bin", "simlaunch"), "-n", "3", "--timeout", str(timeout), "--",
-                        sys.executable, script], env=env, capture_output=True, text=True, timeout=timeout + 60)
+    p, dumps, boxes = run_sim_job(build, 3, timeout, NCCLWATCH_TIMEOUT="3", BUSY_RANK="-1", END_RANK="1", END_STEP="5",
+                                  **extra_env)
     texts = {}
     for fmt in ("--json", "--no-color"):
-        a = subprocess.run([os.path.join(build, "bin", "ncclwatch"), "analyze", fmt, env["NCCLWATCH_DIR"]],
+        a = subprocess.run([os.path.join(build, "bin", "ncclwatch"), "analyze", fmt, dumps],
                            capture_output=True, text=True, env=dict(os.environ, NCCLWATCH_BLACKBOX_DIR=boxes))
         texts[fmt] = a.stdout
     try:
@@ -44,7 +37,7 @@ def run_job(extra_env, timeout=12):
     except ValueError:
         report = {"verdicts": []}
     exits = {}
-    for f in sorted(glob.glob(os.path.join(env["NCCLWATCH_DIR"], "rank*-exit.json"))):
+    for f in sorted(glob.glob(os.path.join(dumps, "rank*-exit.json"))):
         d = json.load(open(f))
         exits[d["summary"]["rank"]] = d["summary"]
     return report, texts["--no-color"], exits, p.stderr

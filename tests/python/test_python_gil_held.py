@@ -17,31 +17,19 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from ncclwatch_testing import Checks, temp_dir  # noqa: E402
+from ncclwatch_testing import Checks  # noqa: E402
+from python_jobs import SCRIPT as script, marker_line, run_sim_job  # noqa: E402
 
 build = os.path.abspath(sys.argv[1])
-here = os.path.dirname(os.path.abspath(__file__))
-script = os.path.join(here, "sim_job.py")
 
 
-def line_of(marker):
-    return next(i for i, l in enumerate(open(script), 1) if marker in l)
-
-
-free_line, held_line, spin_line = line_of("GIL-FREE-LINE"), line_of("GIL-HELD-LINE"), line_of("GIL-SPIN-LINE")
+free_line, held_line, spin_line = marker_line("GIL-FREE-LINE"), marker_line("GIL-HELD-LINE"), marker_line("GIL-SPIN-LINE")
 check = Checks(verbose=True)
 
 
 def run(how):
-    tmp = temp_dir("ncclwatch-py-")
-    boxes = os.path.join(tmp, "boxes")
-    os.makedirs(boxes)
-    dumps = os.path.join(tmp, "dumps")
-    env = dict(os.environ, LD_PRELOAD=os.path.join(build, "lib", "libncclwatch.so"), NCCLWATCH_DIR=dumps,
-               NCCLWATCH_TIMEOUT="2", NCCLWATCH_PEER_POLL_MS="200", NCCLWATCH_BLACKBOX_DIR=boxes, BUSY_RANK="-1",
-               NCCLWATCH_GIL_TIMEOUT_MS="300", HOLD_RANK="1", HOLD_STEP="5", HOLD_HOW=how, NCCL_API="cdll")
-    p = subprocess.run([os.path.join(build, "bin", "simlaunch"), "-n", "2", "--timeout", "10", "--", sys.executable,
-                        script], env=env, capture_output=True, text=True, timeout=90)
+    p, dumps, boxes = run_sim_job(build, 2, 10, BUSY_RANK="-1", NCCLWATCH_GIL_TIMEOUT_MS="300", HOLD_RANK="1",
+                                  HOLD_STEP="5", HOLD_HOW=how, NCCL_API="cdll")
     by_reason = {}
     for f in sorted(glob.glob(os.path.join(dumps, "rank00001-*.json"))):
         by_reason[json.load(open(f))["summary"]["reason"]] = f

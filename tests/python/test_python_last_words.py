@@ -15,32 +15,24 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from ncclwatch_testing import Checks, temp_dir  # noqa: E402
+from ncclwatch_testing import Checks  # noqa: E402
+from python_jobs import marker_line, run_sim_job  # noqa: E402
 
 build = os.path.abspath(sys.argv[1])
-here = os.path.dirname(os.path.abspath(__file__))
-script = os.path.join(here, "sim_job.py")
-call_line = next(i for i, l in enumerate(open(script), 1) if "CALL-LINE" in l)
+call_line = marker_line("CALL-LINE")
 check = Checks(verbose=True)
 
 
 def run_job(extra_env, timeout=10):
-    tmp = temp_dir("ncclwatch-py-")
-    boxes = os.path.join(tmp, "boxes")
-    os.makedirs(boxes)
-    env = dict(os.environ, LD_PRELOAD=os.path.join(build, "lib", "libncclwatch.so"), NCCLWATCH_DIR=os.path.join(tmp, "dumps"),
-               NCCLWATCH_TIMEOUT="2", NCCLWATCH_PEER_POLL_MS="200", NCCLWATCH_BLACKBOX_DIR=boxes, BUSY_RANK="-1",
-               NCCL_API="cdll", **extra_env)
-    p = subprocess.run([os.path.join(build, "bin", "simlaunch"), "-n", "2", "--timeout", str(timeout), "--",
-                        sys.executable, script], env=env, capture_output=True, text=True, timeout=timeout + 60)
-    a = subprocess.run([os.path.join(build, "bin", "ncclwatch"), "analyze", "--json", env["NCCLWATCH_DIR"]],
+    p, dumps, boxes = run_sim_job(build, 2, timeout, BUSY_RANK="-1", NCCL_API="cdll", **extra_env)
+    a = subprocess.run([os.path.join(build, "bin", "ncclwatch"), "analyze", "--json", dumps],
                        capture_output=True, text=True, env=dict(os.environ, NCCLWATCH_BLACKBOX_DIR=boxes))
     try:
         report = json.loads(a.stdout)
     except ValueError:
         report = {"verdicts": []}
     reasons = {}
-    for f in sorted(glob.glob(os.path.join(env["NCCLWATCH_DIR"], "rank*.json"))):
+    for f in sorted(glob.glob(os.path.join(dumps, "rank*.json"))):
         d = json.load(open(f))
         reasons.setdefault(d["summary"]["rank"], []).append(d["summary"]["reason"])
     return report, reasons, p.stderr, boxes

@@ -1,0 +1,32 @@
+"""What the Python tests share: sim_job.py run as a job over the simulator, libncclwatch.so
+preloaded, its dumps and black boxes in a temporary directory of its own."""
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from ncclwatch_testing import temp_dir  # noqa: E402
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sim_job.py")
+
+
+def marker_line(marker):
+    """The line of sim_job.py that carries `marker` (a call site a test expects in a dump)."""
+    with open(SCRIPT) as f:
+        return next(i for i, l in enumerate(f, 1) if marker in l)
+
+
+def run_sim_job(build, n, timeout, **env):
+    """Runs sim_job.py as `n` ranks under simlaunch (which gives up after `timeout` s), a stall
+    deadline of 2 s and peers polled every 200 ms unless `env` says otherwise; `env` adds the
+    job's own settings. Returns (the launcher's completed process, the dump directory, the black
+    box directory)."""
+    tmp = temp_dir("ncclwatch-py-")
+    boxes, dumps = os.path.join(tmp, "boxes"), os.path.join(tmp, "dumps")
+    os.makedirs(boxes)
+    job_env = dict(os.environ, LD_PRELOAD=os.path.join(build, "lib", "libncclwatch.so"), NCCLWATCH_DIR=dumps,
+                   NCCLWATCH_TIMEOUT="2", NCCLWATCH_PEER_POLL_MS="200", NCCLWATCH_BLACKBOX_DIR=boxes)
+    job_env.update(env)
+    p = subprocess.run([os.path.join(build, "bin", "simlaunch"), "-n", str(n), "--timeout", str(timeout), "--",
+                        sys.executable, SCRIPT], env=job_env, capture_output=True, text=True, timeout=timeout + 80)
+    return p, dumps, boxes
