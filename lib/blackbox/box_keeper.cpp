@@ -13,9 +13,37 @@ namespace {
 // A new call site's Python frames may wait for the GIL: tried at this many ticks.
 constexpr int kCallsiteRetries = 3;
 
+// The black box that new call sites' raw addresses go to (stacks::NewCallsiteHook).
+std::atomic<BlackBox*> g_sites_box{nullptr};
+void RecordBoxCallsite(int32_t id, const uintptr_t* ips, int native_depth, int python_depth) {
+  if (BlackBox* box = g_sites_box.load(std::memory_order_acquire))
+    box->RecordRawCallsite(id, ips, native_depth, python_depth);
+}
+
 }  // namespace
 
-BoxKeeper::BoxKeeper(BlackBox* box, ThreadRegistry* threads) : box_(box), threads_(threads) { WriteModules(); }
+BoxKeeper::BoxKeeper(BlackBox* box, ThreadRegistry* threads, const RequestRelay* relay, BoxIdentity identity)
+    : box_(box), threads_(threads), relay_(relay), identity_(std::move(identity)) {
+  {
+    std::lock_guard<std::mutex> lock(id_mu_);
+    WriteIdentity();
+  }
+  WriteModules();
+  g_sites_box.store(box_, std::memory_order_release);
+  stacks::SetNewCallsiteHook(&RecordBoxCallsite);
+}
+
+void BoxKeeper::ForgetInChild() { g_sites_box.store(nullptr, std::memory_order_release); }
+
+void BoxKeeper::WriteIdentity() { box_->SetIdentity(IdentityJson(identity_)); }
+
+void BoxKeeper::DumpWritten(const std::string& dir) {
+  box_->CountDump();
+  std::lock_guard<std::mutex> lock(id_mu_);
+  if (dir == identity_.dump_dir) return;
+  identity_.dump_dir = dir;
+  WriteIdentity();
+}
 
 void BoxKeeper::WriteModules() {
   modules_generation_ = stacks::ModulesGeneration();
@@ -28,6 +56,12 @@ void BoxKeeper::WriteModules() {
 void BoxKeeper::Tend(uint64_t now, uint64_t poll_ns, uint64_t poll_recorded) {
   box_->Alive(static_cast<int64_t>(UnixNs()), static_cast<int64_t>(now), static_cast<int64_t>(poll_ns), poll_recorded);
   threads_->NameCalls();
+  // The caretaker keeps a relay someone watches: the relay this process found goes in.
+  if (relay_ && relay_->relay_path() != identity_.relay) {  // identity_.relay: written on this thread only
+    std::lock_guard<std::mutex> lock(id_mu_);
+    identity_.relay = relay_->relay_path();
+    WriteIdentity();
+  }
   // dlopen, dlclose: checked once a second (the watchdog ticks every 0.1 ms at high rates).
   if (now >= next_modules_check_ns_) {
     next_modules_check_ns_ = now + 1000000000ull;
@@ -53,6 +87,30 @@ void BoxKeeper::Tend(uint64_t now, uint64_t poll_ns, uint64_t poll_recorded) {
       sites_next_ = count;
     }
   }
+}
+
+BoxIdentity DescribeProcess(const ProcessIdentity& id, const Config& config, uint64_t start_mono_ns, int nccl_version,
+                            int cuda_driver_version, const std::string& start_dir) {
+  BoxIdentity b;
+  b.host = id.host;
+  b.pid = id.pid;
+  b.local_rank = id.local_rank;
+  b.job_id = id.job_id;
+  b.job_instance = id.job_instance;
+  b.process_uid = id.process_uid;
+  b.start_unix_ns = static_cast<int64_t>(id.start_unix_ns);
+  b.start_mono_ns = static_cast<int64_t>(start_mono_ns);
+  b.start_ticks = ReadProcStat(id.pid).start_ticks;  // an execve keeps it: see OwnerOf
+  b.nccl_version = nccl_version;
+  b.cuda_driver_version = cuda_driver_version;
+  b.exe = ExecutablePath();
+  b.cwd = start_dir;
+  if (config.cmdline) b.cmdline = CommandLine();
+  b.environment = RelevantEnvironment();
+  // Absolute: the caretaker that writes its postmortem runs in another directory.
+  b.dump_dir = config.dir.empty() || config.dir[0] == '/' ? config.dir : start_dir + "/" + config.dir;
+  b.dump_fallback = DefaultDumpDir(id);
+  return b;
 }
 
 }  // namespace blackbox

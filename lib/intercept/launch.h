@@ -12,18 +12,6 @@
 
 namespace ncclwatch {
 
-// A non-owning callable: how the wrappers pass "call the real function" down.
-class RealCall {
- public:
-  template <typename F>
-  explicit RealCall(F& f) : obj_(&f), fn_([](void* o) { return (*static_cast<F*>(o))(); }) {}
-  ncclResult_t operator()() const { return fn_(obj_); }
-
- private:
-  void* obj_;
-  ncclResult_t (*fn_)(void*);
-};
-
 // The shapes one operation takes, from the call to the report:
 //   OpCall         a wrapper's arguments, as NCCL got them (here)
 //   GroupedOp      the call described as an OpSnapshot, with its communicator; a group's
@@ -50,15 +38,27 @@ struct OpCall {
 };
 
 // Claims the thread's registry slot on first use.
-void AttachThread(Runtime& rt, ThreadState& ts);
+void AttachThread(Recorder& rec, ThreadState& ts);
 
 // Hot path for every data-moving call (ncclAllReduce, ncclSend, ...).
-ncclResult_t InterceptOperation(Runtime& rt, ThreadState& ts, const OpCall& call, RealCall real);
+ncclResult_t InterceptOperation(Recorder& rec, ThreadState& ts, const OpCall& call, RealCall real);
 // The outermost ncclGroupEnd: launches the buffered operations.
-ncclResult_t LaunchGroup(Runtime& rt, ThreadState& ts, RealCall real);
-// ncclCommGetAsyncError on a non-blocking communicator: operations that returned
-// ncclInProgress are followed from the moment NCCL reports them launched.
-void SettleNonblocking(Runtime& rt, CommInfo* comm, ncclResult_t async_state);
+ncclResult_t LaunchGroup(Recorder& rec, ThreadState& ts, RealCall real);
+
+// Runs `ours(RealCall)`, which makes the application's call through the RealCall it is given.
+// Whatever of ours fails (out of memory), the application's call is made exactly once.
+template <typename Real, typename Ours>
+ncclResult_t CallExactlyOnce(const char* what, Real&& real, Ours&& ours) {
+  bool called = false;
+  ncclResult_t result = ncclSuccess;
+  auto once = [&] {
+    called = true;
+    return result = real();
+  };
+  ncclResult_t r = ncclSuccess;
+  if (Quietly(what, [&] { r = ours(RealCall(once)); })) return r;
+  return called ? result : real();
+}
 
 // Every wrapper starts the same way: pass straight through when disabled or re-entered.
 template <typename F>
@@ -68,16 +68,8 @@ ncclResult_t GuardedOperation(const OpCall& call, F&& real) {
   Runtime* rt = Runtime::Acquire();
   if (!rt) return real();
   ReentryGuard guard(ts);
-  // Whatever of ours fails (out of memory), the application's call is made exactly once.
-  bool called = false;
-  ncclResult_t result = ncclSuccess;
-  auto once = [&] {
-    called = true;
-    return result = real();
-  };
-  ncclResult_t r = ncclSuccess;
-  if (Quietly(call.function, [&] { r = InterceptOperation(*rt, ts, call, RealCall(once)); })) return r;
-  return called ? result : real();
+  return CallExactlyOnce(call.function, real,
+                         [&](RealCall once) { return InterceptOperation(rt->recorder(), ts, call, once); });
 }
 
 }  // namespace ncclwatch

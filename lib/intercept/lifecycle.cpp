@@ -13,7 +13,7 @@
 #include "common/log.h"
 #include "common/quietly.h"
 #include "intercept/launch.h"
-#include "intercept/real_nccl.h"
+#include "common/real_nccl.h"
 
 using namespace ncclwatch;
 
@@ -31,13 +31,13 @@ ncclResult_t Managed(const char* function, bool start, Call&& call, After&& afte
   Runtime* rt = start ? Runtime::Acquire() : Runtime::IfActive();
   if (!rt) return call();
   ReentryGuard guard(ts);
-  if (!Quietly(function, [&] { AttachThread(*rt, ts); })) return call();
+  if (!Quietly(function, [&] { AttachThread(rt->recorder(), ts); })) return call();
   ncclResult_t r;
   {
     InNcclScope scope(ts.slot, function, MonoNs());
     r = call();
   }
-  Quietly(function, [&] { after(*rt, ts, r); });
+  Quietly(function, [&] { after(rt->recorder(), ts, r); });
   return r;
 }
 
@@ -52,7 +52,7 @@ void ReadConfig(const ncclConfig_t* config, CommInfo* info) {
     info->name.assign(config->commName, strnlen(config->commName, 256));
 }
 
-void Register(Runtime& rt, ncclComm_t handle, uint64_t id, int size, int rank, CommKind kind,
+void Register(Recorder& rec, ncclComm_t handle, uint64_t id, int size, int rank, CommKind kind,
               const ncclConfig_t* config, const CommInfo* parent = nullptr, int color = -1, int key = -1) {
   if (!handle) return;
   auto info = std::make_unique<CommInfo>();
@@ -72,36 +72,33 @@ void Register(Runtime& rt, ncclComm_t handle, uint64_t id, int size, int rank, C
   if (info->size <= 0 && Real().ncclCommCount) Real().ncclCommCount(handle, &info->size);
   if (info->rank < 0 && Real().ncclCommUserRank) Real().ncclCommUserRank(handle, &info->rank);
   if (Real().ncclCommCuDevice) Real().ncclCommCuDevice(handle, &info->device);
-  rt.AddCommunicator(std::move(info));
+  rec.AddCommunicator(std::move(info));
 }
 
 // The communicator being created, visible in dumps while the creation call has not returned.
 class PendingScope {
  public:
-  PendingScope(const char* function, uint64_t id, int size, int rank) : rt_(Runtime::IfActive()) {
-    if (!rt_ || !Quietly(function, [&] { token_ = rt_->BeginInit(function, id, size, rank); })) {
-      rt_ = nullptr;
+  PendingScope(const char* function, uint64_t id, int size, int rank) {
+    Runtime* rt = Runtime::IfActive();
+    rec_ = rt ? &rt->recorder() : nullptr;
+    if (!rec_ || !Quietly(function, [&] { token_ = rec_->BeginInit(function, id, size, rank); })) {
+      rec_ = nullptr;
       return;
     }
     InNcclScope::SetCreating(CurrentThread().slot, true);
   }
   ~PendingScope() {
-    if (!rt_) return;
+    if (!rec_) return;
     InNcclScope::SetCreating(CurrentThread().slot, false);
-    rt_->EndInit(token_);
+    rec_->EndInit(token_);
   }
 
  private:
-  Runtime* rt_;
+  Recorder* rec_;
   uint64_t token_ = 0;
 };
 
 bool Ok(ncclResult_t r) { return r == ncclSuccess || r == ncclInProgress; }
-
-CommInfo* Known(Runtime& rt, ncclComm_t comm) {
-  CommInfo* c = rt.comms().Lookup(comm);
-  return c || !comm ? c : rt.AdoptUnknown(comm);
-}
 
 // A creation in progress as dumps show it (`initializing`): who must call it and as which rank.
 struct Creation {
@@ -122,7 +119,7 @@ ncclResult_t CreateChild(const char* function, ncclComm_t comm, ncclComm_t* newc
       function, true,
       [&] {
         if (Runtime* rt = Runtime::IfActive()) {
-          Quietly(function, [&] { parent = Known(*rt, comm); });
+          Quietly(function, [&] { parent = rt->recorder().Communicator(comm); });
           if (parent) child = parent->children.fetch_add(1);
         }
         std::optional<PendingScope> pending;
@@ -132,13 +129,13 @@ ncclResult_t CreateChild(const char* function, ncclComm_t comm, ncclComm_t* newc
         }
         return call();
       },
-      [&](Runtime& rt, ThreadState&, ncclResult_t r) {
+      [&](Recorder& rec, ThreadState&, ncclResult_t r) {
         if (!Ok(r)) {
-          rt.OnNcclError(function, r, parent, false);
+          rec.Failed(function, r, parent, false);
           return;
         }
         if (newcomm && *newcomm && parent)
-          Register(rt, *newcomm, child_id(parent->id, child), 0, -1, kind, config, parent, color, key);
+          Register(rec, *newcomm, child_id(parent->id, child), 0, -1, kind, config, parent, color, key);
       });
 }
 
@@ -163,11 +160,11 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
         PendingScope pending("ncclCommInitRank", CommIdFromUniqueIds(&commId, sizeof commId), nranks, rank);
         return real(comm, nranks, commId, rank);
       },
-      [&](Runtime& rt, ThreadState&, ncclResult_t r) {
+      [&](Recorder& rec, ThreadState&, ncclResult_t r) {
         if (Ok(r) && comm)
-          Register(rt, *comm, CommIdFromUniqueIds(&commId, sizeof commId), nranks, rank, CommKind::InitRank, nullptr);
+          Register(rec, *comm, CommIdFromUniqueIds(&commId, sizeof commId), nranks, rank, CommKind::InitRank, nullptr);
         else if (!Ok(r))
-          rt.OnNcclError("ncclCommInitRank", r, nullptr, false);
+          rec.Failed("ncclCommInitRank", r, nullptr, false);
       });
 }
 
@@ -179,12 +176,12 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId c
         PendingScope pending("ncclCommInitRankConfig", CommIdFromUniqueIds(&commId, sizeof commId), nranks, rank);
         return real(comm, nranks, commId, rank, config);
       },
-      [&](Runtime& rt, ThreadState&, ncclResult_t r) {
+      [&](Recorder& rec, ThreadState&, ncclResult_t r) {
         if (Ok(r) && comm)
-          Register(rt, *comm, CommIdFromUniqueIds(&commId, sizeof commId), nranks, rank, CommKind::InitRankConfig,
+          Register(rec, *comm, CommIdFromUniqueIds(&commId, sizeof commId), nranks, rank, CommKind::InitRankConfig,
                    config);
         else if (!Ok(r))
-          rt.OnNcclError("ncclCommInitRankConfig", r, nullptr, false);
+          rec.Failed("ncclCommInitRankConfig", r, nullptr, false);
       });
 }
 
@@ -200,12 +197,12 @@ ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myran
                              nranks, myrank);
         return real(newcomm, nranks, myrank, nId, commIds, config);
       },
-      [&](Runtime& rt, ThreadState&, ncclResult_t r) {
+      [&](Recorder& rec, ThreadState&, ncclResult_t r) {
         if (Ok(r) && newcomm && commIds && nId > 0)
-          Register(rt, *newcomm, CommIdFromUniqueIds(commIds, sizeof(ncclUniqueId) * static_cast<size_t>(nId)),
+          Register(rec, *newcomm, CommIdFromUniqueIds(commIds, sizeof(ncclUniqueId) * static_cast<size_t>(nId)),
                    nranks, myrank, CommKind::InitScalable, config);
         else if (!Ok(r))
-          rt.OnNcclError("ncclCommInitRankScalable", r, nullptr, false);
+          rec.Failed("ncclCommInitRankScalable", r, nullptr, false);
       });
 }
 
@@ -213,12 +210,12 @@ ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
   NCCLWATCH_REAL(ncclCommInitAll);
   return Managed(
       "ncclCommInitAll", true, [&] { return real(comms, ndev, devlist); },
-      [&](Runtime& rt, ThreadState&, ncclResult_t r) {
+      [&](Recorder& rec, ThreadState&, ncclResult_t r) {
         if (!Ok(r) || !comms) return;
         // All ranks live in this process: an id local to it is an id equal on every member.
         uint64_t seed[2] = {static_cast<uint64_t>(getpid()), g_init_all_count.fetch_add(1)};
         uint64_t id = Fnv1a64(seed, sizeof seed, Fnv1a64("init_all", 8));
-        for (int i = 0; i < ndev; ++i) Register(rt, comms[i], id, ndev, i, CommKind::InitAll, nullptr);
+        for (int i = 0; i < ndev; ++i) Register(rec, comms[i], id, ndev, i, CommKind::InitAll, nullptr);
       });
 }
 
@@ -259,12 +256,12 @@ ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeR
   ncclResult_t fn(ncclComm_t comm) {                                                      \
     NCCLWATCH_REAL(fn);                                                                   \
     if (Runtime* rt = Runtime::IfActive()) {                                              \
-      if (CommInfo* c = rt->comms().Lookup(comm)) {                                       \
+      if (CommInfo* c = rt->recorder().Known(comm)) {                                     \
         c->live().state.store(new_state);                                                   \
         c->live().ended_ns.store(MonoNs());                                                 \
       }                                                                                   \
     }                                                                                     \
-    return Managed(#fn, false, [&] { return real(comm); }, [](Runtime&, ThreadState&, ncclResult_t) {}); \
+    return Managed(#fn, false, [&] { return real(comm); }, [](Recorder&, ThreadState&, ncclResult_t) {}); \
   }
 NCCLWATCH_END_OF_LIFE(ncclCommFinalize, CommState::Finalized)
 NCCLWATCH_END_OF_LIFE(ncclCommDestroy, CommState::Destroyed)
@@ -278,16 +275,16 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
     ThreadState& ts = CurrentThread();
     if (!ts.inside) {
       ReentryGuard guard(ts);
-      Quietly("ncclCommAbort", [&] { rt->OnAbort(rt->comms().Lookup(comm)); });
+      Quietly("ncclCommAbort", [&] { rt->recorder().Aborted(rt->recorder().Known(comm)); });
     }
   }
-  return Managed("ncclCommAbort", false, [&] { return real(comm); }, [](Runtime&, ThreadState&, ncclResult_t) {});
+  return Managed("ncclCommAbort", false, [&] { return real(comm); }, [](Recorder&, ThreadState&, ncclResult_t) {});
 }
 
 ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
   NCCLWATCH_REAL(ncclCommRevoke);
   return Managed("ncclCommRevoke", false, [&] { return real(comm, revokeFlags); },
-                 [](Runtime&, ThreadState&, ncclResult_t) {});
+                 [](Recorder&, ThreadState&, ncclResult_t) {});
 }
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
@@ -298,10 +295,10 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
   if (!rt || ts.inside || r != ncclSuccess || !asyncError) return r;
   ReentryGuard guard(ts);
   Quietly("ncclCommGetAsyncError", [&] {
-    CommInfo* c = rt->comms().Lookup(comm);
-    SettleNonblocking(*rt, c, *asyncError);
-    if (*asyncError != ncclSuccess && *asyncError != ncclInProgress)
-      rt->OnNcclError("ncclCommGetAsyncError", *asyncError, c, true);
+    Recorder& rec = rt->recorder();
+    CommInfo* c = rec.Known(comm);
+    rec.Settle(c, *asyncError);
+    if (*asyncError != ncclSuccess && *asyncError != ncclInProgress) rec.Failed("ncclCommGetAsyncError", *asyncError, c, true);
   });
   return r;
 }
@@ -324,15 +321,7 @@ ncclResult_t ncclGroupEnd() {
   if (ts.inside || !rt || ts.group_depth == 0) return real();
   ReentryGuard guard(ts);
   if (--ts.group_depth > 0) return real();
-  bool called = false;
-  ncclResult_t result = ncclSuccess;
-  auto call = [&] {
-    called = true;
-    return result = real();
-  };
-  ncclResult_t r = ncclSuccess;
-  if (Quietly("ncclGroupEnd", [&] { r = LaunchGroup(*rt, ts, RealCall(call)); })) return r;
-  return called ? result : real();
+  return CallExactlyOnce("ncclGroupEnd", real, [&](RealCall once) { return LaunchGroup(rt->recorder(), ts, once); });
 }
 
 ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {

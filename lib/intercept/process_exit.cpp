@@ -1,6 +1,6 @@
 // _exit and _Exit end a process without exit()'s handlers, so a rank leaving through them (a
 // multiprocessing child, os._exit) would leave no exit record and look dead. They are wrapped
-// to write the same record as exit() does (Runtime::OnQuickExit), then end the process as
+// to write the same record as exit() does (ExitPath::OnQuickExit), then end the process as
 // glibc's own _exit does. A process whose ncclwatch is not active (it never used NCCL, a forked
 // child) goes straight through.
 #include <sys/syscall.h>

@@ -12,13 +12,8 @@
 
 namespace ncclwatch {
 
-struct GroupedOp {
-  OpSnapshot op;  // seq numbers are assigned at launch: a simulated group consumes none
-  CommInfo* comm = nullptr;
-};
-
 struct GroupBuffer {
-  static constexpr int kMaxOps = 1024;
+  static constexpr int kMaxOps = kMaxGroupOps;
   GroupedOp ops[kMaxOps];
   int count = 0;
   uint64_t dropped = 0;  // beyond kMaxOps: launched, recorded as unmonitored

@@ -2,7 +2,7 @@
 // function records and forwards through GuardedOperation; pass-through functions forward
 // untouched. Thin by design: forward, record, nothing else.
 #include "intercept/launch.h"
-#include "intercept/real_nccl.h"
+#include "common/real_nccl.h"
 
 using namespace ncclwatch;
 

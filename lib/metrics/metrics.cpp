@@ -4,7 +4,11 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/timing.h"
 #include "dump/dump_files.h"
 #include "format/file_name.h"
 
@@ -111,5 +115,17 @@ bool MetricsWriter::Write(const MetricsInput& in, uint64_t now_mono_ns, uint64_t
 }
 
 void MetricsWriter::Remove() { unlink(file_.c_str()); }
+
+uint64_t MetricsWriter::Tend(uint64_t now, const FlightRing& ring, const std::function<MetricsInput()>& input) {
+  Count(ring);
+  if (now < next_write_ns_) return now;
+  next_write_ns_ = now + timing::Ns(timing::kMetricsInterval);
+  if (!Write(input(), now, UnixNs()) && !write_failure_said_) {
+    write_failure_said_ = true;
+    LogWarn("cannot write %s: %s; metrics are retried every %d s", file_.c_str(), strerror(errno),
+            timing::Ms(timing::kMetricsInterval) / 1000);
+  }
+  return now;  // counted every tick
+}
 
 }  // namespace ncclwatch

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <tuple>
@@ -39,6 +40,9 @@ class MetricsWriter {
   bool Write(const MetricsInput& in, uint64_t now_mono_ns, uint64_t now_unix_ns);
   // At a normal exit: the file goes (a dead process must not look alive to the collector).
   void Remove();
+  // A watchdog-thread duty (TickSchedule): counts every tick, writes a sample (read from
+  // `input`) every kMetricsInterval; a file that cannot be written is said once, then retried.
+  uint64_t Tend(uint64_t now_mono_ns, const FlightRing& ring, const std::function<MetricsInput()>& input);
 
   const std::string& file() const { return file_; }
 
@@ -47,6 +51,8 @@ class MetricsWriter {
     uint64_t ops = 0, bytes = 0;
   };
   std::string file_;
+  uint64_t next_write_ns_ = 0;
+  bool write_failure_said_ = false;
   uint64_t next_index_ = 0;                                   // ring index not yet counted
   std::map<std::pair<uint64_t, trace::OpKind>, Totals> totals_;  // (comm, op)
   std::map<uint64_t, std::pair<uint64_t, uint64_t>> last_completion_;  // comm -> (seq, mono ns seen)

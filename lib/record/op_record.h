@@ -62,4 +62,15 @@ struct alignas(64) OpSlot {  // two whole cache lines
 };
 static_assert(sizeof(OpSlot) == 128, "a slot is two cache lines");
 
+struct CommInfo;
+
+// An operation described but not launched yet, with its communicator: a group's operations wait
+// as these for the outermost ncclGroupEnd (at most kMaxGroupOps are followed); a single call is
+// a batch of one.
+constexpr int kMaxGroupOps = 1024;
+struct GroupedOp {
+  OpSnapshot op;  // seq numbers are assigned at launch: a simulated group consumes none
+  CommInfo* comm = nullptr;
+};
+
 }  // namespace ncclwatch

@@ -367,4 +367,15 @@ std::vector<Recovery> Watchdog::Recoveries() {
   return recoveries_;
 }
 
+uint64_t ForgetEndedComms(CommRegistry& comms, Watchdog& watchdog, uint64_t now) {
+  const uint64_t next = now + timing::Ns(timing::kEndedCommCheck);
+  if (comms.EndedCount() <= timing::kEndedCommsKept) return next;
+  std::vector<const CommInfo*> in_use;
+  if (!watchdog.CommsInUse(timing::Ms(timing::kInflightLockWait), &in_use)) return next;
+  const uint64_t forget = timing::Ns(timing::kEndedCommForget);
+  if (size_t n = comms.ForgetEnded(timing::kEndedCommsKept, now > forget ? now - forget : 0, in_use))
+    LogDebug("forgot %zu ended communicators (the newest %zu are kept)", n, timing::kEndedCommsKept);
+  return next;
+}
+
 }  // namespace ncclwatch

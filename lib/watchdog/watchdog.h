@@ -206,4 +206,9 @@ class Watchdog {
   std::atomic<uint32_t> wake_word_{0};  // 1: a wake is pending (futex word)
 };
 
+// A watchdog-thread duty (TickSchedule): ended communicators (destroyed, finalized, aborted)
+// past timing::kEndedCommsKept are forgotten once no followed operation uses them; elastic jobs
+// create thousands. Checked every timing::kEndedCommCheck.
+uint64_t ForgetEndedComms(CommRegistry& comms, Watchdog& watchdog, uint64_t now);
+
 }  // namespace ncclwatch

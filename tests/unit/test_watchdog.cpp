@@ -239,7 +239,7 @@ TEST_CASE("a call creating a communicator is left to the setup-hang check: one s
     InNcclScope scope(slot, "ncclCommInitRankConfig", 100 * S);
     InNcclScope::SetCreating(slot, true);
     b.wd->PollOnce(106 * S);
-    CHECK(b.stalls.empty());  // Runtime::CheckInits dumps it, naming the communicator
+    CHECK(b.stalls.empty());  // DumpPolicy::CheckSetups dumps it, naming the communicator
     REQUIRE(b.threads.InsideNccl().size() == 1);
     CHECK(b.threads.InsideNccl()[0].creating);
   }

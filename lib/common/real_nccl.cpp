@@ -1,4 +1,4 @@
-#include "intercept/real_nccl.h"
+#include "common/real_nccl.h"
 
 #include <dlfcn.h>
 

@@ -1,0 +1,136 @@
+#include "exit/exit_path.h"
+
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <time.h>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/quietly.h"
+#include "common/timing.h"
+#include "dump/signals.h"
+#include "format/display.h"
+#include "stacks/stacks.h"
+
+namespace ncclwatch {
+namespace {
+int32_t CurrentTid() { return static_cast<int32_t>(syscall(SYS_gettid)); }
+}  // namespace
+
+void ExitPath::AtExit(int status) {
+  if (p_.identity->pid != getpid()) return;
+  Watchdog& watchdog = *p_.watchdog;
+  // exit() may be called from a signal handler that interrupted the application inside malloc
+  // (or any lock it holds): this thread takes none. The watchdog writes the record, as for
+  // _exit, and this thread waits for it, bounded; then the watchdog stops.
+  if (watchdog.running() && !watchdog.OnWatchdogThread()) {
+    OnQuickExit(status);
+    if (quick_exit_.load(std::memory_order_acquire) == kQuickExitDone)
+      watchdog.Stop(timing::Ms(timing::kWatchdogStopWait));
+    return;
+  }
+  Finish(status, -1, 0, /*on_watchdog=*/false);
+}
+
+void ExitPath::OnQuickExit(int status) {
+  // A forked or vforked child (posix_spawn's exec failure) shares nothing of the rank's end.
+  if (p_.identity->pid != static_cast<int>(getpid()) || finished()) return;
+  if (!p_.watchdog->running() || p_.watchdog->OnWatchdogThread()) return;  // its black box tells instead
+  if (!quick_exit_claimed_.exchange(true)) {
+    quick_exit_status_.store(status, std::memory_order_relaxed);
+    quick_exit_tid_.store(CurrentTid(), std::memory_order_relaxed);
+    int32_t site = -1;
+    if (p_.config->stacks)
+      Quietly("the exit record", [&] { site = stacks::CaptureCallsite(0, stacks::kMaxNativeFrames); });
+    quick_exit_site_.store(site, std::memory_order_relaxed);
+    quick_exit_.store(kQuickExitAsked, std::memory_order_release);
+    p_.watchdog->Wake();
+  }
+  // Bounded, with async-signal-safe calls only: the exit goes ahead whatever happens.
+  const timespec step{0, 2 * 1000 * 1000};
+  for (uint64_t waited_ms = 0; waited_ms < p_.config->signal_wait_ms; waited_ms += 2) {
+    if (quick_exit_.load(std::memory_order_acquire) == kQuickExitDone) return;
+    nanosleep(&step, nullptr);
+  }
+}
+
+void ExitPath::OnSignalEnding() {
+  // A process that a signal ends must not look alive to the metrics collector, and its black
+  // box has nothing to add once the dump of that end is written.
+  if (p_.metrics) p_.metrics->Remove();
+  if (p_.box) p_.box->RemoveIfFinalDumped();
+}
+
+void ExitPath::FinishQuickExit() {
+  if (quick_exit_.load(std::memory_order_acquire) != kQuickExitAsked) return;
+  Quietly("the exit record", [&] {
+    Finish(quick_exit_status_.load(), quick_exit_site_.load(), quick_exit_tid_.load(), /*on_watchdog=*/true);
+  });
+  quick_exit_.store(kQuickExitDone, std::memory_order_release);
+}
+
+uint64_t ExitPath::DumpPendingSignal(uint64_t now) {
+  trace::DumpReason reason;
+  if (int sig = TakePendingSignal(&reason)) {
+    Quietly("a signal's dump", [&] {
+      p_.policy->Dump(reason, "signal " + SignalName(sig) + " (" +
+                                  std::string(sigdescr_np(sig) ? sigdescr_np(sig) : "") + ")");
+      if (p_.box && reason != trace::DumpReason::OnDemand) p_.box->FinalDumpWritten(static_cast<int64_t>(MonoNs()));
+    });
+    DoneSignalDump();  // the handler waits no longer, dump or not
+  }
+  return now;  // every tick
+}
+
+void ExitPath::Finish(int status, int32_t exiting_site, int32_t exiting_tid, bool on_watchdog) {
+  if (finished_.exchange(true)) return;
+  if (p_.pass_through) p_.pass_through();  // late NCCL calls pass straight through
+  Watchdog& watchdog = *p_.watchdog;
+  // Operations that finish while the process exits are normal (a script that ends without a
+  // final synchronize): give them a moment before calling them "in flight at exit".
+  std::vector<InflightView> pending;
+  for (int i = 0; i < timing::kExitSettleChecks; ++i) {
+    if (on_watchdog) watchdog.PollOnce(MonoNs());  // nobody else follows them meanwhile
+    pending = watchdog.Inflight(timing::Ms(timing::kExitInflightLockWait));
+    pending.erase(std::remove_if(pending.begin(), pending.end(),
+                                 [](const InflightView& v) { return v.op.state == trace::OpState::Completed; }),
+                  pending.end());
+    if (pending.empty()) break;
+    usleep(static_cast<useconds_t>(timing::Ms(timing::kExitSettleInterval)) * 1000);
+  }
+  if (!on_watchdog) watchdog.Stop(timing::Ms(timing::kWatchdogStopWait));
+  LogDebug("job-wide request: %llu checks of the shared dump directory%s",
+           static_cast<unsigned long long>(p_.relay->shared_checks()),
+           p_.relay->watcher() ? " (this host's watcher)" : "");
+  // The relay is the watchdog's: left from its own thread, or once it has stopped (one stuck in
+  // the driver may still poll it).
+  if (on_watchdog || !watchdog.running()) p_.relay->Leave();
+  if (p_.metrics) p_.metrics->Remove();  // a process that left must not look alive to the collector
+  DumpExtra extra;
+  extra.exit_status = status;
+  extra.exiting_site = exiting_site;
+  extra.exiting_tid = exiting_tid;
+  trace::UncaughtException exception;
+  if (stacks::LastUncaughtException(&exception)) extra.exception = std::move(exception);
+  if (!pending.empty()) {
+    std::string detail = std::to_string(pending.size()) + " operation(s) still in flight at exit, oldest " +
+                         trace::OpKindName(pending.front().op.kind) + " seq " +
+                         std::to_string(pending.front().op.seq);
+    p_.policy->Dump(trace::DumpReason::ExitInFlight, detail, std::nullopt, std::nullopt, extra);
+  } else if (p_.config->exit_record) {
+    // Where this rank stopped, for the ranks that may still wait on it (uneven inputs): small
+    // and cheap, outside NCCLWATCH_MAX_DUMPS.
+    extra.exit_record = true;
+    p_.policy->Dump(trace::DumpReason::Exit, "exit status " + std::to_string(status), std::nullopt, std::nullopt,
+                    extra);
+  }
+  // It left its own word: nothing for the host's caretaker to convert.
+  if (p_.box) p_.box->Remove();
+}
+
+}  // namespace ncclwatch
