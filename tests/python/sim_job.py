@@ -38,10 +38,14 @@ ctypes.CDLL("libnccl.so.2", mode=ctypes.RTLD_GLOBAL)
 # NCCL calls keep the GIL (PyDLL) or release it (CDLL): their Python call site is recorded either way.
 api = ctypes.CDLL(None) if os.environ.get("NCCL_API") == "cdll" else ctypes.PyDLL(None)
 sync_api = ctypes.CDLL(None)  # waits release the GIL, as PyTorch does
-# NATIVE_ISSUER=<path of libsim_native_issuer.so>: each step's all-reduce is issued by a C thread.
+# NATIVE_ISSUER=<path of libsim_native_issuer.so>: each step's all-reduce is issued by a C thread
+# (WORKER=1: by one long-lived worker that waits for its next task in between, as DDP's autograd
+# thread does).
 NATIVE_ISSUER = ctypes.CDLL(os.environ["NATIVE_ISSUER"]) if os.environ.get("NATIVE_ISSUER") else None
 if NATIVE_ISSUER is not None:
-    NATIVE_ISSUER.sim_all_reduce_on_native_thread.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_size_t, ctypes.c_void_p]
+    native_all_reduce = (NATIVE_ISSUER.sim_all_reduce_on_worker if os.environ.get("WORKER") == "1"
+                         else NATIVE_ISSUER.sim_all_reduce_on_native_thread)
+    native_all_reduce.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_size_t, ctypes.c_void_p]
 
 
 def check(r, what):
@@ -115,7 +119,7 @@ def spin_in_python():
 
 def train_step(comm, buf, count, stream):
     if NATIVE_ISSUER is not None:  # the all-reduce comes from a C thread; this one waits for it
-        check(NATIVE_ISSUER.sim_all_reduce_on_native_thread(comm, buf, ctypes.c_size_t(count), stream),  # DRIVER-LINE
+        check(native_all_reduce(comm, buf, ctypes.c_size_t(count), stream),  # DRIVER-LINE
               "all-reduce on a native thread")
         return
     check(api.ncclAllReduce(buf, buf, ctypes.c_size_t(count), 7, 0, comm, stream), "ncclAllReduce")  # CALL-LINE

@@ -4,6 +4,30 @@
 
 namespace ncclwatch {
 namespace analysis {
+namespace {
+
+// The application's own Python code on a stack (not only the interpreter's or a library's).
+bool RunsOwnPython(const trace::Stack& stack) {
+  return std::any_of(stack.python.begin(), stack.python.end(), [](const trace::PythonFrame& f) { return !f.library; });
+}
+
+// A worker waiting for its next task: no Python of the application's own, and its innermost
+// frames in a wait primitive (a condition variable, a semaphore, a futex, an event loop's wait)
+// — DDP's autograd thread between steps, a pool's worker. A sleep is not one: a rank that sleeps
+// in host code is busy there.
+bool WaitsForWork(const trace::Thread& t) {
+  if (RunsOwnPython(t.stack)) return false;
+  static const char* const kWaits[] = {"pthread_cond_wait", "pthread_cond_timedwait", "pthread_cond_clockwait",
+                                       "condition_variable", "sem_wait", "sem_timedwait", "sem_clockwait",
+                                       "futex_wait", "futex_abstimed_wait", "epoll_wait", "epoll_pwait"};
+  constexpr size_t kInnermost = 6;  // libc's own frames above the wait (futex helpers, cancellation)
+  for (size_t i = 0; i < t.stack.native.size() && i < kInnermost; ++i)
+    for (const char* w : kWaits)
+      if (t.stack.native[i].symbol.find(w) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
 
 void Evidence::Fill(const BlockedOp* u, int dump, CulpritEvidence* e) {
   if (dump < 0) {
@@ -87,6 +111,18 @@ void Evidence::Fill(const BlockedOp* u, int dump, CulpritEvidence* e) {
     e->stack_note = StackNote::kNoThreads;
     return;
   }
+  // The thread that issued the last call, now idle outside NCCL (waiting for its next task),
+  // says nothing of why the rank does not call again: what the rank does instead comes first,
+  // a thread running the application's Python, else one not waiting for work. The issuer follows.
+  const bool issuer_in_nccl = std::any_of(s.in_nccl.begin(), s.in_nccl.end(), [&](const trace::InNcclThread& n) {
+    return n.tid == order.front().first->tid;
+  });
+  if (order.front().second == ThreadRole::IssuedLastCall && !issuer_in_nccl && WaitsForWork(*order.front().first)) {
+    auto busy = std::find_if(order.begin() + 1, order.end(), [](const auto& o) { return RunsOwnPython(o.first->stack); });
+    if (busy == order.end())
+      busy = std::find_if(order.begin() + 1, order.end(), [](const auto& o) { return !WaitsForWork(*o.first); });
+    if (busy != order.end()) std::rotate(order.begin(), busy, busy + 1);
+  }
   const trace::Thread* t = order.front().first;
   e->current_thread = t->name;
   e->current_tid = t->tid;
@@ -115,9 +151,7 @@ void Evidence::Fill(const BlockedOp* u, int dump, CulpritEvidence* e) {
     te.role = role;
     // Main and a thread inside NCCL always tell something; a thread with none of the
     // application's own Python frames (a pool's idle worker, a native helper) only waits.
-    bool own_code = std::any_of(th->stack.python.begin(), th->stack.python.end(),
-                                [](const trace::PythonFrame& f) { return !f.library; });
-    te.idle = role != ThreadRole::Main && role != ThreadRole::InsideNccl && !own_code;
+    te.idle = role != ThreadRole::Main && role != ThreadRole::InsideNccl && !RunsOwnPython(th->stack);
     te.stack = th->stack;
     te.note = th->note;
     e->other_threads.push_back(std::move(te));

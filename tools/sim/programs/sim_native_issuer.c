@@ -1,7 +1,9 @@
 /* A C helper for Python test jobs (ctypes): issues one all-reduce from a native thread of its own
  * while the calling thread waits for it, as PyTorch's autograd thread issues DDP's all-reduces
  * while the main thread waits in loss.backward(). NCCL and CUDA are looked up in the process
- * (dlsym), so a preloaded ncclwatch sees the call. */
+ * (dlsym), so a preloaded ncclwatch sees the call. sim_all_reduce_on_native_thread starts a
+ * thread per call; sim_all_reduce_on_worker hands the call to one long-lived worker, which waits
+ * on a condition variable for its next task in between (DDP's autograd thread between steps). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -32,5 +34,50 @@ __attribute__((visibility("default"))) int sim_all_reduce_on_native_thread(void*
   if (pthread_create(&thread, NULL, Issue, &w) != 0) return -1;
   pthread_setname_np(thread, "native_issuer");
   pthread_join(thread, NULL);
+  return w.result;
+}
+
+/* The long-lived worker: one task at a time, handed over under g_mu. */
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_task_ready = PTHREAD_COND_INITIALIZER, g_task_done = PTHREAD_COND_INITIALIZER;
+static struct Work* g_task;
+static int g_task_finished, g_worker_started;
+
+static void* Worker(void* unused) {
+  (void)unused;
+  pthread_mutex_lock(&g_mu);
+  for (;;) {
+    while (!g_task) pthread_cond_wait(&g_task_ready, &g_mu); /* idle: waiting for its next task */
+    struct Work* w = g_task;
+    pthread_mutex_unlock(&g_mu);
+    Issue(w);
+    pthread_mutex_lock(&g_mu);
+    g_task = NULL;
+    g_task_finished = 1;
+    pthread_cond_signal(&g_task_done);
+  }
+  return NULL;
+}
+
+static void StartWorker(void) {
+  pthread_t thread;
+  if (pthread_create(&thread, NULL, Worker, NULL) != 0) return;
+  pthread_setname_np(thread, "pt_autograd_0");
+  pthread_detach(thread);
+  g_worker_started = 1;
+}
+
+/* 0 when the worker's all-reduce and the stream's synchronization succeeded. */
+__attribute__((visibility("default"))) int sim_all_reduce_on_worker(void* comm, void* buf, size_t count, void* stream) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, StartWorker);
+  if (!g_worker_started) return -1;
+  struct Work w = {comm, buf, stream, count, -1};
+  pthread_mutex_lock(&g_mu);
+  g_task = &w;
+  g_task_finished = 0;
+  pthread_cond_signal(&g_task_ready);
+  while (!g_task_finished) pthread_cond_wait(&g_task_done, &g_mu);
+  pthread_mutex_unlock(&g_mu);
   return w.result;
 }
