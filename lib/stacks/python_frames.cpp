@@ -13,28 +13,46 @@ namespace stacks {
 namespace detail {
 namespace {
 
-// Offsets computed with offsetof() against each version's own headers (Py_BUILD_CORE:
-// Include/cpython/pystate.h, Include/cpython/frameobject.h for 3.9/3.10,
-// Include/internal/pycore_frame.h, Include/cpython/code.h) of CPython 3.9.18, 3.10.13, 3.11.7,
-// 3.12.1 and 3.13.0 on x86_64; they agree with pystack's per-version copies of those structs
-// (src/pystack/_pystack/cpython/{thread,frame,code}.h), and on 3.13 they are checked at run time
-// against the interpreter's own _Py_DebugOffsets (python_api.cpp). None of these structs
-// changed within a minor version.
+// Where the walked fields are, one row per CPython minor version. Each row is the output of
+// scripts/gen-python-layout.sh: offsetof() and sizeof() against that version's own headers
+// (Py_BUILD_CORE), here those of 3.9.18, 3.10.13, 3.11.7, 3.12.1 and 3.13.0 on x86_64. A new
+// version is a regeneration (README.md, "Development"); the stacks_python_layout tests
+// regenerate the row of each python3 whose headers are here and compare. The rows agree with
+// pystack's per-version copies of these structs (src/pystack/_pystack/cpython/{thread,frame,
+// code}.h), and on 3.13 they are checked at run time against the interpreter's own
+// _Py_DebugOffsets (python_api.cpp). None of these structs changed within a minor version.
+// Designated initializers are C++20 syntax that g++ and clang accept in C++17 (a warning under
+// -pedantic only): the compiler checks each name and their order.
+// clang-format off
 constexpr FrameLayout kLayouts[] = {
     // 3.9: PyThreadState.frame; PyFrameObject f_back, f_code, f_lasti (bytes).
-    // The last four (thread_id, co_filename, co_name, sizeof(PyASCIIObject)) are read at dump
-    // time for other threads only.
-    {9, 24, -1, true, 24, 32, 104, 1, -1, -1, -1, 176, 104, 112, 48},
+    {.minor = 9, .tstate_frame = 24, .cframe_current_frame = -1,
+     .frame_is_object = true, .frame_back = 24, .frame_code = 32, .frame_instr = 104, .lasti_unit = 1,
+     .frame_owner = -1, .owner_cstack = -1, .code_adaptive = -1,
+     .tstate_thread_id = 176, .code_filename = 104, .code_name = 112, .ascii_data = 48},
     // 3.10: as 3.9, f_lasti moved and counts 2-byte code units.
-    {10, 24, -1, true, 24, 32, 96, 2, -1, -1, -1, 176, 104, 112, 48},
+    {.minor = 10, .tstate_frame = 24, .cframe_current_frame = -1,
+     .frame_is_object = true, .frame_back = 24, .frame_code = 32, .frame_instr = 96, .lasti_unit = 2,
+     .frame_owner = -1, .owner_cstack = -1, .code_adaptive = -1,
+     .tstate_thread_id = 176, .code_filename = 104, .code_name = 112, .ascii_data = 48},
     // 3.11: PyThreadState.cframe -> _PyCFrame.current_frame; _PyInterpreterFrame previous,
     // f_code, prev_instr, owner; PyCodeObject.co_code_adaptive.
-    {11, 56, 8, false, 48, 32, 56, 0, 69, -1, 184, 152, 112, 120, 48},
+    {.minor = 11, .tstate_frame = 56, .cframe_current_frame = 8,
+     .frame_is_object = false, .frame_back = 48, .frame_code = 32, .frame_instr = 56, .lasti_unit = 0,
+     .frame_owner = 69, .owner_cstack = -1, .code_adaptive = 184,
+     .tstate_thread_id = 152, .code_filename = 112, .code_name = 120, .ascii_data = 48},
     // 3.12: the frame's fields reordered; C-stack shim frames (owner FRAME_OWNED_BY_CSTACK = 3).
-    {12, 56, 0, false, 8, 0, 56, 0, 70, 3, 192, 136, 112, 120, 40},
+    {.minor = 12, .tstate_frame = 56, .cframe_current_frame = 0,
+     .frame_is_object = false, .frame_back = 8, .frame_code = 0, .frame_instr = 56, .lasti_unit = 0,
+     .frame_owner = 70, .owner_cstack = 3, .code_adaptive = 192,
+     .tstate_thread_id = 136, .code_filename = 112, .code_name = 120, .ascii_data = 40},
     // 3.13: PyThreadState.current_frame; f_executable, instr_ptr (the current instruction).
-    {13, 72, -1, false, 8, 0, 56, 0, 70, 3, 200, 152, 112, 120, 40},
+    {.minor = 13, .tstate_frame = 72, .cframe_current_frame = -1,
+     .frame_is_object = false, .frame_back = 8, .frame_code = 0, .frame_instr = 56, .lasti_unit = 0,
+     .frame_owner = 70, .owner_cstack = 3, .code_adaptive = 200,
+     .tstate_thread_id = 152, .code_filename = 112, .code_name = 120, .ascii_data = 40},
 };
+// clang-format on
 
 // A walk longer than this is a corrupt chain (skipped shim frames included).
 constexpr int kMaxWalkSteps = 256;
