@@ -114,6 +114,15 @@ def fresh_dump_answers_every_hang():
     check(answers and answers[0]["summary"]["trigger"]["reason"] == "stall",
           f"the busy rank answered the stall's request: {[d['summary'].get('trigger') for d in late[1]]}")
     wait_for(lambda: "while the job runs" in j.err(), "run's live verdict", timeout=60)
+    # The live verdict describes the busy rank from its dump of the hang (busy outside NCCL),
+    # never from the snapshot's, when it may have had an operation in flight.
+    def live_rank1():
+        first = j.out().split("ncclwatch analyze:")
+        return len(first) > 1 and [l for l in first[1].splitlines() if l.strip().startswith("rank 1 (")]
+    rank1 = wait_for(live_rank1, "rank 1's line in the live report on stdout", timeout=30)
+    live = j.out().split("ncclwatch analyze:")[1]
+    check(rank1 and "not inside NCCL" in rank1[0] and "not finished" not in rank1[0],
+          f"the live verdict describes rank 1 as it is during the hang: {rank1[:1]}\n{live[-2500:]}")
     j.p.send_signal(signal.SIGTERM)  # run forwards it: the launcher and its ranks end
     j.wait()
     rc, report = analyze_dir(dumps)

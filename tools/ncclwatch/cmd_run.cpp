@@ -329,9 +329,21 @@ class LiveWatch {
     }
   }
 
+  // Every rank has a dump of this run taken during the hang (at or after the moment the first
+  // stalled operation got stuck): a rank's dump from before it (a snapshot asked earlier with
+  // `ncclwatch dump`) describes it as it was then, not what it does while the others wait.
   bool AllRanksIn(const analysis::DumpSet& set) const {
+    int64_t hang_began = 0;
+    for (const auto* list : {&set.dumps(), &set.history()})
+      for (const auto& d : *list) {
+        const trace::Summary& s = d.summary;
+        if (before_.count(d.file_name) || s.reason != trace::DumpReasonName(trace::DumpReason::Stall) || !s.stalled)
+          continue;
+        const int64_t stuck = s.time_unix_ns - static_cast<int64_t>(std::max(0.0, s.stalled->age_s) * 1e9);
+        if (hang_began == 0 || stuck < hang_began) hang_began = stuck;
+      }
     int answered = 0;
-    for (const auto& d : set.dumps()) answered += !before_.count(d.file_name);
+    for (const auto& d : set.dumps()) answered += !before_.count(d.file_name) && d.summary.time_unix_ns >= hang_began;
     return set.world_size() > 0 && answered >= set.world_size();
   }
 
