@@ -415,7 +415,12 @@ TEST_CASE("a stopped rank is rank_stopped, wherever it stopped, and stays so onc
       CHECK(where.find("OOM") == std::string::npos);
       const std::string text = analysis::RenderReportText(report, {});
       CHECK(text.find(killed ? "rank 2 was stopped, then killed while stopped" : "rank 2 is stopped") != std::string::npos);
-      CHECK(text.find("kill -CONT") != std::string::npos);
+      // The pid on the command line, and the advice points up at the lines printed before it.
+      CHECK(text.find("kill -CONT " + std::to_string(v.evidence[0].pid) + "`") != std::string::npos);
+      CHECK(text.find("<pid>") == std::string::npos);
+      CHECK(text.find("are below") == std::string::npos);
+      CHECK(text.find("rank 2 (") != std::string::npos);
+      CHECK(text.find("its last call site are above") > text.find("rank 2 ("));
       CHECK(report.problems.empty());
     }
   }

@@ -69,6 +69,9 @@ def last_words_sigkill_inside_nccl():
           f"where: {where['where']} (#{v['seq']})")
     check(where["callsite_op"].startswith("AllReduce #40") and where["callsite"], f"its call site: {where}")
     check("ended without a word" in text and "dmesg" in text, f"the report says how and what to check:\n{text[:2500]}")
+    check("without a word (ended without a word" not in text and "call site are above" in text and
+          text.find("issued at" if "issued at" in text else "called from") < text.find("advice:"),
+          f"said once, and the advice points up at the call site printed before it:\n{text[:2500]}")
 
 
 # What a stale black box cannot know is never said as fact: a rank's GPU work that its watchdog

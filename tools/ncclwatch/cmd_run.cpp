@@ -369,6 +369,9 @@ class LiveWatch {
     if (key == last_key_) return false;  // the same story: no second copy
     if (!at_end && !report.Hang()) return false;  // while running, only hangs are news
     if (!at_end && StallsAllRecovered(set)) return false;  // over before it could be told: the end tells it
+    // The analysis takes a while on a loaded machine: a recovery that came in meanwhile ends the
+    // story before it is printed (looked at again, from the dumps read since).
+    if (!at_end && StallsAllRecovered(Load())) return false;
     const bool corrects = !last_key_.empty() && printed_files_ > 0;
     last_key_ = key;
     printed_files_ = files_;

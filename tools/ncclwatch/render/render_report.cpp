@@ -117,7 +117,7 @@ std::string NotYetText(const NotYet& n) {
       break;
     default:
       s = (who.empty() ? std::string("a member") : who) + (one || who.empty() ? " has" : " have") + " not entered " +
-          op + waited + " (" + FormatRanks(n.waiting_ranks) + " wait in it)";
+          op + waited + " (" + FormatRanks(n.waiting_ranks) + (n.waiting_ranks.size() == 1 ? " waits" : " wait") + " in it)";
   }
   if (n.deadline_s > 0) s += "; the deadline is " + FormatSeconds(n.deadline_s);
   return s;
@@ -459,7 +459,7 @@ std::string PositionText(const CulpritPosition& p) {
   const std::string seq = "#" + std::to_string(p.comm_seq);
   const std::string age = p.issued_age_s < 0 ? std::string()
                           : " (issued " + FormatSeconds(p.issued_age_s) +
-                                (p.box_age_s >= 0 || p.states_never ? " before its last sign of life)" : " ago)");
+                                (p.box_age_s >= 0 || p.states_never ? " before its last sign of life)" : " before its dump)");
   switch (p.comm_state) {
     case CommPosition::Unknown: break;
     case CommPosition::NotCreated: where += "; it has not created this communicator"; break;
@@ -573,6 +573,14 @@ std::string RenderReportText(const Report& report, const ReportTextOptions& opti
   return out.str();
 }
 
+// The stopped culprits' pids for a command line ("<pid>" where no dump says it).
+std::string StoppedPids(const Verdict& v) {
+  std::string pids;
+  for (const auto& e : v.evidence)
+    if (e.pid > 0) pids += (pids.empty() ? "" : " ") + std::to_string(e.pid);
+  return pids.empty() ? "<pid>" : pids;
+}
+
 std::string AdviceText(const Verdict& v, const Report& report) {
   std::string who = CulpritName(v);
   switch (v.cause) {
@@ -592,7 +600,7 @@ std::string AdviceText(const Verdict& v, const Report& report) {
       return "Every member's GPU is inside " + OpLabel(v.op, v.seq) +
              " and none completes: no rank is to blame. Suspect the transport (network link, "
              "NIC, IB, NVLink/NVLS); rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET and "
-             "check the NCCL settings below and the fabric's error counters.";
+             "check the NCCL settings above and the fabric's error counters.";
     case Cause::Mismatch: {
       std::string s = who + (v.tie ? " (tie: naming the group without the lowest rank)" : "") +
                       " called a different collective at " + OpLabel(v.op, v.seq) + ".";
@@ -626,27 +634,30 @@ std::string AdviceText(const Verdict& v, const Report& report) {
       if (v.culprit_unreadable)
         return who + " left only dumps that cannot be read (the problems above say why): nothing says it died. "
                "Look at them with `ncclwatch show FILE`, and check its log.";
-      if (v.culprit_killed)
-        return who + " ended without a word (" +
-               (v.culprit_position && !v.culprit_position->detail.empty() ? v.culprit_position->detail
-                                                                           : std::string("SIGKILL or the OOM killer")) +
-               "); where it was and its last call site are below. Check its log, and the kernel log (dmesg) on "
+      if (v.culprit_killed) {
+        // The post-mortem's detail may say it already ("ended without a word: SIGKILL or ...").
+        std::string how = v.culprit_position ? v.culprit_position->detail : std::string();
+        const std::string said = "ended without a word";
+        if (how.compare(0, said.size(), said) == 0) how = how.substr(std::min(how.size(), said.size() + 2));
+        return who + " " + said + " (" + (how.empty() ? std::string("SIGKILL or the OOM killer") : how) +
+               "); where it was and its last call site are above. Check its log, and the kernel log (dmesg) on "
                "its host for the OOM killer.";
-      return who + (v.culprit_crashed ? " crashed (fatal signal): its stack at the crash is below; "
+      }
+      return who + (v.culprit_crashed ? " crashed (fatal signal): its stack at the crash is above; "
                                       : " left no dump: it was likely killed (OOM killer, node failure); ") +
              "check its log and dmesg on its host.";
     case Cause::RankStopped:
       return who + (v.culprit_stopped_killed ? " was stopped until it was killed: it did not fail by itself, and it"
                                              : " is stopped: its process cannot run, so it") +
-             " answered no dump request while the others waited; where it was and its last call site are below. "
-             "A debugger attached (gdb, a profiler)? Detach it, or `kill -CONT <pid>`; Ctrl-Z in its terminal "
+             " answered no dump request while the others waited; where it was and its last call site are above. "
+             "A debugger attached (gdb, a profiler)? Detach it, or `kill -CONT " + StoppedPids(v) + "`; Ctrl-Z in its terminal "
              "(SIGTSTP)? `fg`; a frozen cgroup (a scheduler's suspend, `docker pause`)? Thaw it (cgroup.freeze 0, "
              "`docker unpause`).";
     case Cause::NcclError:
       return "An NCCL call of " + who + " failed (" + (v.culprit_position ? v.culprit_position->detail : "") +
              "); the others wait for it in " + OpLabel(v.op, v.seq) +
              ". Rerun with NCCL_DEBUG=WARN (or INFO) for NCCL's own reason; the failing call's "
-             "call site is below.";
+             "call site is above.";
     case Cause::RankExited:
       if (v.culprit_position && (v.culprit_position->exception || v.culprit_position->exit_status > 0))
         return who + " " + PositionText(*v.culprit_position) + " before " + OpLabel(v.op, v.seq) +
@@ -675,7 +686,7 @@ std::string AdviceText(const Verdict& v, const Report& report) {
       if (const CulpritPosition* p = v.evidence.empty() ? nullptr : &v.evidence.front().position;
           p && (p->state == CulpritState::OutsideNccl || p->state == CulpritState::InsideNccl))
         return who + " never called " + v.op + " for this communicator, which the others wait in: it runs, " +
-               (p->state == CulpritState::OutsideNccl ? std::string("busy elsewhere (its stack below)")
+               (p->state == CulpritState::OutsideNccl ? std::string("busy elsewhere (its stack above)")
                                                       : "inside " + p->function) +
                ". A communicator created mid-job (a checkpoint or subgroup) must be created by every member: "
                "look for a rank-dependent branch or a slow step before the creation on that rank.";
