@@ -254,6 +254,9 @@ TEST_CASE("show says who asked for a dump and what a rank with operations in fli
   CHECK(Has(r.out, "asked by `ncclwatch dump` on vm"));
   CHECK_FALSE(Has(r.out, "rank -1"));
   CHECK(Has(r.out, "in NCCL: no thread inside an NCCL call; 1 operation in flight"));
+  // What is known is said, without a hedge: the oldest operation's place on the GPU.
+  CHECK(Has(r.out, "the oldest AllReduce #8 (its GPU is inside it)"));
+  CHECK_FALSE(Has(r.out, "busy elsewhere meanwhile"));
 }
 
 TEST_CASE("analyze --verbose tells dumps that followed a teardown from earlier ones", "[cli]") {

@@ -137,3 +137,46 @@ TEST_CASE("operations an aborted communicator counts as ended did not recover", 
   CHECK(report.verdicts[0].cause == Cause::RankMissing);
   CHECK(report.verdicts[0].culprit_ranks == std::vector<int>{0});
 }
+
+TEST_CASE("a recovered stall names the busy rank from its answer to whichever rank asked", "[recovery]") {
+  // Ranks 0, 1 and 3 stall in AllReduce #31; rank 3 got stuck first and wrote the job-wide
+  // request (the others found it fresh and wrote none). Busy rank 2 answered it from #30, then
+  // went on: the finding names rank 2 busy in save_checkpoint, never dead or without a dump.
+  TempDir dir;
+  std::vector<Document> dumps;
+  for (int r : {0, 1, 3}) {
+    trace::Op stalled = Op(kWorld, 31, "AllReduce", "gpu_reached", 10.0);
+    stalled.deadline_s = 10.0;
+    Document stall = Dump(r, 4, {Comm(kWorld, 4, r, 31, 31, 30)}, {stalled}, "stall");
+    stall.summary.stalled = stalled;
+    stall.detail.threads.push_back(MainThread(stall.summary.pid, "train_step"));
+    dumps.push_back(stall);
+    Document recovery = Dump(r, 4, {Comm(kWorld, 4, r, 33, 33, 32)}, {Op(kWorld, 33, "AllReduce", "enqueued", 0.0)},
+                             "recovery");
+    recovery.summary.dump_seq = 1;
+    recovery.summary.time_unix_ns += 15000000000LL;
+    recovery.detail.light = true;
+    recovery.detail.recoveries.push_back({kWorld, 31, "AllReduce", 10.0, 15.0});
+    dumps.push_back(recovery);
+  }
+  Document busy = Dump(2, 4, {Comm(kWorld, 4, 2, 30, 30, 30)});
+  busy.summary.trigger = trace::AnsweredRequest{"h0-1003-0", 3, "h0", trace::DumpReasonName(trace::DumpReason::Stall)};
+  busy.summary.time_unix_ns += 500000000LL;  // its answer, half a second into the stall's request
+  busy.detail.threads.push_back(MainThread(busy.summary.pid, "save_checkpoint"));
+  dumps.push_back(busy);
+
+  auto report = Analyze(dir, dumps);
+  INFO(analysis::ReportToJson(report).dump());
+  CHECK_FALSE(report.Hang());
+  REQUIRE(report.recovered_stalls.size() == 1);
+  const auto& r = report.recovered_stalls[0];
+  CHECK(r.cause == Cause::RankMissing);
+  CHECK(r.waiting_for == std::vector<int>{2});
+  REQUIRE(r.culprit);
+  REQUIRE_FALSE(r.culprit->current.python.empty());
+  CHECK(r.culprit->current.python[0].function == "save_checkpoint");
+  std::string text = analysis::RenderReportText(report, {});
+  CHECK(text.find("waiting for rank 2 (busy in save_checkpoint") != std::string::npos);
+  CHECK(text.find("rank_dead") == std::string::npos);
+  CHECK(text.find("left no dump") == std::string::npos);
+}

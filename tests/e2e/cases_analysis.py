@@ -55,6 +55,30 @@ def recovered_stall_is_no_hang():
               f"and how long it took: {rs}")
 
 
+@case
+def recovered_stall_names_the_busy_rank_whoever_asked():
+    # 4 ranks, rank 0 busy 6 s at iteration 10: ranks 1-3 stall, whichever got stuck first
+    # writes the job-wide request, rank 0 answers it and then goes on. The finding says the
+    # stall waited for rank 0, busy, from its answer: never dead, never "left no dump".
+    nw = built("bin", "ncclwatch")
+    tmp = temp_dir("ncclwatch-e2e-")
+    dumps = os.path.join(tmp, "d")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("NCCLWATCH_") and k != "LD_PRELOAD"}
+    r = subprocess.run([nw, "run", "--dir", dumps, "--timeout", "2", "--set", "PEER_POLL_MS=200", "--no-analyze", "--",
+                        built("bin", "simlaunch"), "-n", "4", "--timeout", "60", "--",
+                        built("bin", "sim_workload"), "--iters", "30", "--jitter-ms", "3", "--busy-rank", "0",
+                        "--busy-at", "10", "--busy-ms", "6000"], env=base, cwd=tmp, capture_output=True, text=True,
+                       timeout=120)
+    check(r.returncode == 0, f"the job finished: {r.returncode}\n{r.stderr[-3000:]}")
+    a = subprocess.run([nw, "analyze", "--json", dumps], capture_output=True, text=True)
+    report = json.loads(a.stdout)
+    rs = report["recovered_stalls"]
+    check(rs and all(x["waiting_for"] == [0] and x["cause"] == "rank_missing" for x in rs),
+          f"every recovered stall waited for rank 0, busy: {json.dumps(rs)[:2000]}")
+    text = subprocess.run([nw, "analyze", "--no-color", dumps], capture_output=True, text=True).stdout
+    check("left no dump" not in text and "rank_dead" not in text, f"rank 0 is never dead or without a dump:\n{text[-3000:]}")
+
+
 def expect_verdict(j, cause, culprits, seq=None, op=None):
     rc, report, text = analyze(j)
     check(rc == (0 if cause == "no_hang" else 1), f"exit status {rc} for {cause}")

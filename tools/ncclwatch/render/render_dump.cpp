@@ -106,11 +106,16 @@ std::string RenderDumpText(const Dump& dump, const ShowOptions& options) {
   if (s.nccl_version > 0) out << "; NCCL " << trace::NcclVersionText(s.nccl_version);
   out << "\n";
   if (s.in_nccl.empty() && !s.in_flight.empty()) {
-    // Its host returned from NCCL; what it issued has not completed: it may be waiting for the
-    // GPU (a stream synchronize) or doing other work meanwhile.
+    // Its host returned from NCCL and what it issued has not completed: where the oldest is on
+    // the GPU is known; what the host does meanwhile, its threads say.
+    const trace::Op& oldest = s.in_flight.front();
+    const std::string where = oldest.state.Is(trace::OpState::GpuReached) ? "its GPU is inside it"
+                              : oldest.state.Is(trace::OpState::Enqueued) ? "its GPU has not reached it"
+                                                                          : std::string(oldest.state.known ? trace::OpStateName(oldest.state.value) : "state unknown");
     out << "in NCCL: no thread inside an NCCL call; " << s.in_flight.size() << " operation"
-        << (s.in_flight.size() > 1 ? "s" : "") << " in flight (waiting for the GPU, as in cuStreamSynchronize, or "
-        << "busy elsewhere meanwhile: see threads)\n";
+        << (s.in_flight.size() > 1 ? "s" : "") << " in flight, the oldest " << Printable(oldest.OpName()) << " #"
+        << (oldest.IsP2p() ? oldest.p2p_seq : oldest.seq) << " (" << where << "); the threads below show what the "
+        << "host does meanwhile\n";
   } else if (s.in_nccl.empty()) {
     out << "in NCCL: no thread and nothing in flight (the process is busy elsewhere: see threads)\n";
   } else {

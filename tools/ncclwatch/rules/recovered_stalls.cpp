@@ -40,17 +40,20 @@ using StallKey = std::tuple<std::string, int64_t, std::string, int, int64_t>;
 StallKey KeyOf(const trace::Op& op) { return {op.comm, op.seq, op.OpName(), op.peer, op.p2p_seq}; }
 
 // The dumps of the stall's moment: the stall itself, and of every other process the first
-// answer to a request from the stalled rank (its own stall dump of the same operation when it
-// answered none). Later dumps, which saw the operation complete, are left out.
+// answer to a stall's request taken since the operation got stuck, whichever rank asked (the
+// first to get stuck writes the request; the others find it fresh and write none), or its own
+// stall dump of the same operation when it answered none. Later dumps, which saw the operation
+// complete, are left out.
 std::vector<Dump> EpisodeOf(const DumpSet& set, const Dump& stall) {
-  const StallKey key = KeyOf(StalledOp(stall));
+  const trace::Op stalled = StalledOp(stall);
+  const StallKey key = KeyOf(stalled);
+  const int64_t stuck_since = stall.summary.time_unix_ns - static_cast<int64_t>(std::max(0.0, stalled.age_s) * 1e9);
   std::map<std::string, const Dump*> chosen;  // process -> its dump of that moment
   chosen[stall.ProcessKey()] = &stall;
   auto consider = [&](const Dump& d) {
     if (d.ProcessKey() == stall.ProcessKey()) return;
-    bool answer = d.summary.trigger && d.summary.trigger->origin_rank == stall.summary.rank &&
-                  d.summary.trigger->origin_host == stall.summary.host &&
-                  d.summary.trigger->reason == trace::DumpReasonName(trace::DumpReason::Stall);
+    bool answer = d.summary.trigger && d.summary.trigger->reason == trace::DumpReasonName(trace::DumpReason::Stall) &&
+                  d.summary.time_unix_ns >= stuck_since;
     bool same_stall = IsReason(d, trace::DumpReason::Stall) && KeyOf(StalledOp(d)) == key;
     if (!answer && !same_stall) return;
     auto [it, inserted] = chosen.emplace(d.ProcessKey(), &d);
