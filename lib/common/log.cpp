@@ -1,8 +1,11 @@
 #include "common/log.h"
 
+#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdarg>
 #include <cstdio>
 
@@ -10,6 +13,30 @@ namespace ncclwatch {
 namespace {
 std::atomic<int> g_level{static_cast<int>(LogLevel::kWarn)};
 std::atomic<int> g_rank{-1};
+
+// The stderr this process was started with, read when the library is loaded (before the
+// application's main can close or replace descriptor 2).
+struct StartStderr {
+  bool open = false;
+  dev_t dev = 0;
+  ino_t ino = 0;
+};
+StartStderr g_start_stderr;
+std::atomic<bool> g_stderr_gone{false};  // it broke (EPIPE): no more lines
+
+__attribute__((constructor)) void NoteStartStderr() {
+  struct stat st;
+  if (fstat(STDERR_FILENO, &st) != 0) return;
+  g_start_stderr.dev = st.st_dev;
+  g_start_stderr.ino = st.st_ino;
+  g_start_stderr.open = true;
+}
+
+bool StillStartStderr() {
+  struct stat st;
+  return g_start_stderr.open && fstat(STDERR_FILENO, &st) == 0 && st.st_dev == g_start_stderr.dev &&
+         st.st_ino == g_start_stderr.ino;
+}
 
 void Emit(LogLevel level, const char* fmt, va_list ap) {
   if (static_cast<int>(level) > g_level.load(std::memory_order_relaxed)) return;
@@ -27,10 +54,30 @@ void Emit(LogLevel level, const char* fmt, va_list ap) {
   size_t len = static_cast<size_t>(n) + static_cast<size_t>(m);
   if (len > sizeof line - 2) len = sizeof line - 2;
   line[len++] = '\n';
-  ssize_t ignored = write(STDERR_FILENO, line, len);
-  (void)ignored;
+  WriteStderrLine(line, len);
 }
 }  // namespace
+
+void WriteStderrLine(const char* line, size_t len) {
+  if (g_stderr_gone.load(std::memory_order_relaxed) || !StillStartStderr()) return;
+  const int saved_errno = errno;
+  // SIGPIPE blocked around the write; one that the write raises is taken back, unless one was
+  // pending already (the application's own).
+  sigset_t pipe_only, old, pending;
+  sigemptyset(&pipe_only);
+  sigaddset(&pipe_only, SIGPIPE);
+  sigemptyset(&pending);
+  const bool pending_before = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
+  pthread_sigmask(SIG_BLOCK, &pipe_only, &old);
+  const ssize_t n = write(STDERR_FILENO, line, len);
+  if (n < 0 && errno == EPIPE) {
+    g_stderr_gone.store(true, std::memory_order_relaxed);
+    const timespec none{0, 0};
+    if (!pending_before) sigtimedwait(&pipe_only, nullptr, &none);
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  errno = saved_errno;
+}
 
 void SetLogLevel(LogLevel level) { g_level.store(static_cast<int>(level)); }
 LogLevel GetLogLevel() { return static_cast<LogLevel>(g_level.load()); }

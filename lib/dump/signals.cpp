@@ -85,8 +85,7 @@ void WriteLine(std::initializer_list<const char*> parts) {
     else put(p);
   }
   line[n++] = '\n';
-  ssize_t ignored = write(STDERR_FILENO, line, n);
-  (void)ignored;
+  WriteStderrLine(line, n);
 }
 
 void DefaultAction(int sig) {

@@ -220,6 +220,22 @@ def resources_as_without_ncclwatch():
 
 
 @case
+def stderr_that_is_not_ours_gets_nothing():
+    # Descriptor 2 closed and taken by the application's data file: a line at the first NCCL call
+    # (an unknown NCCLWATCH_ variable) and a job-wide dump's lines never land in it. Stderr a pipe
+    # nobody reads: the same line, written on the application's thread, raises no SIGPIPE. Both
+    # end, print and exit as without the library.
+    env = {"NCCLWATCH_NOT_A_SETTING": "1", "NCCLWATCH_LOG": "info"}
+    run = lambda scenario, preload: app_with_dump("e2e_resource_app", scenario, preload, env=env)
+    got = same_as_without(run, "stderr_reused", None, ["data.txt (descriptor 2): 10 bytes, as written, offset 10"])
+    check(got.reasons(0)[:1] == ["peer_request"], f"stderr_reused: the dump was written: {got.reasons(0)}")
+    plain = lambda scenario, preload: (lambda j: (j, [l for l in j.err.splitlines() if l.startswith("simlaunch: rank 0 ")]))(
+        job(1, [scenario], env={"NCCLWATCH_TIMEOUT": "600", **env}, timeout=60, preload=preload,
+            program="e2e_resource_app"))
+    same_as_without(plain, "stderr_dead_pipe", None, ["stderr_dead_pipe: ran 20 operations and lived"])
+
+
+@case
 def descriptors_closed_after_start_stay_the_applications():
     # An application that closes every descriptor >= 3 once NCCL has started (the library's
     # locks among them) and opens files of its own, which take the freed numbers: a burst of

@@ -17,7 +17,15 @@
  *                                starts NCCL again, runs 10 operations (the 8th is slow when the
  *                                test makes it so: a hang of the new program), waits 3 s, ends
  *   resource_app oom_exit        after NCCL starts, limits its address space (RLIMIT_AS), takes
- *                                memory until malloc fails and exits 12 */
+ *                                memory until malloc fails and exits 12
+ *   resource_app stderr_reused   closes descriptor 2 (as daemons do) and opens a file of its own,
+ *                                which takes it, writes 10 bytes, starts NCCL (the test sets an
+ *                                unknown NCCLWATCH_ variable: a line at the first call), waits while
+ *                                the test asks a job-wide dump, then checks its file
+ *   resource_app stderr_dead_pipe  re-executes itself with descriptor 2 a pipe nobody reads (its
+ *                                read end closed), as a log collector that died leaves it: the new
+ *                                program starts NCCL (a line at its first call on its own thread,
+ *                                the unknown variable's) and runs operations, then says it lived */
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -196,6 +204,37 @@ int main(int argc, char** argv) {
     fflush(stdout);
     exit(12);
   }
-  fprintf(stderr, "usage: resource_app never_nccl|unique_id_only|closed_fds|closed_after_init|reexec|oom_exit\n");
+  if (strcmp(scenario, "stderr_reused") == 0) {
+    int data;
+    close(STDERR_FILENO);
+    data = own_file("data.txt");
+    if (data != STDERR_FILENO) return 1;
+    start_nccl(&comm);
+    run_ops(comm, 5);
+    close(open(getenv("E2E_READY_FILE") ? getenv("E2E_READY_FILE") : "ready", O_CREAT | O_WRONLY, 0600));
+    sleep(4);
+    NCCLCHECK(ncclCommDestroy(comm));
+    check_file(data, "data.txt (descriptor 2)");
+    return 0;
+  }
+  if (strcmp(scenario, "stderr_dead_pipe") == 0) {
+    int p[2];
+    if (pipe(p) != 0) return 1;
+    close(p[0]);
+    dup2(p[1], STDERR_FILENO);
+    close(p[1]);
+    fflush(stdout);
+    execl("/proc/self/exe", argv[0], "stderr_dead_pipe_child", (char*)NULL);
+    return 1;
+  }
+  if (strcmp(scenario, "stderr_dead_pipe_child") == 0) {
+    start_nccl(&comm);
+    run_ops(comm, 20);
+    NCCLCHECK(ncclCommDestroy(comm));
+    printf("stderr_dead_pipe: ran 20 operations and lived\n");
+    return 0;
+  }
+  fprintf(stderr, "usage: resource_app never_nccl|unique_id_only|closed_fds|closed_after_init|reexec|oom_exit|"
+                  "stderr_reused|stderr_dead_pipe\n");
   return SIMUTIL_EXIT_USAGE;
 }
