@@ -38,6 +38,8 @@ def run_wrapper():
     # ... while the job runs (the launcher's timeout ends it 8 s in; the verdict came before),
     # and not a second time at the end: nothing changed.
     check("while the job runs" in r.stderr, f"the verdict came while the job ran:\n{r.stderr[-2000:]}")
+    check(re.search(r"^ncclwatch: while the job runs, 2 of 2 ranks dumped \(\d+ dump\(s\) of this job in ", r.stderr, re.M),
+          f"under one line saying how many ranks dumped:\n{r.stderr[-2000:]}")
     check(r.stdout.count("rank_missing") == 1 or "no change since the report above" in r.stderr,
           f"one report per story:\n{r.stderr[-1500:]}")
     check("process(es) watched" in r.stderr, f"one line on what was watched:\n{r.stderr[-1000:]}")
@@ -55,6 +57,18 @@ def run_wrapper():
         r = subprocess.run([nw, "run"] + bad + ["--", "touch", marker], env=base, capture_output=True, text=True)
         check(r.returncode == 2 and says in r.stderr and r.stderr.count("\n") == 1 and not os.path.exists(marker),
               f"{bad}: refused before starting, one line: {r.returncode} {r.stderr}")
+    # The environment's settings are the job's too: checked the same way, once, said to come from
+    # there (not one line per rank as the job starts); an option given over one replaces it.
+    for bad, says in (({"NCCLWATCH_RING": "x"}, "NCCLWATCH_RING='x'"),
+                      ({"NCCLWATCH_TIMOUT": "5"}, "unknown setting NCCLWATCH_TIMOUT, did you mean NCCLWATCH_TIMEOUT?")):
+        r = subprocess.run([nw, "run", "--", "touch", marker], env=dict(base, **bad), cwd=tmp, capture_output=True,
+                           text=True)
+        check(r.returncode == 2 and says in r.stderr and "(in the environment)" in r.stderr
+              and r.stderr.count("\n") == 1 and not os.path.exists(marker),
+              f"{bad} in the environment: refused before starting, one line: {r.returncode} {r.stderr}")
+    r = subprocess.run([nw, "run", "--dir", os.path.join(tmp, "replaced"), "--set", "RING=64", "--", "touch", marker],
+                       env=dict(base, NCCLWATCH_RING="x"), cwd=tmp, capture_output=True, text=True)
+    check(r.returncode == 0 and os.path.exists(marker), f"--set RING over NCCLWATCH_RING=x runs: {r.stderr}")
 
 
 @serial_case
