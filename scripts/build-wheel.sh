@@ -3,7 +3,7 @@
 # (python3-build, python3-setuptools, python3-wheel; PYTHON picks the python3, else the
 # first python3 that has them: on PATH, then /usr/bin/python3):
 #   scripts/build-wheel.sh OUTDIR [BUILD_DIR]     (BUILD_DIR: build/, configured if needed)
-#   scripts/build-wheel.sh --which-python         (only says which Python would build it)
+#   scripts/build-wheel.sh --which-python         (only prints which Python would build it)
 # gives OUTDIR/ncclwatch-<version>-py3-none-manylinux_<glibc>_x86_64.whl: the stripped command and
 # libncclwatch.so, the Python package `ncclwatch`, the README as its description; and beside it
 # OUTDIR/ncclwatch-<version>-debug.tar.gz, their debug info kept out of the wheel
@@ -33,7 +33,10 @@ find_python() {
   return 1
 }
 find_python || exit 1
-[ "${1:-}" != --which-python ] || exit 0
+if [ "${1:-}" = --which-python ]; then
+  echo "$python"
+  exit 0
+fi
 
 out=${1:?usage: scripts/build-wheel.sh OUTDIR [BUILD_DIR]}
 build=${2:-build}

@@ -30,11 +30,14 @@ if ! $quick; then
   trap 'kill "$sanitizers" 2>/dev/null || true' EXIT
 fi
 
+# Every run fails when a test left a new entry in / (tests write only in their temporary directories).
+inside() { tests/support/root_unchanged.sh "$@"; }
+
 echo "== tests (build/)"
-ctest --test-dir build --output-on-failure -j "$jobs" -LE e2e
+inside ctest --test-dir build --output-on-failure -j "$jobs" -LE e2e
 # End-to-end cases mostly wait on their ranks: twice as many side by side as there are cores
 # (each has its own directories; the ones that measure time run alone, RUN_SERIAL).
-ctest --test-dir build --output-on-failure -j "$((jobs * 2 > 4 ? jobs * 2 : 4))" -L e2e
+inside ctest --test-dir build --output-on-failure -j "$((jobs * 2 > 4 ? jobs * 2 : 4))" -L e2e
 $quick && exit 0
 
 echo "== sanitizer builds (build-asan/, build-tsan/; log: $sanitizers_log)"
@@ -50,7 +53,7 @@ trap - EXIT
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp:print_suppressions=0
 echo "== tests under address;undefined (build-asan/)"
-ctest --test-dir build-asan --output-on-failure -j "$jobs" -R '^(core:|format:|stacks:|sim_cuda\.|sim_nccl:|analyzer:)'
+inside ctest --test-dir build-asan --output-on-failure -j "$jobs" -R '^(core:|format:|stacks:|sim_cuda\.|sim_nccl:|analyzer:)'
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 echo "== tests under thread (build-tsan/)"
-ctest --test-dir build-tsan --output-on-failure -j "$jobs" -R '^(core:|stacks:)'
+inside ctest --test-dir build-tsan --output-on-failure -j "$jobs" -R '^(core:|stacks:)'

@@ -822,9 +822,15 @@ ReadResult Interpret(const DumpDocument& doc, ReadDepth depth, LoadedDump* dump)
       r.problem = "unreadable trace version " + version->dump();
       return r;
     }
-    if (version->get<int64_t>() < kOldestTraceVersion || version->get<int64_t>() > kTraceVersion) {
-      r.problem = "unknown trace version " + version->dump() + " (this ncclwatch reads versions " +
-                  std::to_string(kOldestTraceVersion) + " to " + std::to_string(kTraceVersion) + ")";
+    const std::string known = "this ncclwatch reads versions " + std::to_string(kOldestTraceVersion) + " to " +
+                              std::to_string(kTraceVersion);
+    if (version->get<int64_t>() > kTraceVersion) {
+      r.problem = "trace version " + version->dump() + ", written by a newer ncclwatch: upgrade (" + known + ")";
+      r.newer_version = true;
+      return r;
+    }
+    if (version->get<int64_t>() < kOldestTraceVersion) {
+      r.problem = "unknown trace version " + version->dump() + " (" + known + ")";
       return r;
     }
   }

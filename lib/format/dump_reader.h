@@ -43,6 +43,7 @@ struct DumpDocument {
 struct ReadResult {
   bool usable = false;
   std::string problem;
+  bool newer_version = false;  // not usable: written by a newer ncclwatch (the problem says so)
   uint64_t bytes_read = 0;
   uint64_t file_size = 0;
 };

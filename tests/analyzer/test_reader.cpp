@@ -63,7 +63,33 @@ TEST_CASE("a version this reader does not know is refused with a message", "[rea
   analysis::Dump out;
   auto r = trace::ReadDumpBuffer(d.dump(), trace::ReadDepth::kSummary, &out);
   CHECK_FALSE(r.usable);
-  CHECK(Contains(r.problem, "unknown trace version " + std::to_string(trace::kTraceVersion + 1)));
+  CHECK(r.newer_version);
+  CHECK(Contains(r.problem, "trace version " + std::to_string(trace::kTraceVersion + 1) +
+                                ", written by a newer ncclwatch: upgrade"));
+  d[key::kVersion] = trace::kOldestTraceVersion - 1;
+  r = trace::ReadDumpBuffer(d.dump(), trace::ReadDepth::kSummary, &out);
+  CHECK_FALSE(r.usable);
+  CHECK_FALSE(r.newer_version);
+  CHECK(Contains(r.problem, "unknown trace version " + std::to_string(trace::kOldestTraceVersion - 1)));
+}
+
+TEST_CASE("the files of a newer ncclwatch give one problem line, not one each", "[reader]") {
+  TempDir dir;
+  dir.Write(DumpFileName(Dump(0, 4, {})), Text(Dump(0, 4, {})));
+  for (int rank = 1; rank < 4; ++rank) {
+    json future = AsJson(Dump(rank, 4, {}));
+    future[key::kVersion] = trace::kTraceVersion + 1;
+    dir.Write(DumpFileName(Dump(rank, 4, {})), future.dump());
+  }
+  analysis::DumpSet set;
+  std::string error;
+  REQUIRE(set.Load(dir.path(), {}, &error));
+  CHECK(set.dumps().size() == 1);
+  REQUIRE(set.problems().size() == 1);
+  const std::string line = analysis::ProblemLine(set.problems()[0]);
+  CHECK(Contains(line, "written by a newer ncclwatch: upgrade"));
+  CHECK(Contains(line, "so are 2 more files here; all skipped"));
+  CHECK(line.find('\n') == std::string::npos);
 }
 
 TEST_CASE("bad inputs give one line each", "[reader]") {
@@ -164,7 +190,7 @@ TEST_CASE("the loader reports each bad file in one line and analyzes the rest", 
   CHECK(problems.size() == 8);
   CHECK(Contains(problems["rank00007-h-1-0-stall.json"], "truncated JSON at byte " + std::to_string(cut.size()) + " (summary unreadable); skipped"));
   CHECK(Contains(problems["rankx-foreign-1-0-stall.json"], "not an ncclwatch dump"));
-  CHECK(Contains(problems["rank00005-h-9-0-stall.json"], "unknown trace version 99"));
+  CHECK(Contains(problems["rank00005-h-9-0-stall.json"], "trace version 99, written by a newer ncclwatch: upgrade"));
   CHECK(Contains(problems["rank00006-h-1-0-stall.json"], "empty file"));
   CHECK(Contains(problems["rank00008-h-1-0-stall.json"], "is a directory"));
   CHECK(Contains(problems["rank00009-h-1-0-stall.json"], "cannot open"));

@@ -38,6 +38,8 @@ def run_wrapper():
     # ... while the job runs (the launcher's timeout ends it 8 s in; the verdict came before),
     # and not a second time at the end: nothing changed.
     check("while the job runs" in r.stderr, f"the verdict came while the job ran:\n{r.stderr[-2000:]}")
+    check(re.search(r"^ncclwatch: while the job runs, 2 of 2 ranks dumped \(\d+ dump\(s\) of this job in ", r.stderr, re.M),
+          f"under one line saying how many ranks dumped:\n{r.stderr[-2000:]}")
     check(r.stdout.count("rank_missing") == 1 or "no change since the report above" in r.stderr,
           f"one report per story:\n{r.stderr[-1500:]}")
     check("process(es) watched" in r.stderr, f"one line on what was watched:\n{r.stderr[-1000:]}")
@@ -55,6 +57,18 @@ def run_wrapper():
         r = subprocess.run([nw, "run"] + bad + ["--", "touch", marker], env=base, capture_output=True, text=True)
         check(r.returncode == 2 and says in r.stderr and r.stderr.count("\n") == 1 and not os.path.exists(marker),
               f"{bad}: refused before starting, one line: {r.returncode} {r.stderr}")
+    # The environment's settings are the job's too: checked the same way, once, said to come from
+    # there (not one line per rank as the job starts); an option given over one replaces it.
+    for bad, says in (({"NCCLWATCH_RING": "x"}, "NCCLWATCH_RING='x'"),
+                      ({"NCCLWATCH_TIMOUT": "5"}, "unknown setting NCCLWATCH_TIMOUT, did you mean NCCLWATCH_TIMEOUT?")):
+        r = subprocess.run([nw, "run", "--", "touch", marker], env=dict(base, **bad), cwd=tmp, capture_output=True,
+                           text=True)
+        check(r.returncode == 2 and says in r.stderr and "(in the environment)" in r.stderr
+              and r.stderr.count("\n") == 1 and not os.path.exists(marker),
+              f"{bad} in the environment: refused before starting, one line: {r.returncode} {r.stderr}")
+    r = subprocess.run([nw, "run", "--dir", os.path.join(tmp, "replaced"), "--set", "RING=64", "--", "touch", marker],
+                       env=dict(base, NCCLWATCH_RING="x"), cwd=tmp, capture_output=True, text=True)
+    check(r.returncode == 0 and os.path.exists(marker), f"--set RING over NCCLWATCH_RING=x runs: {r.stderr}")
 
 
 @serial_case
@@ -288,3 +302,34 @@ def one_line_per_rank_per_event():
     check(len(lines) == dumps, f"one line per dump ({dumps}), no more:\n" + "\n".join(lines))
     for l in lines:
         check(len(l) < 300 and "(dump rank" in l, f"short, naming the dump: {l}")
+
+
+@serial_case
+def run_at_scale_says_how_many_ranks_dumped():
+    # A hang at 64 ranks under `run`: by default no rank prints a line of its own (at 1,024 ranks
+    # they would bury the verdict); `run` says in one line how many ranks dumped, above the
+    # verdict. The ranks' own lines are for NCCLWATCH_LOG=info: one per rank at least.
+    nw = built("bin", "ncclwatch")
+    tmp = temp_dir("ncclwatch-e2e-")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("NCCLWATCH_") and k != "LD_PRELOAD"}
+    ranks = 64
+
+    def hang(name, env):
+        return subprocess.run([nw, "run", "--dir", os.path.join(tmp, name), "--timeout", "3", "--set", "PEER_POLL_MS=200",
+                               "--", built("bin", "simlaunch"), "-n", str(ranks), "--timeout", "20", "--",
+                               built("bin", "sim_workload"), "--iters", "20", "--busy-rank", "1", "--busy-at", "4",
+                               "--busy-ms", "-1"], env=dict(base, **env), cwd=tmp, capture_output=True, text=True)
+
+    def rank_lines(err):
+        return [l for l in err.splitlines() if re.match(r"ncclwatch\[(rank \d+ )?pid \d+\]", l)]
+
+    r = hang("default", {})
+    check(r.returncode == 124 and "rank_missing" in r.stdout and "rank 1" in r.stdout,
+          f"the verdict ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+    check(re.search(rf"^ncclwatch: while the job runs, {ranks} of {ranks} ranks dumped \(", r.stderr, re.M),
+          f"how many ranks dumped, in one line:\n{r.stderr[-2000:]}")
+    lines = rank_lines(r.stderr)
+    check(not lines, f"no line of the ranks' own by default ({len(lines)}):\n" + "\n".join(lines[:20]))
+    r = hang("info", {"NCCLWATCH_LOG": "info"})
+    said = {int(m) for l in rank_lines(r.stderr) for m in re.findall(r"^ncclwatch\[rank (\d+) ", l)}
+    check(said == set(range(ranks)), f"at NCCLWATCH_LOG=info every rank says its dump: {sorted(said)}")

@@ -23,8 +23,11 @@ wheel              scripts/build-wheel.sh gives ncclwatch-<version>-py3-none-man
                    info beside it; installed with `pip install --no-index` into a fresh venv, a
                    simulated job runs through the venv's `ncclwatch` and `python -m ncclwatch`,
                    both preloading the wheel's library; the Python API analyzes the dumps and
-                   asks a live job for a dump; uninstalling leaves nothing behind. Skipped (exit
-                   77) where this python3 lacks python3-build, -setuptools, -wheel or -venv.
+                   asks a live job for a dump; uninstalling leaves nothing behind. Built and
+                   installed with the Python build-wheel.sh finds (python3 on PATH, else
+                   /usr/bin/python3: pyenv's and conda's often lack the build modules); skipped
+                   (exit 77) only where no Python here has python3-build, -setuptools, -wheel
+                   and -venv.
 wheel_python       build-wheel.sh finds a Python that can build the wheel when python3 on PATH
                    cannot (pyenv, conda: no build module): the system's /usr/bin/python3, said
                    in one line; where none can, one line says what to install. Skipped (exit
@@ -311,10 +314,6 @@ def glibc_needed(elf):
     return int(m.group(1)), int(m.group(2))
 
 
-# What the wheel test needs, by module: Debian's packages for them (scripts/install-deps.sh).
-WHEEL_TOOLS = {"build": "python3-build", "setuptools": "python3-setuptools", "wheel": "python3-wheel",
-               "ensurepip": "python3-venv"}
-
 # Run by the venv's Python: the API on the hang job's dumps, and its errors.
 API_SCRIPT = r"""
 import glob, json, os, sys
@@ -341,11 +340,18 @@ print(json.dumps(out))
 
 
 def wheel():
-    py = sys.executable
-    missing = {module: pkg for module, pkg in WHEEL_TOOLS.items() if run([py, "-c", f"import {module}"]).returncode != 0}
-    if missing:
-        print(f"SKIP: {py} cannot import {', '.join(missing)}: the wheel test needs the Debian packages "
-              f"{', '.join(missing.values())} for this python3 (scripts/install-deps.sh)")
+    # The Python build-wheel.sh builds with (python3 on PATH, else the system's where pyenv's or
+    # conda's lacks the build modules) also makes the venv: the test runs whichever python3 runs it.
+    env = clean_env()
+    env.pop("PYTHON", None)
+    r = run([os.path.join(A.source, "scripts", "build-wheel.sh"), "--which-python"], env=env)
+    if r.returncode != 0:
+        print(f"SKIP: {r.stderr.strip()}")
+        return SKIP
+    py = r.stdout.strip()
+    print(f"  {r.stderr.strip()}")
+    if run([py, "-c", "import ensurepip"]).returncode != 0:
+        print(f"SKIP: {py} cannot make a venv (no ensurepip): install python3-venv (scripts/install-deps.sh)")
         return SKIP
     timings = {}
     started = time.monotonic()
@@ -357,7 +363,7 @@ def wheel():
 
     out = temp_dir("ncclwatch-wheel-")
     dist = os.path.join(out, "dist")
-    r = run([os.path.join(A.source, "scripts", "build-wheel.sh"), dist, A.build], env=clean_env(PYTHON=py))
+    r = run([os.path.join(A.source, "scripts", "build-wheel.sh"), dist, A.build], env=dict(env, PYTHON=py))
     check(r.returncode == 0, f"build-wheel.sh failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
     lap("build-wheel.sh")
     wheels = glob.glob(os.path.join(dist, f"ncclwatch-{A.version}-py3-none-manylinux_*.whl"))

@@ -530,9 +530,11 @@ namespace {
 // A child with a black box that says who it is (its start, as the library writes it), which
 // then drops the box's lock without ending: it closes every descriptor >= 3 (as daemons do,
 // the box's included) and waits, or it re-executes itself as another program (`sleep`).
+// Its post-mortem goes to `dumps` (the test's own directory: nothing is written elsewhere).
 enum class Drop { kClosesDescriptors, kReexecutes };
 
-pid_t LockDroppingChild(const std::string& boxes, Drop how, int ready_fd, int release_fd) {
+pid_t LockDroppingChild(const std::string& boxes, const std::string& dumps, Drop how, int ready_fd,
+                        int release_fd) {
   pid_t pid = fork();
   if (pid != 0) return pid;
   std::string why;
@@ -541,7 +543,7 @@ pid_t LockDroppingChild(const std::string& boxes, Drop how, int ready_fd, int re
   blackbox::BoxIdentity id;
   id.pid = getpid();
   id.process_uid = "feedfacecafe0002";
-  id.dump_dir = "/nonexistent";
+  id.dump_dir = dumps;
   id.start_ticks = blackbox::ReadProcStat(getpid()).start_ticks;
   if (id.start_ticks == 0) _exit(11);
   box->SetIdentity(blackbox::IdentityJson(id));
@@ -564,11 +566,11 @@ pid_t LockDroppingChild(const std::string& boxes, Drop how, int ready_fd, int re
 TEST_CASE("black box: a free lock is no death while its process runs and a re-executed process leaves its old box quietly") {
   for (Drop how : {Drop::kClosesDescriptors, Drop::kReexecutes}) {
     CAPTURE(how == Drop::kReexecutes);
-    TempDir boxes;
+    TempDir boxes, dumps;
     int ready[2], release[2];
     REQUIRE(pipe(ready) == 0);
     REQUIRE(pipe(release) == 0);
-    const pid_t child = LockDroppingChild(boxes.path(), how, ready[1], release[0]);
+    const pid_t child = LockDroppingChild(boxes.path(), dumps.path(), how, ready[1], release[0]);
     char b = 0;
     REQUIRE(read(ready[0], &b, 1) == 1);
     REQUIRE(Boxes(boxes.path()).size() == 1);
@@ -594,6 +596,7 @@ TEST_CASE("black box: a free lock is no death while its process runs and a re-ex
       REQUIRE(pass.converted.size() == 1);
       CHECK(pass.converted[0].ended);
       CHECK(Boxes(boxes.path()).empty());
+      CHECK(pass.converted[0].dump.rfind(dumps.path() + "/", 0) == 0);  // in the test's directory
     }
     for (int fd : {ready[0], ready[1], release[0], release[1]}) close(fd);
   }

@@ -60,7 +60,9 @@ void RunHelp(std::FILE* out) {
                "line on what was watched. The dump directory is created and written before\n"
                "COMMAND starts (refused in one line when it cannot be); the job is named\n"
                "(NCCLWATCH_RUN_ID), so that only its own dumps are answered, read and reported,\n"
-               "whatever else shares the directory.\n\n"
+               "whatever else shares the directory. The settings (those of the environment and\n"
+               "the options) are checked once before COMMAND starts: a bad one is refused in one\n"
+               "line.\n\n"
                "options:\n"
                "  --dir DIR          dump directory (default: ./ncclwatch-<SLURM_JOB_ID |\n"
                "                     TORCHELASTIC_RUN_ID | PMIX_NAMESPACE | start time>)\n"
@@ -218,17 +220,37 @@ std::string JobInstanceOfRun(std::string* run_id) {
   return id;
 }
 
-// The settings given with --timeout and --set, checked by the library's own parser before
-// anything starts (every rank would print the same error otherwise, and use a default).
+// The settings the job gets, checked by the library's own parser before anything starts (every
+// rank would print the same error otherwise, and use a default): the environment's NCCLWATCH_
+// variables with those given by --timeout and --set over them.
 const std::map<std::string, std::string>* g_settings = nullptr;
 const char* SettingLookup(const char* name) {
   auto it = g_settings->find(name);
   return it == g_settings->end() ? nullptr : it->second.c_str();
 }
 
+// The variable a ParseConfig error line is about: its first word, past "unknown variable ".
+std::string VariableOfError(const std::string& e) {
+  size_t start = e.rfind("unknown variable ", 0) == 0 ? 17 : 0;
+  size_t end = e.find_first_of("=' ,(", start);
+  return e.substr(start, end == std::string::npos ? std::string::npos : end - start);
+}
+
 bool CheckSettings(const std::vector<std::pair<std::string, std::string>>& given) {
-  std::map<std::string, std::string> settings(given.begin(), given.end());
-  // The given names as an environment: the library's own check of unknown variables (with its
+  std::map<std::string, std::string> settings;
+  std::set<std::string> from_environment;
+  for (char** e = environ; e && *e; ++e) {
+    const char* eq = strchr(*e, '=');
+    if (!eq || strncmp(*e, "NCCLWATCH_", 10) != 0) continue;
+    std::string name(*e, static_cast<size_t>(eq - *e));
+    settings[name] = eq + 1;
+    from_environment.insert(name);
+  }
+  for (const auto& kv : given) {
+    settings[kv.first] = kv.second;
+    from_environment.erase(kv.first);
+  }
+  // The names as an environment: the library's own check of unknown variables (with its
   // "did you mean") speaks for them, as it would in every rank.
   std::vector<std::string> entries;
   for (const auto& kv : settings) entries.push_back(kv.first + "=" + kv.second);
@@ -239,8 +261,9 @@ bool CheckSettings(const std::vector<std::pair<std::string, std::string>>& given
   g_settings = &settings;
   for (std::string e : ParseConfig(&SettingLookup, envp.data()).errors) {
     e = e.substr(0, e.find("; using"));  // the library would fall back; run refuses instead
+    const bool inherited = from_environment.count(VariableOfError(e)) > 0;
     if (e.rfind("unknown variable ", 0) == 0) e = "unknown setting " + e.substr(17);
-    std::fprintf(stderr, "ncclwatch run: %s\n", e.c_str());
+    std::fprintf(stderr, "ncclwatch run: %s%s\n", e.c_str(), inherited ? " (in the environment)" : "");
     ok = false;
   }
   g_settings = nullptr;
@@ -375,12 +398,15 @@ class LiveWatch {
     const bool corrects = !last_key_.empty() && printed_files_ > 0;
     last_key_ = key;
     printed_files_ = files_;
+    // How many ranks dumped, in one line: the ranks' own lines about their dumps are for
+    // NCCLWATCH_LOG=info (thousands of them at scale would bury the verdict).
     size_t ours = set.dumps().size() + set.history().size();
+    const std::string of_world = set.world_size() > 0 ? " of " + std::to_string(set.world_size()) : "";
     analysis::ReportTextOptions options;
     options.style = analysis::Style(analysis::Style::ColorWanted(false));
     std::fflush(stdout);
-    std::fprintf(stderr, "\nncclwatch: %s%zu dump(s) of this job in %s%s:\n\n",
-                 at_end ? "" : "while the job runs, ", ours, dir_.c_str(),
+    std::fprintf(stderr, "\nncclwatch: %s%zu%s ranks dumped (%zu dump(s) of this job in %s)%s:\n\n",
+                 at_end ? "" : "while the job runs, ", set.dumps().size(), of_world.c_str(), ours, dir_.c_str(),
                  corrects ? " (the analysis changed: this report replaces the one above)" : "");
     std::string text = analysis::RenderReportText(report, options);
     std::fwrite(text.data(), 1, text.size(), stdout);

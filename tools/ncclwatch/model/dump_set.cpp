@@ -115,7 +115,8 @@ bool DumpSet::Load(const std::string& dir, const LoadOptions& options, std::stri
     cache->entries_ = std::move(entries);
   }
 
-  size_t kept = 0;
+  size_t kept = 0, newer = 0;  // files of a newer ncclwatch: one problem for all, said of the first
+  std::string newer_file, newer_problem;
   for (size_t i = 0; i < read.size(); ++i) {
     Dump& d = read[i];
     const trace::ReadResult& r = results[i];
@@ -128,7 +129,8 @@ bool DumpSet::Load(const std::string& dir, const LoadOptions& options, std::stri
       continue;
     }
     if (!r.usable) {
-      AddProblem(d.file_name, ProblemKind::kUnreadable, r.problem);
+      if (!r.newer_version) AddProblem(d.file_name, ProblemKind::kUnreadable, r.problem);
+      else if (newer++ == 0) newer_file = d.file_name, newer_problem = r.problem;
       int claimed = RankFromFileName(d.file_name);
       if (claimed >= 0) unreadable_ranks_.emplace(claimed, d.file_name);
       continue;
@@ -142,6 +144,7 @@ bool DumpSet::Load(const std::string& dir, const LoadOptions& options, std::stri
     if (kept != i) read[kept] = std::move(d);
     ++kept;
   }
+  if (newer > 0) AddProblem(newer_file, ProblemKind::kNewerVersion, newer_problem, {}, 0, static_cast<int64_t>(newer));
   read.erase(read.begin() + static_cast<std::ptrdiff_t>(kept), read.end());
   for (Dump d : options.in_memory) {
     ++files_seen_;

@@ -28,6 +28,7 @@ enum class ProblemKind : uint8_t {
   kSameTimeClaim,      // claims rank `number` at the same time as `other`: skipped
   kLaterClaim,         // another process claims rank `number` with a later dump (`other`)
   kDetailsUnreadable,  // its details could not be read (message): not used
+  kNewerVersion,       // written by a newer ncclwatch (message), as are `count` files in all: skipped
 };
 
 struct Problem {

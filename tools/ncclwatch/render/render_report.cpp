@@ -508,6 +508,9 @@ std::string ProblemText(const Problem& p) {
     case ProblemKind::kLaterClaim:
       return "another process claims rank " + rank + " with a later dump (" + p.other + "); not used";
     case ProblemKind::kDetailsUnreadable: return p.message + "; details not used";
+    case ProblemKind::kNewerVersion:
+      return p.message + (p.count > 1 ? "; so are " + std::to_string(p.count - 1) + " more files here; all skipped"
+                                      : "; skipped");
   }
   return p.message;
 }
