@@ -42,9 +42,12 @@ void DumpPolicy::Dump(trace::DumpReason reason, const std::string& detail,
   }
   if (!dir.empty() && p_.dump_written) p_.dump_written(dir);
   // One short line per rank per event (at 512 ranks the launcher's log is where users look):
-  // what happened, then where the dump is; `ncclwatch run` / `analyze` tell the story.
-  // A normal exit's record is news to nobody: said only at NCCLWATCH_LOG=info.
-  auto log = reason == trace::DumpReason::Exit ? &LogInfo : &LogWarn;
+  // what happened, then where the dump is; `analyze` tells the story. Under `ncclwatch run`,
+  // which says how many ranks dumped and gives the verdict, and for a normal exit's record (news
+  // to nobody), the line is said only at NCCLWATCH_LOG=info: thousands of ranks' lines must not
+  // bury the verdict.
+  const bool run_tells = !p_.sources.config->run_id.empty();
+  auto log = reason == trace::DumpReason::Exit || run_tells ? &LogInfo : &LogWarn;
   log("%s: %s (%s%s)", trace::DumpReasonName(reason), detail.empty() ? "-" : detail.c_str(),
       path.empty() ? "no dump written" : "dump ", path.substr(path.rfind('/') + 1).c_str());
 }
