@@ -1,10 +1,8 @@
 #include "dump/dump_input.h"
 
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <set>
 
+#include "common/thread_id.h"
 #include "common/timing.h"
 #include "dump/signals.h"
 #include "stacks/stacks.h"
@@ -47,8 +45,6 @@ std::vector<trace::NativeFrame> SymbolizedThread(const stacks::ThreadStack& t, b
   }
   return out;
 }
-
-int32_t CurrentTid() { return static_cast<int32_t>(syscall(SYS_gettid)); }
 
 }  // namespace
 
@@ -102,7 +98,7 @@ DumpInput AssembleDumpInput(const DumpSources& src, trace::DumpReason reason, co
       if (src.ring->Read(i, &entry) && entry.callsite >= 0) sites.insert(entry.callsite);
     for (auto& v : in.inflight)
       if (v.op.callsite >= 0) sites.insert(v.op.callsite);
-    const int gil_wait = extra.exiting_tid != 0 ? kBackgroundGilWaitMs : static_cast<int>(src.config->gil_timeout_ms);
+    const int gil_wait = extra.exiting_tid != 0 ? timing::Ms(timing::kBackgroundGilWait) : static_cast<int>(src.config->gil_timeout_ms);
     for (int32_t id : sites) {
       stacks::Callsite cs;
       if (!stacks::GetCallsite(id, &cs, gil_wait)) continue;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/timing.h"
 #include "dump/dump_writer.h"
 #include "watchdog/watchdog.h"
 
@@ -37,10 +38,8 @@ struct DumpSources {
   Watchdog* watchdog = nullptr;
 };
 
-// The GIL waits of work that must not hold a process up: naming the Python frames of new call
-// sites for the black box (retried at the next polls), and the exit record of _exit (the exiting
-// thread may hold the GIL itself).
-constexpr int kBackgroundGilWaitMs = 100;
+// timing::kBackgroundGilWait in ms, for runtime.cpp until it names that itself.
+constexpr int kBackgroundGilWaitMs = timing::Ms(timing::kBackgroundGilWait);
 
 // Everything a dump says but its rank, world size, sequence number and time (the runtime's).
 // Captures stacks (signals to the threads a report shows) unless `extra` asks for a light dump

@@ -14,6 +14,7 @@
 
 #include "common/config.h"
 #include "common/log.h"
+#include "common/thread_id.h"
 #include "dump/dump_files.h"
 
 namespace ncclwatch {
@@ -175,7 +176,7 @@ void Handler(int sig, siginfo_t* info, void* uctx) {
     errno = saved_errno;
     return;
   }
-  bool on_watchdog = static_cast<int>(syscall(SYS_gettid)) == g_watchdog_tid.load();
+  bool on_watchdog = CurrentTid() == g_watchdog_tid.load();
   // The watchdog leaves the fatal signals unblocked for its own faults, so a SIGSEGV or SIGABRT
   // sent to the process (kill) can land on it, where nobody could write the dump. The kernel
   // would have given it to a thread that does not block it: the watchdog blocks it from here on
@@ -197,7 +198,7 @@ void Handler(int sig, siginfo_t* info, void* uctx) {
     }
     // Named by this thread's id, the call passes the kernel's check that only a process itself
     // may queue a kill()'s siginfo, and still goes to the whole process (what kill(2) gives if not).
-    if (syscall(SYS_rt_sigqueueinfo, static_cast<pid_t>(syscall(SYS_gettid)), sig, &again) == 0 ||
+    if (syscall(SYS_rt_sigqueueinfo, CurrentTid(), sig, &again) == 0 ||
         kill(g_owner_pid, sig) == 0) {
       errno = saved_errno;
       return;

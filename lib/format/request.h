@@ -23,5 +23,10 @@ std::string WriteRequest(const DumpRequest& r);
 // False when the text is not a request (being replaced, foreign, no id).
 bool ParseRequest(const std::string& text, DumpRequest* out);
 
+// Whether a request (or a dump's record of the one it answers, AnsweredRequest) was written by
+// `ncclwatch dump`, which writes origin rank -1 with reason on_demand. A rank that has no rank
+// yet (inside its first ncclCommInitRank) also writes -1, but with its own reason.
+bool AskedByCommand(int origin_rank, const std::string& reason);
+
 }  // namespace trace
 }  // namespace ncclwatch

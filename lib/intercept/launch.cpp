@@ -1,12 +1,10 @@
 #include "intercept/launch.h"
 
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <mutex>
 #include <vector>
 
 #include "common/clock.h"
+#include "common/thread_id.h"
 #include "stacks/stacks.h"
 
 namespace ncclwatch {
@@ -190,7 +188,7 @@ ThreadState& CurrentThread() {
 
 void AttachThread(Runtime& rt, ThreadState& ts) {
   if (ts.tid) return;
-  ts.tid = static_cast<int32_t>(syscall(SYS_gettid));
+  ts.tid = CurrentTid();
   ts.slot = rt.threads().Claim(ts.tid);
 }
 
