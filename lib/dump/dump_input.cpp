@@ -56,12 +56,12 @@ std::vector<trace::NativeFrame> Symbolized(const std::vector<uintptr_t>& ips) {
 }
 
 DumpInput AssembleDumpInput(const DumpSources& src, trace::DumpReason reason, const std::string& detail,
-                            const std::optional<trace::DumpRequest>& trigger, const std::optional<InflightView>& stalled,
+                            const std::optional<trace::DumpRequest>& answered, const std::optional<InflightView>& stalled,
                             const DumpExtra& extra) {
   DumpInput in;
   in.reason = reason;
   in.detail = detail;
-  in.trigger = trigger;
+  in.answered = answered;
   in.identity = *src.identity;
   in.nccl_version = src.nccl_version;
   in.cuda_driver_version = src.cuda_driver_version;

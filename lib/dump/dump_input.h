@@ -45,7 +45,7 @@ constexpr int kBackgroundGilWaitMs = timing::Ms(timing::kBackgroundGilWait);
 // Captures stacks (signals to the threads a report shows) unless `extra` asks for a light dump
 // or an exit record.
 DumpInput AssembleDumpInput(const DumpSources& src, trace::DumpReason reason, const std::string& detail,
-                            const std::optional<trace::DumpRequest>& trigger, const std::optional<InflightView>& stalled,
+                            const std::optional<trace::DumpRequest>& answered, const std::optional<InflightView>& stalled,
                             const DumpExtra& extra);
 
 // Return addresses, symbolized (a call site's frames).

@@ -1,7 +1,7 @@
 // The job-wide dump request (docs/trace-format.md): one small JSON file in the dump directory,
 // `dump-request.json`, that makes every rank of a job dump. Written by a rank that stalled or
 // saw an abort, and by `ncclwatch dump`; read by every rank's watchdog. A dump that answers one
-// records it as summary.trigger (AnsweredRequest, format/records.h).
+// records it as summary.answered (AnsweredRequest, format/records.h; JSON key `trigger`).
 #pragma once
 
 #include <cstdint>

@@ -93,9 +93,9 @@ std::string RenderDumpText(const Dump& dump, const ShowOptions& options) {
       << " (local " << (s.local_rank >= 0 ? Num(s.local_rank) : "?") << ")  host " << Printable(s.host) << "  pid " << s.pid
       << "  dump #" << s.dump_seq << "  reason " << st.Red(Printable(s.reason)) << "\n";
   if (!s.detail.empty()) out << "detail: " << Printable(s.detail) << "\n";
-  if (s.trigger)
-    out << "asked by " << RequesterText(*s.trigger) << ", reason " << Printable(s.trigger->reason) << ", request "
-        << Printable(s.trigger->request) << "\n";
+  if (s.answered)
+    out << "asked by " << RequesterText(*s.answered) << ", reason " << Printable(s.answered->reason) << ", request "
+        << Printable(s.answered->request) << "\n";
   out << "dumped " << FormatWallClock(s.time_unix_ns) << " (this host's clock); ncclwatch up "
       << Secs(NsBetween(s.start_mono_ns, s.time_mono_ns));
   if (s.nccl_version > 0) out << "; NCCL " << trace::NcclVersionText(s.nccl_version);

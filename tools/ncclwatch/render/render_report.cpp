@@ -44,7 +44,7 @@ std::string OpRefText(const OpRef& r) { return OpOnComm(r.op, r.seq, r.comm, r.c
 
 std::string CycleStepText(const CycleStep& step) {
   return "rank " + std::to_string(step.from) + " waits in " +
-         OpOnComm(step.unit.op, step.unit.seq, step.unit.comm, step.unit.comm_name, step.p2p ? step.p2p_src : -1,
+         OpOnComm(step.op.op, step.op.seq, step.op.comm, step.op.comm_name, step.p2p ? step.p2p_src : -1,
                   step.p2p_dst) +
          " for rank " + std::to_string(step.to);
 }
