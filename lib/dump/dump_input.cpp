@@ -2,9 +2,9 @@
 
 #include <set>
 
+#include "common/signal_frames.h"
 #include "common/thread_id.h"
 #include "common/timing.h"
-#include "dump/signals.h"
 #include "stacks/stacks.h"
 
 namespace ncclwatch {

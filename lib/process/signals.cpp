@@ -1,6 +1,5 @@
-#include "dump/signals.h"
+#include "process/signals.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -14,6 +13,7 @@
 
 #include "common/config.h"
 #include "common/log.h"
+#include "common/signal_frames.h"
 #include "common/thread_id.h"
 #include "dump/dump_files.h"
 
@@ -36,7 +36,6 @@ std::atomic<int> g_watchdog_tid{0};
 std::atomic<int> g_pending{0};  // the signal waiting for its dump; negated once the watchdog took it
 std::atomic<uint64_t> g_requested{0};
 std::atomic<uint64_t> g_done{0};
-std::atomic<uintptr_t> g_trampoline{0};
 
 bool IsFatal(int sig) {
   for (int s : kFatal)
@@ -283,7 +282,7 @@ bool Install(int sig) {
   if (sigaction(sig, &sa, &g_previous[sig]) != 0) return false;
   g_installed[sig].store(true);
   struct sigaction now {};
-  if (sigaction(sig, nullptr, &now) == 0) g_trampoline.store(reinterpret_cast<uintptr_t>(now.sa_restorer));
+  if (sigaction(sig, nullptr, &now) == 0) SetSignalTrampoline(reinterpret_cast<uintptr_t>(now.sa_restorer));
   return true;
 }
 
@@ -314,14 +313,6 @@ void InstallSignalHandlers(bool terminate_and_fatal, int dump_signal, uint64_t w
 }
 
 void SetWatchdogTid(int tid) { g_watchdog_tid.store(tid); }
-
-uintptr_t SignalTrampoline() { return g_trampoline.load(); }
-
-bool InOurLibrary(uintptr_t ip) {
-  Dl_info mine, theirs;
-  return dladdr(reinterpret_cast<void*>(&InOurLibrary), &mine) && dladdr(reinterpret_cast<void*>(ip), &theirs) &&
-         mine.dli_fbase == theirs.dli_fbase;
-}
 
 int TakePendingSignal(trace::DumpReason* reason) {
   int sig = g_pending.load();
