@@ -2,6 +2,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/timing.h"
 #include "dump/dump_input.h"
 #include "format/trace_writer.h"
 #include "stacks/stacks.h"
@@ -62,9 +63,9 @@ void BoxKeeper::Tend(uint64_t now, uint64_t poll_ns, uint64_t poll_recorded) {
     identity_.relay = relay_->relay_path();
     WriteIdentity();
   }
-  // dlopen, dlclose: checked once a second (the watchdog ticks every 0.1 ms at high rates).
+  // dlopen, dlclose: checked every timing::kModulesCheck.
   if (now >= next_modules_check_ns_) {
-    next_modules_check_ns_ = now + 1000000000ull;
+    next_modules_check_ns_ = now + timing::Ns(timing::kModulesCheck);
     if (stacks::ModulesGeneration() != modules_generation_) WriteModules();
     box_->KeepLocked();  // the application may have closed its descriptor (and so its lock)
   }
@@ -73,7 +74,7 @@ void BoxKeeper::Tend(uint64_t now, uint64_t poll_ns, uint64_t poll_recorded) {
   while (sites_next_ < count) {
     const auto id = static_cast<int32_t>(sites_next_);
     stacks::Callsite cs;
-    const bool known = stacks::GetCallsite(id, &cs, kBackgroundGilWaitMs);
+    const bool known = stacks::GetCallsite(id, &cs, timing::Ms(timing::kBackgroundGilWait));
     // Not published yet (being interned), or its Python frames wait for the GIL: next poll.
     if ((!known || !cs.note.empty()) && ++site_retries_ < kCallsiteRetries) break;
     site_retries_ = 0;

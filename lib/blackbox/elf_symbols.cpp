@@ -1,6 +1,5 @@
 #include "blackbox/elf_symbols.h"
 
-#include <cxxabi.h>
 #include <elf.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -8,9 +7,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 
+#include "format/demangle.h"
 #include "format/hex.h"
 
 namespace ncclwatch {
@@ -19,14 +18,6 @@ namespace {
 
 constexpr uint64_t kMaxFileBytes = uint64_t{4} << 30;
 constexpr uint64_t kMaxSymbols = 10000000;
-
-std::string Demangled(const char* name) {
-  int status = 0;
-  char* d = abi::__cxa_demangle(name, nullptr, nullptr, &status);
-  std::string out = status == 0 && d ? d : name;
-  free(d);
-  return out;
-}
 
 // A read-only mapping of a whole file, unmapped when it goes.
 struct Mapped {
@@ -115,7 +106,7 @@ std::map<uint64_t, ElfFunction> FunctionsAt(const std::string& path, const std::
     const char* name = reinterpret_cast<const char*>(m.p + strings.sh_offset + found.second);
     const size_t len = strnlen(name, strings.sh_size - found.second);
     if (len == 0 || len == strings.sh_size - found.second) continue;  // empty, or not terminated in the table
-    out[address] = {Demangled(std::string(name, len).c_str()), found.first};
+    out[address] = {trace::Demangle(std::string(name, len).c_str()), found.first};
   }
   return out;
 }

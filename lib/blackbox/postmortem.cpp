@@ -22,6 +22,7 @@
 #include "blackbox/black_box.h"
 #include "blackbox/elf_symbols.h"
 #include "common/clock.h"
+#include "common/timing.h"
 #include "dump/dump_files.h"
 #include "dump/dump_writer.h"
 #include "format/display.h"
@@ -34,14 +35,10 @@ namespace {
 
 using nlohmann::json;
 
-// A dead process's dump of its own end (fatal signal, SIGTERM) this close to its last sign of
-// life is its last word: nothing to add.
-constexpr int64_t kFinalDumpMarginNs = 3'000'000'000;
-// Hidden black boxes and unwatched relay files younger than this may belong to a process that
-// is starting: left alone.
-constexpr int64_t kLeftoverMinAgeS = 5;
-// A live process whose watchdog has not polled for this long is looked at in /proc: stopped?
-constexpr int64_t kStoppedLookAfterNs = 1'000'000'000;
+// The time windows of common/timing.h (which says why), in the units this file counts in.
+constexpr int64_t kFinalDumpMarginNs = static_cast<int64_t>(timing::Ns(timing::kFinalDumpMargin));
+constexpr int64_t kLeftoverMinAgeS = std::chrono::duration_cast<std::chrono::seconds>(timing::kLeftoverMinAge).count();
+constexpr int64_t kStoppedLookAfterNs = static_cast<int64_t>(timing::Ns(timing::kStoppedLookAfter));
 // Bounds on what is read of another process's file.
 constexpr uint64_t kMaxRingCapacity = uint64_t{1} << 24;
 constexpr size_t kMaxKernelRecords = 200000;

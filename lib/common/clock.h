@@ -21,6 +21,5 @@ constexpr double NsToS(uint64_t ns) { return static_cast<double>(ns) / 1e9; }
 // Seconds from `from` to `to`, 0 when `from` is not earlier (operations recorded after a
 // poll read its clock have later timestamps than that poll's "now").
 constexpr double ElapsedS(uint64_t from, uint64_t to) { return to > from ? NsToS(to - from) : 0.0; }
-constexpr uint64_t SToNs(double s) { return static_cast<uint64_t>(s * 1e9); }
 
 }  // namespace ncclwatch

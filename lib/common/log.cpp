@@ -32,10 +32,14 @@ __attribute__((constructor)) void NoteStartStderr() {
   g_start_stderr.open = true;
 }
 
-bool StillStartStderr() {
+// Descriptor 2 is a place for our lines: the stderr the process started with, or a terminal,
+// pipe or socket put there since (a redirect to a log collector). A regular file that is not
+// the one it started with may be the application's own data, opened where a daemon closed 2.
+bool StderrIsForLines() {
   struct stat st;
-  return g_start_stderr.open && fstat(STDERR_FILENO, &st) == 0 && st.st_dev == g_start_stderr.dev &&
-         st.st_ino == g_start_stderr.ino;
+  if (fstat(STDERR_FILENO, &st) != 0) return false;
+  return (g_start_stderr.open && st.st_dev == g_start_stderr.dev && st.st_ino == g_start_stderr.ino) ||
+         !S_ISREG(st.st_mode);
 }
 
 void Emit(LogLevel level, const char* fmt, va_list ap) {
@@ -59,7 +63,7 @@ void Emit(LogLevel level, const char* fmt, va_list ap) {
 }  // namespace
 
 void WriteStderrLine(const char* line, size_t len) {
-  if (g_stderr_gone.load(std::memory_order_relaxed) || !StillStartStderr()) return;
+  if (g_stderr_gone.load(std::memory_order_relaxed) || !StderrIsForLines()) return;
   const int saved_errno = errno;
   // SIGPIPE blocked around the write; one that the write raises is taken back, unless one was
   // pending already (the application's own).

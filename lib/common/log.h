@@ -16,8 +16,9 @@ void LogWarn(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 void LogInfo(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 void LogDebug(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
-// Writes one whole line to stderr, if stderr is still the one the process was started with: a
-// daemon that closed descriptor 2 and opened a file of its own there never gets a byte from us.
+// Writes one whole line to stderr, if descriptor 2 is still the stderr the process started
+// with, or a terminal, pipe or socket put in its place: a daemon that closed descriptor 2 and
+// opened a file of its own there never gets a byte from us.
 // A stderr pipe that nobody reads any more (EPIPE) raises no SIGPIPE in the calling thread (an
 // application's thread, at its first NCCL call) and ends our lines for good. Async-signal-safe.
 void WriteStderrLine(const char* line, size_t len);

@@ -116,12 +116,6 @@ std::vector<std::pair<std::string, std::string>> RelevantEnvironment() {
   return out;
 }
 
-std::string ExecutablePath() {
-  char buf[4096];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  return n > 0 ? std::string(buf, n) : std::string();
-}
-
 std::vector<std::string> CommandLine() {
   std::ifstream f("/proc/self/cmdline", std::ios::binary);
   std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());

@@ -2,6 +2,8 @@
 // PMI), read once at start-up.
 #pragma once
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -44,8 +46,14 @@ std::string DefaultDumpDir(const ProcessIdentity& id);
 // ...) and no other; a secret-looking value is redacted.
 std::vector<std::pair<std::string, std::string>> RelevantEnvironment();
 
-// Executable path, argv (secret-looking values redacted: RedactCommandLine), working directory.
-std::string ExecutablePath();
+// The running program's path (/proc/self/exe; "" unreadable). Inline, the one copy: the stack
+// code, which links none of the core, names the main program with it too.
+inline std::string ExecutablePath() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+// argv (secret-looking values redacted: RedactCommandLine), working directory.
 std::vector<std::string> CommandLine();
 std::string WorkingDirectory();
 

@@ -19,13 +19,13 @@ using Duration = std::chrono::milliseconds;
 // from before the operation got stuck, or before a recovery of this rank) is followed by a new
 // one: every rank answers a hang with a dump taken during it.
 constexpr Duration kRequestFresh = 30s;
-// Frameworks abort every communicator in a row before killing the process: aborts this close
-// together share one dump.
 // Ended communicators (destroyed, finalized, aborted) past the newest kEndedCommsKept are
 // forgotten this long after they ended, checked this often: elastic jobs create thousands.
 constexpr Duration kEndedCommForget = 60s;
 constexpr Duration kEndedCommCheck = 10s;
 constexpr size_t kEndedCommsKept = 64;
+// Frameworks abort every communicator in a row before killing the process: aborts this close
+// together share one dump.
 constexpr Duration kAbortBurst = 30s;
 // A dump waits this long for another one in progress (a signal dump behind a stall dump); past
 // it, the later dump is dropped rather than wait forever.
@@ -47,6 +47,43 @@ constexpr Duration kWatchdogStopWait = 1000ms;
 constexpr Duration kMetricsInterval = 5s;
 // A stream with nothing in flight for this long is forgotten by the watchdog (its state freed).
 constexpr Duration kIdleStreamForget = 600s;
+// A process ending without exit handlers (_exit, quick_exit) hands its exit record to the
+// watchdog thread; the exiting thread checks this often whether it is written (sleeping between
+// checks, async-signal-safe), for at most the signal wait setting.
+constexpr Duration kQuickExitCheck = 2ms;
+
+// The watchdog thread's periodic checks. Loaded libraries (dlopen, dlclose) are looked at this
+// often for the black box: the watchdog ticks every 0.1 ms at high rates.
+constexpr Duration kModulesCheck = 1s;
+// Python's exit is watched from the watchdog thread, not the first NCCL call (the GIL may be
+// busy then): retried this often until the GIL is had.
+constexpr Duration kPythonExitRetry = 1s;
+// The GIL waits of work that must not hold a process up: naming the Python frames of new call
+// sites for the black box (retried at the next polls), the exit record of _exit (the exiting
+// thread may hold the GIL itself) and the Python exit watch.
+constexpr Duration kBackgroundGilWait = 100ms;
+
+// Stacks. A GIL request waits at least this long even when the GIL has been unavailable for its
+// whole timeout: enough for a GIL that was just freed to reach the helper (CPython hands the GIL
+// over within its 5 ms switch interval).
+constexpr Duration kMinGilWait = 50ms;
+// How long a thread's stack signal handler that has started capturing gets to finish after the
+// deadline.
+constexpr Duration kCapturingGrace = 20ms;
+// Reading another thread's frames goes through process_vm_readv, a system call per field (about
+// 100 us for 8 frames): each native thread reuses what it read for this long, so that a burst
+// of calls (DDP's bucket all-reduces during one backward()) pays it once. The driving thread's
+// line may then be up to that old.
+constexpr Duration kDriverFramesReuse = 200ms;
+
+// The host's caretaker (post-mortems of dead processes). A dead process's dump of its own end
+// (fatal signal, SIGTERM) this close to its last sign of life is its last word: nothing to add.
+constexpr Duration kFinalDumpMargin = 3s;
+// Hidden black boxes and unwatched relay files younger than this may belong to a process that
+// is starting: left alone.
+constexpr Duration kLeftoverMinAge = 5s;
+// A live process whose watchdog has not polled for this long is looked at in /proc: stopped?
+constexpr Duration kStoppedLookAfter = 1s;
 
 constexpr uint64_t Ns(Duration d) { return static_cast<uint64_t>(std::chrono::nanoseconds(d).count()); }
 constexpr int Ms(Duration d) { return static_cast<int>(d.count()); }

@@ -1,12 +1,10 @@
 #include "dump/dump_input.h"
 
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <set>
 
+#include "common/signal_frames.h"
+#include "common/thread_id.h"
 #include "common/timing.h"
-#include "dump/signals.h"
 #include "stacks/stacks.h"
 
 namespace ncclwatch {
@@ -48,8 +46,6 @@ std::vector<trace::NativeFrame> SymbolizedThread(const stacks::ThreadStack& t, b
   return out;
 }
 
-int32_t CurrentTid() { return static_cast<int32_t>(syscall(SYS_gettid)); }
-
 }  // namespace
 
 std::vector<trace::NativeFrame> Symbolized(const std::vector<uintptr_t>& ips) {
@@ -60,12 +56,12 @@ std::vector<trace::NativeFrame> Symbolized(const std::vector<uintptr_t>& ips) {
 }
 
 DumpInput AssembleDumpInput(const DumpSources& src, trace::DumpReason reason, const std::string& detail,
-                            const std::optional<trace::DumpRequest>& trigger, const std::optional<InflightView>& stalled,
+                            const std::optional<trace::DumpRequest>& answered, const std::optional<InflightView>& stalled,
                             const DumpExtra& extra) {
   DumpInput in;
   in.reason = reason;
   in.detail = detail;
-  in.trigger = trigger;
+  in.answered = answered;
   in.identity = *src.identity;
   in.nccl_version = src.nccl_version;
   in.cuda_driver_version = src.cuda_driver_version;
@@ -102,7 +98,7 @@ DumpInput AssembleDumpInput(const DumpSources& src, trace::DumpReason reason, co
       if (src.ring->Read(i, &entry) && entry.callsite >= 0) sites.insert(entry.callsite);
     for (auto& v : in.inflight)
       if (v.op.callsite >= 0) sites.insert(v.op.callsite);
-    const int gil_wait = extra.exiting_tid != 0 ? kBackgroundGilWaitMs : static_cast<int>(src.config->gil_timeout_ms);
+    const int gil_wait = extra.exiting_tid != 0 ? timing::Ms(timing::kBackgroundGilWait) : static_cast<int>(src.config->gil_timeout_ms);
     for (int32_t id : sites) {
       stacks::Callsite cs;
       if (!stacks::GetCallsite(id, &cs, gil_wait)) continue;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/timing.h"
 #include "dump/dump_writer.h"
 #include "watchdog/watchdog.h"
 
@@ -37,16 +38,11 @@ struct DumpSources {
   Watchdog* watchdog = nullptr;
 };
 
-// The GIL waits of work that must not hold a process up: naming the Python frames of new call
-// sites for the black box (retried at the next polls), and the exit record of _exit (the exiting
-// thread may hold the GIL itself).
-constexpr int kBackgroundGilWaitMs = 100;
-
 // Everything a dump says but its rank, world size, sequence number and time (the runtime's).
 // Captures stacks (signals to the threads a report shows) unless `extra` asks for a light dump
 // or an exit record.
 DumpInput AssembleDumpInput(const DumpSources& src, trace::DumpReason reason, const std::string& detail,
-                            const std::optional<trace::DumpRequest>& trigger, const std::optional<InflightView>& stalled,
+                            const std::optional<trace::DumpRequest>& answered, const std::optional<InflightView>& stalled,
                             const DumpExtra& extra);
 
 // Return addresses, symbolized (a call site's frames).

@@ -158,7 +158,7 @@ uint64_t DumpPolicy::AnswerPeers(uint64_t now) {
   }
   // `ncclwatch dump` writes origin rank -1 with reason on_demand; a rank that has no rank yet
   // (inside its first ncclCommInitRank) writes -1 with its own reason.
-  const bool command = req->origin_rank < 0 && req->reason == trace::DumpReasonName(trace::DumpReason::OnDemand);
+  const bool command = trace::AskedByCommand(req->origin_rank, req->reason);
   Dump(trace::DumpReason::PeerRequest,
        command ? "asked by ncclwatch dump on " + req->origin_host
                : (req->origin_rank >= 0 ? "rank " + std::to_string(req->origin_rank) : std::string("a rank")) +

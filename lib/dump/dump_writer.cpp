@@ -21,9 +21,9 @@ trace::Summary SummaryOf(const DumpInput& in) {
   s.dump_seq = static_cast<int64_t>(in.dump_seq);
   s.reason = trace::DumpReasonName(in.reason);
   s.detail = in.detail;
-  if (in.trigger)
-    s.trigger = trace::AnsweredRequest{in.trigger->request, in.trigger->origin_rank, in.trigger->origin_host,
-                               in.trigger->reason};
+  if (in.answered)
+    s.answered = trace::AnsweredRequest{in.answered->request, in.answered->origin_rank, in.answered->origin_host,
+                               in.answered->reason};
   s.time_unix_ns = static_cast<int64_t>(in.time_unix_ns);
   s.time_mono_ns = static_cast<int64_t>(in.time_mono_ns);
   s.start_mono_ns = static_cast<int64_t>(in.start_mono_ns);

@@ -24,7 +24,7 @@ namespace ncclwatch {
 struct DumpInput {
   trace::DumpReason reason = trace::DumpReason::OnDemand;
   std::string detail;
-  std::optional<trace::DumpRequest> trigger;
+  std::optional<trace::DumpRequest> answered;
   ProcessIdentity identity;
   int global_rank = -1;
   int world_size = -1;

@@ -672,7 +672,7 @@ Summary SummaryFromJson(const json& j) {
   s.reason = GetString(j, key::kReason);
   s.detail = GetString(j, key::kDetail);
   if (const json* t = Find(j, key::kTrigger); t && t->is_object())
-    s.trigger = AnsweredRequest{GetString(*t, key::kRequest), GetInt32(*t, key::kOriginRank, kUnknownRank),
+    s.answered = AnsweredRequest{GetString(*t, key::kRequest), GetInt32(*t, key::kOriginRank, kUnknownRank),
                             GetString(*t, key::kOriginHost), GetString(*t, key::kReason)};
   s.time_unix_ns = GetInt(j, key::kTimeUnixNs, 0);
   s.time_mono_ns = GetInt(j, key::kTimeMonoNs, 0);

@@ -163,7 +163,7 @@ struct Summary {
   int64_t dump_seq = 0;
   std::string reason;  // DumpReasonName(); kept as text
   std::string detail;
-  std::optional<AnsweredRequest> trigger;
+  std::optional<AnsweredRequest> answered;  // key::kTrigger ("trigger")
   int64_t time_unix_ns = 0;
   int64_t time_mono_ns = 0;
   int64_t start_mono_ns = 0;
@@ -200,7 +200,7 @@ struct Summary {
     return nullptr;
   }
   auto Tie() const {
-    return std::tie(rank, local_rank, world_size, host, pid, dump_seq, reason, detail, trigger, time_unix_ns,
+    return std::tie(rank, local_rank, world_size, host, pid, dump_seq, reason, detail, answered, time_unix_ns,
                     time_mono_ns, start_mono_ns, nccl_version, in_nccl, comms, in_flight, stalled,
                     ring_overwritten, process_uid, job_instance, start_unix_ns, exit_status, failed,
                     error_result, states_as_of_mono_ns, exception, stopped);

@@ -46,5 +46,9 @@ bool ParseRequest(const std::string& text, DumpRequest* out) {
   return true;
 }
 
+bool AskedByCommand(int origin_rank, const std::string& reason) {
+  return origin_rank < 0 && reason == DumpReasonName(DumpReason::OnDemand);
+}
+
 }  // namespace trace
 }  // namespace ncclwatch

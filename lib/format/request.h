@@ -1,7 +1,7 @@
 // The job-wide dump request (docs/trace-format.md): one small JSON file in the dump directory,
 // `dump-request.json`, that makes every rank of a job dump. Written by a rank that stalled or
 // saw an abort, and by `ncclwatch dump`; read by every rank's watchdog. A dump that answers one
-// records it as summary.trigger (AnsweredRequest, format/records.h).
+// records it as summary.answered (AnsweredRequest, format/records.h; JSON key `trigger`).
 #pragma once
 
 #include <cstdint>
@@ -22,6 +22,11 @@ struct DumpRequest {
 std::string WriteRequest(const DumpRequest& r);
 // False when the text is not a request (being replaced, foreign, no id).
 bool ParseRequest(const std::string& text, DumpRequest* out);
+
+// Whether a request (or a dump's record of the one it answers, AnsweredRequest) was written by
+// `ncclwatch dump`, which writes origin rank -1 with reason on_demand. A rank that has no rank
+// yet (inside its first ncclCommInitRank) also writes -1, but with its own reason.
+bool AskedByCommand(int origin_rank, const std::string& reason);
 
 }  // namespace trace
 }  // namespace ncclwatch

@@ -89,12 +89,12 @@ void WriteSummary(JsonWriter& w, const Summary& s) {
   w.Field(k::kReason, s.reason);
   w.Field(k::kDetail, s.detail);
   w.Key(k::kTrigger);
-  if (s.trigger) {
+  if (s.answered) {
     w.BeginObject();
-    w.Field(k::kRequest, s.trigger->request);
-    w.Field(k::kOriginRank, s.trigger->origin_rank);
-    w.Field(k::kOriginHost, s.trigger->origin_host);
-    w.Field(k::kReason, s.trigger->reason);
+    w.Field(k::kRequest, s.answered->request);
+    w.Field(k::kOriginRank, s.answered->origin_rank);
+    w.Field(k::kOriginHost, s.answered->origin_host);
+    w.Field(k::kReason, s.answered->reason);
     w.EndObject();
   } else {
     w.Null();

@@ -1,12 +1,10 @@
 #include "intercept/launch.h"
 
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <mutex>
 #include <vector>
 
 #include "common/clock.h"
+#include "common/thread_id.h"
 #include "stacks/stacks.h"
 
 namespace ncclwatch {
@@ -50,7 +48,7 @@ ThreadState& CurrentThread() {
 
 void AttachThread(Recorder& rec, ThreadState& ts) {
   if (ts.tid) return;
-  ts.tid = static_cast<int32_t>(syscall(SYS_gettid));
+  ts.tid = CurrentTid();
   ts.slot = rec.AttachThread(ts.tid);
 }
 

@@ -1,7 +1,6 @@
 #include "runtime/runtime.h"
 
 #include <pthread.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -11,8 +10,9 @@
 #include "common/log.h"
 #include "common/quietly.h"
 #include "common/real_nccl.h"
+#include "common/thread_id.h"
 #include "common/timing.h"
-#include "dump/signals.h"
+#include "process/signals.h"
 #include "format/display.h"
 #include "stacks/stacks.h"
 
@@ -25,8 +25,6 @@ namespace {
 constexpr int kUnstarted = kRuntimeUnstarted, kActive = kRuntimeActive, kDisabled = kRuntimeDisabled;
 std::atomic<Runtime*> g_runtime{nullptr};
 std::mutex g_start_mu;
-
-int32_t CurrentTid() { return static_cast<int32_t>(syscall(SYS_gettid)); }
 
 void WakeWatchdog(void* arg) { static_cast<Watchdog*>(arg)->Wake(); }
 void PassThrough() { g_runtime_state.store(kDisabled, std::memory_order_release); }
@@ -206,8 +204,8 @@ void Runtime::ScheduleDuties() {
   if (config_.python && config_.exit_record)
     // From here, not the first NCCL call: the GIL may be busy; retried each second until had.
     duties_.Add("the Python exit hook", [](uint64_t now) {
-      return stacks::WatchPythonExit(kBackgroundGilWaitMs) ? TickSchedule::kNever
-                                                          : now + timing::Ns(std::chrono::seconds(1));
+      return stacks::WatchPythonExit(timing::Ms(timing::kBackgroundGilWait)) ? TickSchedule::kNever
+                                                                              : now + timing::Ns(timing::kPythonExitRetry);
     });
   duties_.Add("ended communicators", [this](uint64_t now) { return ForgetEndedComms(comms_, *watchdog_, now); });
   if (metrics_)

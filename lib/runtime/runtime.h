@@ -16,7 +16,7 @@
 #include "dump/dump_files.h"
 #include "dump/dump_policy.h"
 #include "dump/request_relay.h"
-#include "exit/exit_path.h"
+#include "process/exit_path.h"
 #include "gpu/driver.h"
 #include "gpu/markers.h"
 #include "metrics/metrics.h"

@@ -60,7 +60,6 @@ class CallsiteTable {
   bool Get(int32_t id, CallsiteKey* out) const;
   // Number of ids handed out (a few may be unpublished: being inserted, or lost to a race).
   uint32_t Size() const;
-  uint32_t Capacity() const { return capacity_; }
   static constexpr size_t BytesFor(uint32_t capacity) {
     return capacity * sizeof(CallsiteEntry) + 2 * capacity * sizeof(std::atomic<uint64_t>);
   }

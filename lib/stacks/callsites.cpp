@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "common/timing.h"
 #include "call_paths.h"
 #include "callsite_table.h"
 #include "native_unwind.h"
@@ -61,11 +62,7 @@ detail::CallsiteTable g_table(g_entries, g_cells, kCallsiteCapacity);
 constexpr int kMaxDrivenCallsites = kCallsiteCapacity / 16;
 std::atomic<int> g_driven_callsites{0};
 
-// Reading another thread's frames goes through process_vm_readv, a system call per field (about
-// 100 us for 8 frames): each native thread reuses what it read for kDriverReuseNs, so that a
-// burst of calls (DDP's bucket all-reduces during one backward()) pays it once. The driving
-// thread's line may then be up to that old.
-constexpr int64_t kDriverReuseNs = 200 * 1000 * 1000;
+// Frames read from the driving thread, reused for timing::kDriverFramesReuse (it says why).
 struct DriverFrames {
   bool read = false;
   int64_t read_ns = 0;
@@ -85,7 +82,7 @@ int64_t MonotonicNs() {
 uint16_t DriverPythonFrames(uintptr_t* code, int32_t* position) {
   DriverFrames& d = t_driver;
   const int64_t now = MonotonicNs();
-  if (!d.read || now - d.read_ns >= kDriverReuseNs) {
+  if (!d.read || now - d.read_ns >= static_cast<int64_t>(timing::Ns(timing::kDriverFramesReuse))) {
     d.depth = static_cast<uint16_t>(detail::CaptureDriverPythonFrames(d.code, d.position, kMaxPythonFrames));
     d.read_ns = now;
     d.read = true;

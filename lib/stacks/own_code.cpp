@@ -1,12 +1,12 @@
 // ncclwatch's own code and threads: told apart from the application's in the stacks it dumps.
 #include <dlfcn.h>
 #include <pthread.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <mutex>
 
+#include "common/thread_id.h"
 #include "stacks.h"
 
 namespace ncclwatch {
@@ -18,8 +18,6 @@ std::atomic<uintptr_t> g_own_base{0};  // load address of the object file that i
 // ncclwatch has one or two threads of its own (the watchdog, the GIL helper while it runs).
 constexpr int kOwnThreadSlots = 16;
 std::atomic<int> g_own_tids[kOwnThreadSlots];
-
-int CurrentTid() { return static_cast<int>(syscall(SYS_gettid)); }
 
 // A forked child has only the thread that forked: none of the parent's own threads.
 void ForgetOwnThreadsInChild() {

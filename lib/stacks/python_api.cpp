@@ -1,5 +1,7 @@
 #include "python_api.h"
 
+#include "common/timing.h"
+
 #include <dlfcn.h>
 #include <link.h>
 #include <pthread.h>
@@ -165,16 +167,11 @@ struct GilRequest {
   bool ran = false;       // `work` ran (false: the interpreter became unusable first)
 };
 
-// A request waits at least this long even when the GIL has been unavailable for its whole
-// timeout: enough for a GIL that was just freed to reach the helper (CPython hands the GIL
-// over within its 5 ms switch interval).
-constexpr auto kMinGilWait = std::chrono::milliseconds(50);
-
 // Takes the GIL for dump-time requests on a helper thread. One helper at a time: it takes the
 // GIL, runs every queued request, releases it, and leaves when no request is left. A helper
 // that cannot get the GIL stays blocked in PyGILState_Ensure until it can. Requests wait at
 // most their timeout, and not past `timeout` after the helper began waiting for the GIL
-// (kMinGilWait aside): once the GIL has been unavailable that long, further requests give up
+// (timing::kMinGilWait aside): once the GIL has been unavailable that long, further requests give up
 // quickly, so a dump with many call sites waits about one timeout in all, not one per site.
 class GilHelper {
  public:
@@ -192,7 +189,7 @@ class GilHelper {
       waiting_since_ = now;
     }
     const Clock::time_point deadline =
-        holding_ ? now + timeout : std::min(now + timeout, std::max(waiting_since_ + timeout, now + kMinGilWait));
+        holding_ ? now + timeout : std::min(now + timeout, std::max(waiting_since_ + timeout, now + timing::kMinGilWait));
     queue_.push_back(request);
     if (!cv_.wait_until(lock, deadline, [&] { return request->finished; })) {
       queue_.erase(std::remove(queue_.begin(), queue_.end(), request), queue_.end());

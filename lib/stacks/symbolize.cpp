@@ -1,5 +1,4 @@
 #define UNW_LOCAL_ONLY
-#include <cxxabi.h>
 #include <dlfcn.h>
 #include <elf.h>
 #include <libunwind.h>
@@ -8,27 +7,19 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <unordered_map>
 
+#include "common/process_info.h"
+#include "format/demangle.h"
 #include "format/hex.h"
 #include "stacks.h"
 
 namespace ncclwatch {
 namespace stacks {
 namespace {
-
-std::string Demangle(const char* name) {
-  int status = 0;
-  char* demangled = abi::__cxa_demangle(name, nullptr, nullptr, &status);
-  if (status != 0 || demangled == nullptr) return name;  // a C symbol, or not a mangled name
-  std::string result(demangled);
-  std::free(demangled);
-  return result;
-}
 
 // The loaded object holding an address, from the loader's own list.
 struct Module {
@@ -93,13 +84,10 @@ bool FindModule(uintptr_t address, Module* out) {
   return search.found;
 }
 
-// The main program's path: the loader names it "" and dladdr argv[0].
-const std::string& ExecutablePath() {
-  static const std::string* path = [] {
-    char buffer[4096];
-    const ssize_t n = readlink("/proc/self/exe", buffer, sizeof buffer - 1);
-    return new std::string(buffer, n > 0 ? static_cast<size_t>(n) : 0);
-  }();
+// The main program's path, read once (leaked: usable at exit): the loader names it "" and
+// dladdr argv[0].
+const std::string& MainProgramPath() {
+  static const std::string* path = new std::string(ExecutablePath());
   return *path;
 }
 
@@ -128,7 +116,7 @@ NativeFrame Lookup(uintptr_t ip, bool interrupted) {
   const auto* symbol = static_cast<const ElfW(Sym)*>(symbol_entry);
   Module module;
   if (FindModule(pc, &module)) {
-    frame.module = module.path.empty() ? ExecutablePath() : module.path;
+    frame.module = module.path.empty() ? MainProgramPath() : module.path;
     frame.build_id = module.build_id;
     frame.module_offset = ip - module.bias;
   } else if (info.dli_fname != nullptr) {
@@ -141,7 +129,7 @@ NativeFrame Lookup(uintptr_t ip, bool interrupted) {
     const bool inside = symbol != nullptr && symbol->st_size > 0 ? pc < start + symbol->st_size
                                                                    : UnwindFunctionStart(pc) == start;
     if (inside) {
-      frame.symbol = Demangle(info.dli_sname);
+      frame.symbol = trace::Demangle(info.dli_sname);
       frame.offset = ip - start;
       return frame;
     }
@@ -155,7 +143,7 @@ NativeFrame Lookup(uintptr_t ip, bool interrupted) {
   unw_accessors_t* acc = unw_get_accessors(unw_local_addr_space);
   if (acc && acc->get_proc_name && acc->get_proc_name(unw_local_addr_space, pc, name, sizeof name, &off, nullptr) == 0 &&
       name[0] && UnwindFunctionStart(pc) == pc - off) {
-    frame.symbol = Demangle(name);
+    frame.symbol = trace::Demangle(name);
     frame.offset = ip - (pc - off);
     return frame;
   }
@@ -179,7 +167,7 @@ std::vector<LoadedModule> LoadedModules() {
           m.hi = std::max<uintptr_t>(m.hi, info->dlpi_addr + segment.p_vaddr + segment.p_memsz);
         }
         if (m.hi == 0) return 0;
-        m.path = info->dlpi_name != nullptr && info->dlpi_name[0] ? info->dlpi_name : ExecutablePath();
+        m.path = info->dlpi_name != nullptr && info->dlpi_name[0] ? info->dlpi_name : MainProgramPath();
         if (m.path.empty() || m.path.compare(0, 5, "linux") == 0) return 0;  // the vDSO: no file
         m.build_id = BuildIdOf(info);
         static_cast<std::vector<LoadedModule>*>(arg)->push_back(std::move(m));

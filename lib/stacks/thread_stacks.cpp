@@ -23,6 +23,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "common/thread_id.h"
+#include "common/timing.h"
 #include "native_unwind.h"
 #include "python_api.h"
 #include "stacks.h"
@@ -36,8 +38,6 @@ using Clock = std::chrono::steady_clock;
 
 // Threads signalled at once (slots are ~1 KiB each, in static storage).
 constexpr int kSlots = 64;
-// How long a handler that has started capturing gets to finish after the deadline.
-constexpr auto kCapturingGrace = std::chrono::milliseconds(20);
 
 // Each slot's state word is (tid << 2 | phase):
 //   dumper:   kIdle -> kArmed(tid), then tgkill(tid)
@@ -73,8 +73,6 @@ void ResetCapturesInChild() {
   for (StackSlot& slot : g_slots) slot.state.store(kIdle, std::memory_order_relaxed);
   CaptureMutex() = new std::mutex;
 }
-
-pid_t CurrentTid() { return static_cast<pid_t>(syscall(SYS_gettid)); }
 
 // The main thread's pthread_self() (Python's ident of its main thread), taken when the library is
 // loaded on it: a main thread that answers no sampling signal (waiting in our own signal handler,
@@ -289,7 +287,7 @@ void CaptureBatch(ThreadStack* const* threads, int count, int signo, int timeout
       continue;
     }
     // The handler has started: it finishes in microseconds unless the thread was descheduled.
-    const Clock::time_point grace = Clock::now() + kCapturingGrace;
+    const Clock::time_point grace = Clock::now() + timing::kCapturingGrace;
     while (!answered(i) && Clock::now() < grace) std::this_thread::sleep_for(std::chrono::microseconds(50));
     if (!answered(i)) {
       threads[i]->note = "stack signal answered too late";

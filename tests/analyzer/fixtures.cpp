@@ -78,7 +78,7 @@ Document Dump(int rank, int world_size, std::vector<trace::CommSummary> comms, s
   s.in_flight = std::move(in_flight);
   // A peer_request dump answers another rank's stall: the job shows a hang.
   if (s.reason == trace::DumpReasonName(trace::DumpReason::PeerRequest))
-    s.trigger = trace::AnsweredRequest{"h0-1000-0", 0, "h0", trace::DumpReasonName(trace::DumpReason::Stall)};
+    s.answered = trace::AnsweredRequest{"h0-1000-0", 0, "h0", trace::DumpReasonName(trace::DumpReason::Stall)};
   return d;
 }
 

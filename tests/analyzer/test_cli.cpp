@@ -143,7 +143,7 @@ TEST_CASE("show prints every string from a dump escaped", "[cli]") {
   d.summary.host = "host" + evil;
   d.summary.detail = "detail" + evil;
   d.summary.comms[0].name = "comm" + evil;
-  d.summary.trigger = ncclwatch::trace::AnsweredRequest{"req" + evil, 0, "origin" + evil, "stall"};
+  d.summary.answered = ncclwatch::trace::AnsweredRequest{"req" + evil, 0, "origin" + evil, "stall"};
   ncclwatch::trace::Thread t;
   t.tid = 42;
   t.name = "thread" + evil;
@@ -247,7 +247,7 @@ TEST_CASE("show says who asked for a dump and what a rank with operations in fli
   TempDir dir;
   const std::string world = "000000000000000a";
   Document d = Dump(1, 2, {Comm(world, 2, 1, 8, 8, 7)}, {Op(world, 8, "AllReduce", "gpu_reached", 30)});
-  d.summary.trigger = ncclwatch::trace::AnsweredRequest{"cli-vm-1-2", -1, "vm", "on_demand"};
+  d.summary.answered = ncclwatch::trace::AnsweredRequest{"cli-vm-1-2", -1, "vm", "on_demand"};
   dir.Write(DumpFileName(d), Text(d));
   auto r = RunCommand("show " + dir.path() + "/" + DumpFileName(d));
   REQUIRE(r.status == 0);

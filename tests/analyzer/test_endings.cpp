@@ -24,7 +24,7 @@ std::vector<int> Ranks(std::initializer_list<int> r) { return r; }
 Document Then(Document d, R reason) {
   d.summary.dump_seq += 1;
   d.summary.reason = Name(reason);
-  d.summary.trigger.reset();
+  d.summary.answered.reset();
   d.summary.time_unix_ns += 1000000000;
   return d;
 }
@@ -38,7 +38,7 @@ Document Then(Document d, R reason) {
 namespace {
 std::vector<Document> FrameworkAbortThenSigabrt(bool answer_between) {
   Document busy = Dump(0, 4, {Comm(kWorld, 4, 0, 7, 7, 7)}, {}, Name(R::PeerRequest));
-  busy.summary.trigger->reason = Name(R::Abort);
+  busy.summary.answered->reason = Name(R::Abort);
   std::vector<Document> dumps = {busy, Then(busy, R::Signal)};
   for (int r = 1; r < 4; ++r) {
     Document abort = Dump(r, 4, {Comm(kWorld, 4, r, 8, 8, 7)}, {Op(kWorld, 8, "AllGather", "gpu_reached", 4.2)},

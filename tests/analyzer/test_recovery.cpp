@@ -160,7 +160,7 @@ TEST_CASE("a recovered stall names the busy rank from its answer to whichever ra
     dumps.push_back(recovery);
   }
   Document busy = Dump(2, 4, {Comm(kWorld, 4, 2, 30, 30, 30)});
-  busy.summary.trigger = trace::AnsweredRequest{"h0-1003-0", 3, "h0", trace::DumpReasonName(trace::DumpReason::Stall)};
+  busy.summary.answered = trace::AnsweredRequest{"h0-1003-0", 3, "h0", trace::DumpReasonName(trace::DumpReason::Stall)};
   busy.summary.time_unix_ns += 500000000LL;  // its answer, half a second into the stall's request
   busy.detail.threads.push_back(MainThread(busy.summary.pid, "save_checkpoint"));
   dumps.push_back(busy);

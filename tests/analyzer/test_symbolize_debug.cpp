@@ -11,6 +11,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "common/process_info.h"
 #include "debuginfo/symbolize_debug.h"
 #include "render/text_format.h"
 
@@ -41,9 +42,7 @@ struct Program {
 // This program as ncclwatch's Symbolize records it: its path, build id and load bias.
 Program ThisProgram() {
   Program program;
-  char path[4096];
-  const ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
-  program.path.assign(path, n > 0 ? static_cast<size_t>(n) : 0);
+  program.path = ncclwatch::ExecutablePath();
   dl_iterate_phdr(
       [](dl_phdr_info* info, size_t, void* arg) {
         auto* p = static_cast<Program*>(arg);

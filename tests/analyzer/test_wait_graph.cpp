@@ -31,8 +31,8 @@ analysis::DumpSet SetOf(const std::vector<Document>& docs) {
   return set;
 }
 
-const analysis::Blocker* BlockerOf(const analysis::BlockedOp& u, int global) {
-  for (const auto& b : u.blockers)
+const analysis::Blocker* BlockerOf(const analysis::BlockedOp& blocked, int global) {
+  for (const auto& b : blocked.blockers)
     if (b.global == global) return &b;
   return nullptr;
 }
@@ -52,17 +52,17 @@ TEST_CASE("wait graph: each kind of member that keeps a collective open", "[wait
   docs.push_back(err);
   analysis::DumpSet set = SetOf(docs);
   analysis::WaitGraph g(set);
-  REQUIRE(g.units().size() == 1);
-  const analysis::BlockedOp& u = g.units()[0];
-  CHECK(u.seq == 9);
-  CHECK(u.waiting == std::vector<int>{0});
-  REQUIRE(u.blockers.size() == 4);
-  CHECK(BlockerOf(u, 1)->kind == BlockKind::kHostMissing);
-  CHECK(BlockerOf(u, 1)->terminal == Terminal::kBusy);
-  CHECK(BlockerOf(u, 2)->kind == BlockKind::kGpuLag);
-  CHECK(BlockerOf(u, 2)->terminal == Terminal::kGpuStuck);
-  CHECK(BlockerOf(u, 3)->terminal == Terminal::kExited);
-  CHECK(BlockerOf(u, 4)->terminal == Terminal::kError);
+  REQUIRE(g.blocked_ops().size() == 1);
+  const analysis::BlockedOp& blocked = g.blocked_ops()[0];
+  CHECK(blocked.seq == 9);
+  CHECK(blocked.waiting == std::vector<int>{0});
+  REQUIRE(blocked.blockers.size() == 4);
+  CHECK(BlockerOf(blocked, 1)->kind == BlockKind::kHostMissing);
+  CHECK(BlockerOf(blocked, 1)->terminal == Terminal::kBusy);
+  CHECK(BlockerOf(blocked, 2)->kind == BlockKind::kGpuLag);
+  CHECK(BlockerOf(blocked, 2)->terminal == Terminal::kGpuStuck);
+  CHECK(BlockerOf(blocked, 3)->terminal == Terminal::kExited);
+  CHECK(BlockerOf(blocked, 4)->terminal == Terminal::kError);
 }
 
 TEST_CASE("wait graph: a rank held by another blocked operation points at it", "[wait_graph]") {
@@ -76,13 +76,13 @@ TEST_CASE("wait graph: a rank held by another blocked operation points at it", "
   docs.push_back(Dump(3, 4, {Comm(kWorld, 4, 3, 5, 5, 5), Comm(kTp, 2, 1, 3, 3, 3)}));
   analysis::DumpSet set = SetOf(docs);
   analysis::WaitGraph g(set);
-  REQUIRE(g.units().size() == 2);
-  int world = g.comms()[g.CommOf(kWorld)].unit, tp = g.comms()[g.CommOf(kTp)].unit;
-  const analysis::Blocker* two = BlockerOf(g.units()[world], 2);
+  REQUIRE(g.blocked_ops().size() == 2);
+  int world = g.comms()[g.CommOf(kWorld)].blocked_op, tp = g.comms()[g.CommOf(kTp)].blocked_op;
+  const analysis::Blocker* two = BlockerOf(g.blocked_ops()[world], 2);
   REQUIRE(two);
   CHECK(two->terminal == Terminal::kNone);
   CHECK(two->target == tp);
-  CHECK(BlockerOf(g.units()[tp], 3)->terminal == Terminal::kBusy);
+  CHECK(BlockerOf(g.blocked_ops()[tp], 3)->terminal == Terminal::kBusy);
   CHECK_FALSE(g.Cyclic(world));
 }
 
@@ -95,9 +95,9 @@ TEST_CASE("wait graph: a communicator still being created waits for the members 
   }
   analysis::DumpSet set = SetOf(docs);
   analysis::WaitGraph g(set);
-  REQUIRE(g.units().size() == 1);
-  CHECK(g.units()[0].init);
-  CHECK(g.units()[0].waiting == std::vector<int>{0, 2});
-  REQUIRE(g.units()[0].blockers.size() == 1);
-  CHECK(g.units()[0].blockers[0].global == 1);
+  REQUIRE(g.blocked_ops().size() == 1);
+  CHECK(g.blocked_ops()[0].init);
+  CHECK(g.blocked_ops()[0].waiting == std::vector<int>{0, 2});
+  REQUIRE(g.blocked_ops()[0].blockers.size() == 1);
+  CHECK(g.blocked_ops()[0].blockers[0].global == 1);
 }

@@ -113,7 +113,7 @@ Document RandomDocument(Random& r) {
   s.dump_seq = r.Any();
   s.reason = r.Text();
   s.detail = r.Text(40);
-  if (r.Coin()) s.trigger = AnsweredRequest{r.Text(), r.Int32(), r.Text(), r.Text()};
+  if (r.Coin()) s.answered = AnsweredRequest{r.Text(), r.Int32(), r.Text(), r.Text()};
   s.time_unix_ns = r.Any();
   s.time_mono_ns = r.Any();
   s.start_mono_ns = r.Any();

@@ -1,7 +1,6 @@
 // CaptureAllThreads: every thread's own stack, bounded waits, and no harm to the threads.
 #include <pthread.h>
 #include <signal.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -21,6 +20,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "common/thread_id.h"
 #include "stacks.h"
 #include "call_sites.h"
 #include "testing.h"
@@ -37,8 +37,6 @@ void EnsureStackSignal() {
   if (ThreadStackSignal() == 0) REQUIRE(InstallThreadStackSignal(StackSignal()));
   REQUIRE(ThreadStackSignal() == StackSignal());
 }
-
-pid_t Tid() { return static_cast<pid_t>(syscall(SYS_gettid)); }
 
 long long MillisecondsSince(Clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
@@ -116,24 +114,24 @@ struct Parking {
 
 STACKS_TEST_SITE void ParkInCondvarWait(Parking* parking) {
   std::unique_lock<std::mutex> lock(parking->mu);
-  parking->tid = Tid();
+  parking->tid = ncclwatch::CurrentTid();
   parking->cv.wait(lock, [&] { return parking->released; });
 }
 
 STACKS_TEST_SITE void ParkInSleep(Parking* parking) {
-  parking->tid = Tid();
+  parking->tid = ncclwatch::CurrentTid();
   while (!parking->release_flag.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
 }
 
 STACKS_TEST_SITE void ParkInBusyLoop(Parking* parking) {
-  parking->tid = Tid();
+  parking->tid = ncclwatch::CurrentTid();
   while (!parking->release_flag.load(std::memory_order_relaxed)) STACKS_KEEP_FRAME();
 }
 
 // One nanosleep of `ms`, resumed with the remaining time after each EINTR, as a program that
 // must sleep its full time does (nanosleep is never restarted by SA_RESTART).
 STACKS_TEST_SITE int ParkInNanosleep(Parking* parking, int ms) {
-  parking->tid = Tid();
+  parking->tid = ncclwatch::CurrentTid();
   timespec request{ms / 1000, (ms % 1000) * 1000000L}, remaining;
   int interruptions = 0;
   while (nanosleep(&request, &remaining) != 0 && errno == EINTR) {
@@ -265,7 +263,7 @@ TEST_CASE("every thread shows its own function in its stack") {
     CHECK(stack.python.empty());  // no CPython here
   }
   // The calling thread captured itself, starting at its caller.
-  const ThreadStack& self = Find(threads, Tid());
+  const ThreadStack& self = Find(threads, ncclwatch::CurrentTid());
   REQUIRE(!self.ips.empty());
   CHECK(Symbolize(self.ips[0]).symbol.find("CaptureAllFromHere") != std::string::npos);
   CHECK(BusyLoopOnTop(Find(threads, busy.tid())));
@@ -358,7 +356,7 @@ TEST_CASE("a stack signal taken over by the application is not sent") {
   CHECK(application_calls.load() == 0);
   CHECK(Find(threads, parked.tid()).ips.empty());
   CHECK(Find(threads, parked.tid()).note.find("taken over") != std::string::npos);
-  CHECK(!Find(threads, Tid()).ips.empty());  // the caller still has its own stack
+  CHECK(!Find(threads, ncclwatch::CurrentTid()).ips.empty());  // the caller still has its own stack
 }
 
 TEST_CASE("a child forked in the middle of a capture captures its own stacks") {
@@ -381,7 +379,7 @@ TEST_CASE("a child forked in the middle of a capture captures its own stacks") {
     std::string note;
     const std::vector<ThreadStack> threads = CaptureAllThreads(300, false, 0, &note);
     const bool has_self = std::any_of(threads.begin(), threads.end(), [](const ThreadStack& thread) {
-      return thread.tid == Tid() && !thread.ips.empty();
+      return thread.tid == ncclwatch::CurrentTid() && !thread.ips.empty();
     });
     _exit(has_self && note.empty() ? 0 : 1);
   }
@@ -398,7 +396,7 @@ TEST_CASE("ncclwatch's own threads are marked as such") {
   std::atomic<int> step{0};
   std::atomic<pid_t> tid{0};
   std::thread own([&] {
-    tid = Tid();
+    tid = ncclwatch::CurrentTid();
     MarkOwnThread();
     step = 1;
     while (step.load() != 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -414,7 +412,7 @@ TEST_CASE("ncclwatch's own threads are marked as such") {
   };
   CHECK(IsOwnThread(tid));
   CHECK(own_flag(tid) == 1);
-  CHECK(own_flag(Tid()) == 0);
+  CHECK(own_flag(ncclwatch::CurrentTid()) == 0);
   step = 2;
   while (step.load() != 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   CHECK(!IsOwnThread(tid));

@@ -2,7 +2,7 @@
 # below it, never one above (the runtime wires the rooms; the hooks in intercept/ sit on top).
 # A new room under lib/ must be placed in this list. Run: cmake -DROOT=<lib> -P check_lib_layers.cmake
 include(${CMAKE_CURRENT_LIST_DIR}/../support/forbidden_includes.cmake)
-set(_layers format common record stacks gpu watchdog dump metrics blackbox exit runtime intercept)
+set(_layers format common record stacks gpu watchdog dump metrics blackbox process runtime intercept)
 file(GLOB _entries LIST_DIRECTORIES true "${ROOT}/*")
 foreach(e ${_entries})
   get_filename_component(name "${e}" NAME)

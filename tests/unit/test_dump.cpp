@@ -370,19 +370,24 @@ TEST_CASE("dump directories are never writable by others, whatever the umask") {
 }
 
 namespace {
-// Runs `fn` with stderr sent to a file; returns what was written there.
+// Runs `fn` with stderr sent to a pipe (a log collector's way: our lines go to a pipe put in
+// stderr's place, never to a regular file that is not the process's own stderr); returns what
+// was written there (a few lines: the pipe's buffer holds them).
 template <typename Fn>
 std::string CaptureStderr(Fn fn) {
-  char tmpl[] = "/tmp/ncclwatch-test-stderr-XXXXXX";
-  int fd = mkstemp(tmpl);
+  int p[2];
+  REQUIRE(pipe(p) == 0);
   int saved = dup(2);
-  dup2(fd, 2);
+  dup2(p[1], 2);
+  close(p[1]);
   fn();
   dup2(saved, 2);
   close(saved);
-  close(fd);
-  std::string text = Read(tmpl);
-  unlink(tmpl);
+  std::string text;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(p[0], buf, sizeof buf)) > 0) text.append(buf, static_cast<size_t>(n));
+  close(p[0]);
   return text;
 }
 }  // namespace

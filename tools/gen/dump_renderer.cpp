@@ -452,7 +452,7 @@ trace::Document DumpRenderer::Render(int rank, const RankPlan& plan, const DumpO
     s.detail = std::string("nccl") + f.OpName() + " returned 2 (unhandled system error) on comm " + f.comm;
   } else if (reason == R::PeerRequest) {
     s.detail = "rank " + std::to_string(origin) + " on " + HostOf(origin) + " dumped (stall)";
-    s.trigger = trace::AnsweredRequest{HostOf(origin) + "-" + std::to_string(kPidBase + origin) + "-0", origin,
+    s.answered = trace::AnsweredRequest{HostOf(origin) + "-" + std::to_string(kPidBase + origin) + "-0", origin,
                                HostOf(origin), trace::DumpReasonName(R::Stall)};
   } else {
     s.detail = "signal SIGUSR2 (User defined signal 2)";

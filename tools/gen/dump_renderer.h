@@ -32,7 +32,6 @@ class DumpRenderer {
   // Byte offset where the summary ends in the last written file (to truncate after it).
   size_t last_summary_end() const { return last_summary_end_; }
 
-  int64_t history_ops() const { return history_ops_; }
   // Sequence number the common history reached on a communicator kind (the next op is +1).
   int64_t base_seq(CommKind k) const { return base_seq_[static_cast<int>(k)]; }
 

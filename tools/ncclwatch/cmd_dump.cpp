@@ -110,7 +110,7 @@ int Run(int argc, char** argv) {
     return kExitBadInput;
   }
 
-  // Watch the answers: new dumps whose trigger is this request.
+  // Watch the answers: new dumps that answer this request (summary.answered).
   bool tty = isatty(STDERR_FILENO);
   std::set<int> answered;
   std::set<std::string> seen = before;
@@ -126,7 +126,7 @@ int Run(int argc, char** argv) {
         seen.erase(name);  // maybe still being renamed into place: look again
         continue;
       }
-      if (!d.summary.trigger || d.summary.trigger->request != req.request) continue;
+      if (!d.summary.answered || d.summary.answered->request != req.request) continue;
       answered.insert(d.summary.rank);
       world = std::max(world, d.summary.world_size);
     }

@@ -90,9 +90,8 @@ bool IsFile(const std::string& p) {
 
 std::string FindLibrary(std::string* looked) {
   if (const char* env = getenv("NCCLWATCH_LIB")) return env;
-  char buf[4096];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  std::string bindir = n > 0 ? Dirname(std::string(buf, n)) : ".";
+  const std::string exe = ExecutablePath();
+  std::string bindir = !exe.empty() ? Dirname(exe) : ".";
   // The install tree this was configured for (bin/ and GNUInstallDirs' lib dir), the build tree
   // (bin/ beside lib/), the other usual lib dirs of a prefix, or the same directory.
   std::vector<std::string> dirs = {bindir + "/" NCCLWATCH_LIBDIR_FROM_BINDIR, bindir + "/../lib"};

@@ -1,12 +1,10 @@
 #include "debuginfo/symbolize_debug.h"
 
-#include <cxxabi.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -14,6 +12,7 @@
 #include <tuple>
 #include <utility>
 
+#include "format/demangle.h"
 #include "format/hex.h"
 
 // Built without elfutils' headers (libdw-dev), the analyzer gives no source lines.
@@ -50,15 +49,6 @@ std::string DebugFileFor(const std::string& build_id) {
 
 
 #if NCCLWATCH_HAVE_LIBDW
-
-std::string Demangle(const char* name) {
-  int status = 0;
-  char* demangled = abi::__cxa_demangle(name, nullptr, nullptr, &status);
-  if (status != 0 || demangled == nullptr) return name;  // a C symbol
-  std::string out(demangled);
-  std::free(demangled);
-  return out;
-}
 
 // libdw.so.1, opened at run time: the command needs nothing but glibc to start (tests/install),
 // and without libdw (Debian: libdw1) reports just have no source lines.
@@ -187,7 +177,7 @@ std::optional<SourceLine> Resolve(const LibDw& dw, const ModuleInfo& info, const
       out.line = number;
     }
   }
-  if (frame.symbol.empty() && in_symbol) out.function = Demangle(name);
+  if (frame.symbol.empty() && in_symbol) out.function = trace::Demangle(name);
   if (out.file.empty() && out.function.empty()) return std::nullopt;
   return out;
 }

@@ -468,8 +468,8 @@ void DumpSet::LeaveOutUnanswered() {
   // a rank whose evidence answers an earlier one, taken before that round, did not.
   std::map<std::string, int64_t> first_answer;
   for (const auto& d : dumps_)
-    if (IsReason(d, trace::DumpReason::PeerRequest) && d.summary.trigger && d.summary.time_unix_ns > 0) {
-      auto [it, inserted] = first_answer.emplace(d.summary.trigger->request, d.summary.time_unix_ns);
+    if (IsReason(d, trace::DumpReason::PeerRequest) && d.summary.answered && d.summary.time_unix_ns > 0) {
+      auto [it, inserted] = first_answer.emplace(d.summary.answered->request, d.summary.time_unix_ns);
       if (!inserted) it->second = std::min(it->second, d.summary.time_unix_ns);
     }
   if (first_answer.size() < 2) return;
@@ -478,8 +478,8 @@ void DumpSet::LeaveOutUnanswered() {
   std::vector<Dump> kept;
   kept.reserve(dumps_.size());
   for (auto& d : dumps_) {
-    const bool older_round = IsReason(d, trace::DumpReason::PeerRequest) && d.summary.trigger &&
-                             d.summary.trigger->request != newest->first && d.summary.time_unix_ns < newest->second;
+    const bool older_round = IsReason(d, trace::DumpReason::PeerRequest) && d.summary.answered &&
+                             d.summary.answered->request != newest->first && d.summary.time_unix_ns < newest->second;
     if (!older_round) {
       kept.push_back(std::move(d));
       continue;

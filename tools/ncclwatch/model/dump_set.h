@@ -154,7 +154,7 @@ class DumpSet {
   // The same, or for a collective, any member's dump shows it completed (a collective
   // completes only once every member is in it: the job went on).
   bool StallOver(const Dump& d) const;
-  // Whether every stall of the process that sent a request (trigger of a peer_request dump)
+  // Whether every stall of the process that sent a request (summary.answered of a peer_request dump)
   // recovered: its answers then show a moment of a job that went on, not a hang.
   bool RequestFromRecoveredStall(const trace::AnsweredRequest& t) const;
   // Python frames of thread `tid` from the latest earlier dump of the process of `d` that shows

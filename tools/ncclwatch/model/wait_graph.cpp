@@ -21,11 +21,11 @@ bool NotStarted(const trace::Op& op) {
 WaitGraph::WaitGraph(const DumpSet& set) : set_(set), dumps_(set.dumps()) {
   IndexCommunicators();
   for (size_t c = 0; c < comms_.size(); ++c) {
-    BuildInitUnit(static_cast<int>(c));
-    BuildCollectiveUnit(static_cast<int>(c));
+    BuildInitBlockedOp(static_cast<int>(c));
+    BuildCollectiveBlockedOp(static_cast<int>(c));
   }
-  BuildP2pUnits();
-  for (size_t u = 0; u < units_.size(); ++u) ResolveBlockers(static_cast<int>(u));
+  BuildP2pBlockedOps();
+  for (size_t bi = 0; bi < blocked_ops_.size(); ++bi) ResolveBlockers(static_cast<int>(bi));
   FindCycles();
 }
 
@@ -197,39 +197,39 @@ int64_t WaitGraph::BlockedSeq(int ci) const {
   return -1;
 }
 
-void WaitGraph::BuildInitUnit(int ci) {
+void WaitGraph::BuildInitBlockedOp(int ci) {
   const CommIndex& c = comms_[ci];
   const std::string initializing = trace::CommStateName(trace::CommState::Initializing);
-  BlockedOp u;
-  u.init = true;
-  u.comm = ci;
+  BlockedOp blocked;
+  blocked.init = true;
+  blocked.comm = ci;
   for (int r = 0; r < c.size; ++r) {
     int d = DumpOfMember(c, r);
     const trace::CommSummary* cs = StateOf(d, ci);
     if (cs && cs->state == initializing) {
-      u.waiting.push_back(r);
-      for (const auto& t : dumps_[d].summary.in_nccl) u.waited_s = std::max(u.waited_s, t.since_s);
+      blocked.waiting.push_back(r);
+      for (const auto& t : dumps_[d].summary.in_nccl) blocked.waited_s = std::max(blocked.waited_s, t.since_s);
     } else if (!cs) {
       Blocker b;
       b.comm_rank = r;
       b.global = c.global[r];
       b.dump = d;
       b.kind = BlockKind::kHostMissing;
-      u.blockers.push_back(b);
+      blocked.blockers.push_back(b);
     }
   }
-  if (u.waiting.empty()) return;
-  units_.push_back(std::move(u));
+  if (blocked.waiting.empty()) return;
+  blocked_ops_.push_back(std::move(blocked));
 }
 
-void WaitGraph::BuildCollectiveUnit(int ci) {
+void WaitGraph::BuildCollectiveBlockedOp(int ci) {
   CommIndex& c = comms_[ci];
   int64_t s = BlockedSeq(ci);
   if (s < 0) return;
 
-  BlockedOp u;
-  u.comm = ci;
-  u.seq = s;
+  BlockedOp blocked;
+  blocked.comm = ci;
+  blocked.seq = s;
   std::map<Signature, std::vector<int>> by_signature;  // -> global ranks
   bool someone_completed = false;  // then it completed everywhere: a collective ends together
   for (int r = 0; r < c.size; ++r) {
@@ -249,38 +249,38 @@ void WaitGraph::BuildCollectiveUnit(int ci) {
     if (cs && d >= 0 && KindFromDump(d) != BlockKind::kGpuLag && cs->last_enqueued >= s && someone_completed) continue;
     if (KindFromDump(d) != BlockKind::kGpuLag) {
       b.kind = KindFromDump(d);
-      u.blockers.push_back(b);
+      blocked.blockers.push_back(b);
       continue;
     }
     if (!cs || cs->last_enqueued < s) {
       b.kind = BlockKind::kHostMissing;
-      u.blockers.push_back(b);
+      blocked.blockers.push_back(b);
       continue;
     }
     int oi = FindInFlight(d, c.id, s);
     const trace::Op* op = oi >= 0 ? &dumps_[d].summary.in_flight[oi] : nullptr;
     if (op) {
       by_signature[{op->OpName(), op->count, op->dtype, op->root, op->redop}].push_back(b.global);
-      if (!u.op) u.op = op;
+      if (!blocked.op) blocked.op = op;
     }
     bool reached = cs->last_gpu_reached >= s || (op && StateUnknownToGpu(*op));
     if (reached) {
-      u.waiting.push_back(r);
-      if (op && op->age_s > u.waited_s) u.waited_s = op->age_s;
-      if (op) u.op = op;
+      blocked.waiting.push_back(r);
+      if (op && op->age_s > blocked.waited_s) blocked.waited_s = op->age_s;
+      if (op) blocked.op = op;
     } else {
       b.kind = BlockKind::kGpuLag;
       b.lag_op = oi;
-      u.blockers.push_back(b);
+      blocked.blockers.push_back(b);
     }
   }
-  if (by_signature.size() > 1) DescribeMismatch(c, s, by_signature, &u);
-  c.unit = static_cast<int>(units_.size());
-  units_.push_back(std::move(u));
+  if (by_signature.size() > 1) DescribeMismatch(c, s, by_signature, &blocked);
+  c.blocked_op = static_cast<int>(blocked_ops_.size());
+  blocked_ops_.push_back(std::move(blocked));
 }
 
-void WaitGraph::DescribeMismatch(const CommIndex& c, int64_t s, const std::map<Signature, std::vector<int>>& by_signature, BlockedOp* u) {
-  u->mismatch = true;
+void WaitGraph::DescribeMismatch(const CommIndex& c, int64_t s, const std::map<Signature, std::vector<int>>& by_signature, BlockedOp* blocked) {
+  blocked->mismatch = true;
   std::vector<std::pair<Signature, std::vector<int>>> groups(by_signature.begin(), by_signature.end());
   for (auto& g : groups) std::sort(g.second.begin(), g.second.end());
   // Majority first; on a tie the group holding the lowest rank counts as the majority.
@@ -288,7 +288,7 @@ void WaitGraph::DescribeMismatch(const CommIndex& c, int64_t s, const std::map<S
     if (a.second.size() != b.second.size()) return a.second.size() > b.second.size();
     return a.second.front() < b.second.front();
   });
-  u->tie = groups[0].second.size() == groups[1].second.size();
+  blocked->tie = groups[0].second.size() == groups[1].second.size();
   for (size_t i = 0; i < groups.size(); ++i) {
     const Signature& sig = groups[i].first;
     MismatchGroup mg;
@@ -303,12 +303,12 @@ void WaitGraph::DescribeMismatch(const CommIndex& c, int64_t s, const std::map<S
       int oi = d >= 0 ? FindInFlight(d, c.id, s) : -1;
       if (oi >= 0) {
         mg.bytes = dumps_[d].summary.in_flight[oi].bytes;
-        if (i == 0) u->op = &dumps_[d].summary.in_flight[oi];
+        if (i == 0) blocked->op = &dumps_[d].summary.in_flight[oi];
         break;
       }
     }
-    if (i > 0) u->minority.insert(u->minority.end(), mg.ranks.begin(), mg.ranks.end());
-    u->groups.push_back(std::move(mg));
+    if (i > 0) blocked->minority.insert(blocked->minority.end(), mg.ranks.begin(), mg.ranks.end());
+    blocked->groups.push_back(std::move(mg));
   }
   // Call-count divergence: one side is one call ahead, so its op at s is the other's at s+1.
   auto op_after = [&](const std::vector<int>& ranks) -> std::string {
@@ -320,15 +320,15 @@ void WaitGraph::DescribeMismatch(const CommIndex& c, int64_t s, const std::map<S
     return "";
   };
   const auto& major = groups[0];
-  for (size_t i = 1; i < groups.size() && !u->divergence; ++i) {
+  for (size_t i = 1; i < groups.size() && !blocked->divergence; ++i) {
     std::string minor_next = op_after(groups[i].second);
     std::string major_next = op_after(major.second);
-    u->divergence = (!minor_next.empty() && minor_next == major.first.op && groups[i].first.op != major.first.op) ||
+    blocked->divergence = (!minor_next.empty() && minor_next == major.first.op && groups[i].first.op != major.first.op) ||
                     (!major_next.empty() && major_next == groups[i].first.op && groups[i].first.op != major.first.op);
   }
 }
 
-void WaitGraph::BuildP2pUnits() {
+void WaitGraph::BuildP2pBlockedOps() {
   for (size_t d = 0; d < dumps_.size(); ++d) {
     for (const trace::Op& op : dumps_[d].summary.in_flight) {
       if (!op.IsP2p() || op.state.Is(OpState::Completed) || op.p2p_seq <= 0) continue;
@@ -339,95 +339,95 @@ void WaitGraph::BuildP2pUnits() {
       bool send = op.op == trace::OpKind::Send;
       int src = send ? cs->rank : op.peer, dst = send ? op.peer : cs->rank;
       auto k = std::make_tuple(cit->second, src, dst, op.p2p_seq);
-      if (p2p_units_.count(k)) continue;
-      BlockedOp u;
-      u.p2p = true;
-      u.comm = cit->second;
-      u.src = src;
-      u.dst = dst;
-      u.seq = op.p2p_seq;
-      u.op = &op;
+      if (p2p_blocked_ops_.count(k)) continue;
+      BlockedOp blocked;
+      blocked.p2p = true;
+      blocked.comm = cit->second;
+      blocked.src = src;
+      blocked.dst = dst;
+      blocked.seq = op.p2p_seq;
+      blocked.op = &op;
       // A side that ended owing nothing did its part: the transfer happened, and whoever still
       // shows it in flight waits on something else (the rest of its group).
-      const int src_dump = DumpOfMember(comms_[u.comm], src), dst_dump = DumpOfMember(comms_[u.comm], dst);
-      if ((src_dump >= 0 && KindFromDump(src_dump) != BlockKind::kGpuLag && EndedOwingNothing(u, src_dump, src, true)) ||
-          (dst_dump >= 0 && KindFromDump(dst_dump) != BlockKind::kGpuLag && EndedOwingNothing(u, dst_dump, dst, false)))
+      const int src_dump = DumpOfMember(comms_[blocked.comm], src), dst_dump = DumpOfMember(comms_[blocked.comm], dst);
+      if ((src_dump >= 0 && KindFromDump(src_dump) != BlockKind::kGpuLag && EndedOwingNothing(blocked, src_dump, src, true)) ||
+          (dst_dump >= 0 && KindFromDump(dst_dump) != BlockKind::kGpuLag && EndedOwingNothing(blocked, dst_dump, dst, false)))
         continue;
-      AddP2pSide(&u, src, true);
-      AddP2pSide(&u, dst, false);
-      if (u.waiting.empty() && u.blockers.empty()) continue;  // both sides done
-      p2p_units_[k] = static_cast<int>(units_.size());
-      units_.push_back(std::move(u));
+      AddP2pSide(&blocked, src, true);
+      AddP2pSide(&blocked, dst, false);
+      if (blocked.waiting.empty() && blocked.blockers.empty()) continue;  // both sides done
+      p2p_blocked_ops_[k] = static_cast<int>(blocked_ops_.size());
+      blocked_ops_.push_back(std::move(blocked));
     }
   }
 }
 
-void WaitGraph::AddP2pSide(BlockedOp* u, int comm_rank, bool send) {
-  const CommIndex& c = comms_[u->comm];
-  int other = send ? u->dst : u->src;
+void WaitGraph::AddP2pSide(BlockedOp* blocked, int comm_rank, bool send) {
+  const CommIndex& c = comms_[blocked->comm];
+  int other = send ? blocked->dst : blocked->src;
   Blocker b;
   b.comm_rank = comm_rank;
   b.global = c.global[comm_rank];
   b.dump = DumpOfMember(c, comm_rank);
   if (KindFromDump(b.dump) != BlockKind::kGpuLag) {
     b.kind = KindFromDump(b.dump);
-    u->blockers.push_back(b);
+    blocked->blockers.push_back(b);
     return;
   }
   auto kind = send ? trace::OpKind::Send : trace::OpKind::Recv;
-  int oi = FindP2pInFlight(b.dump, c.id, kind, other, u->seq);
+  int oi = FindP2pInFlight(b.dump, c.id, kind, other, blocked->seq);
   if (oi >= 0) {
     const trace::Op& op = dumps_[b.dump].summary.in_flight[oi];
     if (op.state.Is(OpState::Completed)) return;
     if (NotStarted(op)) {
       b.kind = BlockKind::kGpuLag;
       b.lag_op = oi;
-      u->blockers.push_back(b);
+      blocked->blockers.push_back(b);
     } else {
-      u->waiting.push_back(comm_rank);
-      u->waited_s = std::max(u->waited_s, op.age_s);
-      u->op = &op;
+      blocked->waiting.push_back(comm_rank);
+      blocked->waited_s = std::max(blocked->waited_s, op.age_s);
+      blocked->op = &op;
     }
     return;
   }
   // Not in flight: the p2p counters say whether it was issued (and completed) at all.
-  const trace::CommSummary* cs = StateOf(b.dump, u->comm);
+  const trace::CommSummary* cs = StateOf(b.dump, blocked->comm);
   const trace::P2pCounters* pc = cs ? cs->P2pWith(other) : nullptr;
   int64_t issued = pc ? (send ? pc->send_enqueued : pc->recv_enqueued) : 0;
-  if (issued >= u->seq) return;  // issued and no longer in flight: completed
+  if (issued >= blocked->seq) return;  // issued and no longer in flight: completed
   b.kind = BlockKind::kHostMissing;
-  u->blockers.push_back(b);
+  blocked->blockers.push_back(b);
 }
 
-bool WaitGraph::EndedOwingNothing(const BlockedOp& u, int dump, int comm_rank, bool send) const {
-  const CommIndex& c = comms_[u.comm];
-  const int other = send ? u.dst : u.src;
-  const trace::CommSummary* cs = StateOf(dump, u.comm);
+bool WaitGraph::EndedOwingNothing(const BlockedOp& blocked, int dump, int comm_rank, bool send) const {
+  const CommIndex& c = comms_[blocked.comm];
+  const int other = send ? blocked.dst : blocked.src;
+  const trace::CommSummary* cs = StateOf(dump, blocked.comm);
   const trace::P2pCounters* pc = cs ? cs->P2pWith(other) : nullptr;
   if (!pc) return false;
-  if ((send ? pc->send_completed : pc->recv_completed) >= u.seq) return true;
-  if ((send ? pc->send_enqueued : pc->recv_enqueued) < u.seq) return false;
+  if ((send ? pc->send_completed : pc->recv_completed) >= blocked.seq) return true;
+  if ((send ? pc->send_enqueued : pc->recv_enqueued) < blocked.seq) return false;
   // Issued, not seen completed (its record may predate its watchdog's last look): the peer's
   // side of the same transfer completed, so it happened.
   const int peer_dump = DumpOfMember(c, other);
-  const trace::CommSummary* ps = StateOf(peer_dump, u.comm);
+  const trace::CommSummary* ps = StateOf(peer_dump, blocked.comm);
   const trace::P2pCounters* pp = ps ? ps->P2pWith(comm_rank) : nullptr;
-  return pp && (send ? pp->recv_completed : pp->send_completed) >= u.seq;
+  return pp && (send ? pp->recv_completed : pp->send_completed) >= blocked.seq;
 }
 
-int WaitGraph::UnitOfOp(int dump, const trace::Op& op) const {
+int WaitGraph::BlockedOpOf(int dump, const trace::Op& op) const {
   auto cit = comm_by_id_.find(op.comm);
   if (cit == comm_by_id_.end()) return -1;
   if (op.IsP2p()) {
     const trace::CommSummary* cs = StateOf(dump, cit->second);
     if (!cs) return -1;
     bool send = op.op == trace::OpKind::Send;
-    auto it = p2p_units_.find(std::make_tuple(cit->second, send ? cs->rank : op.peer,
+    auto it = p2p_blocked_ops_.find(std::make_tuple(cit->second, send ? cs->rank : op.peer,
                                               send ? op.peer : cs->rank, op.p2p_seq));
-    return it == p2p_units_.end() ? -1 : it->second;
+    return it == p2p_blocked_ops_.end() ? -1 : it->second;
   }
-  int u = comms_[cit->second].unit;
-  return u >= 0 && op.seq >= units_[u].seq ? u : -1;
+  int bi = comms_[cit->second].blocked_op;
+  return bi >= 0 && op.seq >= blocked_ops_[bi].seq ? bi : -1;
 }
 
 bool WaitGraph::CompletedByPeers(int dump, const trace::Op& op) const {
@@ -445,10 +445,10 @@ bool WaitGraph::CompletedByPeers(int dump, const trace::Op& op) const {
   return others;
 }
 
-void WaitGraph::ResolveBlockers(int ui) {
-  BlockedOp& u = units_[ui];
-  if (u.mismatch || u.init) return;  // the calls disagree / nobody joined: nothing to follow
-  for (Blocker& b : u.blockers) {
+void WaitGraph::ResolveBlockers(int bi) {
+  BlockedOp& blocked = blocked_ops_[bi];
+  if (blocked.mismatch || blocked.init) return;  // the calls disagree / nobody joined: nothing to follow
+  for (Blocker& b : blocked.blockers) {
     if (b.kind == BlockKind::kDead || b.kind == BlockKind::kStopped || b.kind == BlockKind::kError ||
         b.kind == BlockKind::kExited) {
       b.terminal = b.kind == BlockKind::kDead      ? Terminal::kDead
@@ -467,14 +467,14 @@ void WaitGraph::ResolveBlockers(int ui) {
       const std::string initializing = trace::CommStateName(trace::CommState::Initializing);
       for (const auto& cs : dumps_[b.dump].summary.comms) {
         const int ci = cs.state == initializing ? CommOf(cs.id) : -1;
-        for (size_t t = 0; ci >= 0 && b.target < 0 && t < units_.size(); ++t)
-          if (units_[t].init && units_[t].comm == ci && static_cast<int>(t) != ui) b.target = static_cast<int>(t);
+        for (size_t t = 0; ci >= 0 && b.target < 0 && t < blocked_ops_.size(); ++t)
+          if (blocked_ops_[t].init && blocked_ops_[t].comm == ci && static_cast<int>(t) != bi) b.target = static_cast<int>(t);
       }
       if (b.target >= 0) continue;
       for (const trace::Op& op : ops) {
         if (op.state.Is(OpState::Completed)) continue;
-        int t = UnitOfOp(b.dump, op);
-        if (t >= 0 && t != ui) {
+        int t = BlockedOpOf(b.dump, op);
+        if (t >= 0 && t != bi) {
           b.target = t;
           break;
         }
@@ -490,8 +490,8 @@ void WaitGraph::ResolveBlockers(int ui) {
       const trace::Op& ahead = ops[i];
       if (ahead.state.Is(OpState::Completed)) continue;
       if (!mine->stream.empty() && !ahead.stream.empty() && ahead.stream != mine->stream) continue;
-      int t = UnitOfOp(b.dump, ahead);
-      b.target = t == ui ? -1 : t;
+      int t = BlockedOpOf(b.dump, ahead);
+      b.target = t == bi ? -1 : t;
       break;
     }
     if (b.target < 0) b.terminal = Terminal::kGpuStuck;
@@ -499,7 +499,7 @@ void WaitGraph::ResolveBlockers(int ui) {
 }
 
 void WaitGraph::FindCycles() {
-  size_t n = units_.size();
+  size_t n = blocked_ops_.size();
   scc_.assign(n, -1);
   std::vector<int> index(n, -1), low(n, 0);
   std::vector<bool> on_stack(n, false);
@@ -507,7 +507,7 @@ void WaitGraph::FindCycles() {
   int counter = 0, comps = 0;
   auto targets = [&](int v) {
     std::vector<int> t;
-    for (const auto& b : units_[v].blockers)
+    for (const auto& b : blocked_ops_[v].blockers)
       if (b.target >= 0) t.push_back(b.target);
     return t;
   };

@@ -1,6 +1,6 @@
 // The wait-for graph of a hang, built from the selected dumps of a DumpSet: communicators and
-// their members across dumps, the blocked operations (BlockedOp; units() holds them, and a
-// `unit` is an index into it), who keeps each from completing and where each wait ends (a dead,
+// their members across dumps, the blocked operations (BlockedOp; blocked_ops() holds them, and
+// `bi` or a `blocked_op` field is an index into it), who keeps each from completing and where each wait ends (a dead,
 // errored or exited member, a host busy elsewhere, a GPU held by earlier work, or another
 // blocked operation), and the cycles among them. No verdicts: the rules that name causes read
 // this graph (attribution.cpp), so each can be tested on a small hand-built dump set.
@@ -67,7 +67,7 @@ struct Blocker {
   BlockKind kind = BlockKind::kDead;
   int lag_op = -1;  // kGpuLag: index of its operation in the dump's in_flight
   Terminal terminal = Terminal::kNone;
-  int target = -1;  // unit this blocker waits on (when terminal == kNone)
+  int target = -1;  // blocked operation this blocker waits on (when terminal == kNone)
 };
 
 // One blocked operation: a collective (comm, seq) or one Send/Recv transfer.
@@ -94,7 +94,7 @@ struct CommIndex {
   int size = 0;
   std::vector<int> global;  // by communicator rank; -1 unknown
   std::vector<int> dump;    // by communicator rank; -1 none
-  int unit = -1;            // its blocked collective, if any
+  int blocked_op = -1;      // its blocked collective, if any
 };
 
 struct Signature {
@@ -122,13 +122,13 @@ class WaitGraph {
 
   const std::vector<Dump>& dumps() const { return dumps_; }
   const std::vector<CommIndex>& comms() const { return comms_; }
-  const std::vector<BlockedOp>& units() const { return units_; }
+  const std::vector<BlockedOp>& blocked_ops() const { return blocked_ops_; }
   // Index in comms() of a communicator id, or -1.
   int CommOf(const std::string& id) const;
-  // The strongly connected component of a unit in the wait-for graph, and whether the unit
+  // The strongly connected component of a blocked operation in the wait-for graph, and whether it
   // lies on a wait cycle.
-  int Component(int unit) const { return scc_[unit]; }
-  bool Cyclic(int unit) const { return cyclic_[unit]; }
+  int Component(int bi) const { return scc_[bi]; }
+  bool Cyclic(int bi) const { return cyclic_[bi]; }
 
   const trace::CommSummary* StateOf(int dump, int comm) const;
   // The dump of a member: its own claim, else the dump of its inferred global rank (a live
@@ -164,32 +164,32 @@ class WaitGraph {
   int64_t BlockedSeq(int ci) const;
   // A communicator some members are still creating: the ones inside ncclCommInitRank* wait
   // for the members that never joined (no state for it).
-  void BuildInitUnit(int ci);
-  void BuildCollectiveUnit(int ci);
-  void DescribeMismatch(const CommIndex& c, int64_t s, const std::map<Signature, std::vector<int>>& by_signature, BlockedOp* u);
-  // One unit per incomplete Send/Recv transfer, keyed by (comm, src, dst, p2p_seq), built
+  void BuildInitBlockedOp(int ci);
+  void BuildCollectiveBlockedOp(int ci);
+  void DescribeMismatch(const CommIndex& c, int64_t s, const std::map<Signature, std::vector<int>>& by_signature, BlockedOp* blocked);
+  // One blocked operation per incomplete Send/Recv transfer, keyed by (comm, src, dst, p2p_seq), built
   // from whichever side recorded it.
-  void BuildP2pUnits();
-  void AddP2pSide(BlockedOp* u, int comm_rank, bool send);
+  void BuildP2pBlockedOps();
+  void AddP2pSide(BlockedOp* blocked, int comm_rank, bool send);
   // A rank that ended (exited, died) owes nothing to a transfer it completed, or issued while
   // its peer completed its side: its counts toward the peer say so, whatever its op list says.
-  bool EndedOwingNothing(const BlockedOp& u, int dump, int comm_rank, bool send) const;
-  int UnitOfOp(int dump, const trace::Op& op) const;
+  bool EndedOwingNothing(const BlockedOp& blocked, int dump, int comm_rank, bool send) const;
+  int BlockedOpOf(int dump, const trace::Op& op) const;
   // A collective of this rank that the other members completed a while ago: its own GPU (or
   // work queued around the operation on its stream) holds it.
   bool CompletedByPeers(int dump, const trace::Op& op) const;
   // Follow each blocker one step: to the blocked operation it waits on, or to a terminal.
-  void ResolveBlockers(int ui);
+  void ResolveBlockers(int bi);
   void FindCycles();
 
   const DumpSet& set_;
   const std::vector<Dump>& dumps_;
   std::vector<CommIndex> comms_;
   std::unordered_map<std::string, int> comm_by_id_;
-  std::vector<BlockedOp> units_;
-  std::map<std::tuple<int, int, int, int64_t>, int> p2p_units_;
-  std::vector<int> scc_;        // strongly connected component of each unit
-  std::vector<bool> cyclic_;    // the unit lies on a wait cycle
+  std::vector<BlockedOp> blocked_ops_;
+  std::map<std::tuple<int, int, int, int64_t>, int> p2p_blocked_ops_;
+  std::vector<int> scc_;        // strongly connected component of each blocked op
+  std::vector<bool> cyclic_;    // it lies on a wait cycle
 };
 
 }  // namespace analysis

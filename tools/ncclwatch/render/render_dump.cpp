@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "format/display.h"
+#include "format/request.h"
 #include "render/text_format.h"
 #include "report/vocabulary.h"
 
@@ -71,17 +72,11 @@ std::vector<std::string> OpCells(const trace::Op& op) {
           op.dtype + (op.redop.empty() ? "" : " " + op.redop), FormatBytes(op.bytes)};
 }
 
-void RenderStack(std::ostream& out, const Style& st, const trace::Stack& s, const SourceLines& lines, const char* indent) {
-  for (const auto& f : s.python) out << indent << (f.library ? st.Dim(FormatPythonFrame(f)) : FormatPythonFrame(f)) << "\n";
-  for (const auto& f : s.native) out << indent << st.Dim(FormatNativeFrame(f, lines)) << "\n";
-}
-
 }  // namespace
 
-// Who sent a job-wide dump request: a rank, or the `ncclwatch dump` command (origin rank -1,
-// reason on_demand).
+// Who sent a job-wide dump request: a rank, or the `ncclwatch dump` command.
 static std::string RequesterText(const trace::AnsweredRequest& t) {
-  if (t.origin_rank < 0 && t.reason == trace::DumpReasonName(trace::DumpReason::OnDemand))
+  if (trace::AskedByCommand(t.origin_rank, t.reason))
     return "`ncclwatch dump` on " + Printable(t.origin_host);
   return (t.origin_rank >= 0 ? "rank " + std::to_string(t.origin_rank) : std::string("a rank not known yet")) + " (" +
          Printable(t.origin_host) + ")";
@@ -98,9 +93,9 @@ std::string RenderDumpText(const Dump& dump, const ShowOptions& options) {
       << " (local " << (s.local_rank >= 0 ? Num(s.local_rank) : "?") << ")  host " << Printable(s.host) << "  pid " << s.pid
       << "  dump #" << s.dump_seq << "  reason " << st.Red(Printable(s.reason)) << "\n";
   if (!s.detail.empty()) out << "detail: " << Printable(s.detail) << "\n";
-  if (s.trigger)
-    out << "asked by " << RequesterText(*s.trigger) << ", reason " << Printable(s.trigger->reason) << ", request "
-        << Printable(s.trigger->request) << "\n";
+  if (s.answered)
+    out << "asked by " << RequesterText(*s.answered) << ", reason " << Printable(s.answered->reason) << ", request "
+        << Printable(s.answered->request) << "\n";
   out << "dumped " << FormatWallClock(s.time_unix_ns) << " (this host's clock); ncclwatch up "
       << Secs(NsBetween(s.start_mono_ns, s.time_mono_ns));
   if (s.nccl_version > 0) out << "; NCCL " << trace::NcclVersionText(s.nccl_version);

@@ -24,10 +24,6 @@ bool Style::ColorWanted(bool no_color_flag) {
 
 namespace {
 
-// Frames shown per stack without --verbose: enough to see the user's code.
-constexpr size_t kPythonFramesShown = 12;
-constexpr size_t kNativeFramesShown = 8;
-
 std::string CulpritName(const Verdict& v) {
   std::string s = v.culprit_ranks.empty() ? "" : FormatRanks(v.culprit_ranks);
   if (!v.culprit_comm_ranks.empty())
@@ -48,7 +44,7 @@ std::string OpRefText(const OpRef& r) { return OpOnComm(r.op, r.seq, r.comm, r.c
 
 std::string CycleStepText(const CycleStep& step) {
   return "rank " + std::to_string(step.from) + " waits in " +
-         OpOnComm(step.unit.op, step.unit.seq, step.unit.comm, step.unit.comm_name, step.p2p ? step.p2p_src : -1,
+         OpOnComm(step.op.op, step.op.seq, step.op.comm, step.op.comm_name, step.p2p ? step.p2p_src : -1,
                   step.p2p_dst) +
          " for rank " + std::to_string(step.to);
 }
@@ -158,29 +154,6 @@ std::string Headline(const Verdict& v) {
   return "no hang";
 }
 
-void RenderStack(std::ostream& out, const Style& st, const trace::Stack& s, const SourceLines& lines, bool verbose,
-                 const char* indent) {
-  size_t shown = 0;
-  for (const auto& f : s.python) {
-    if (!verbose && shown == kPythonFramesShown) {
-      out << indent << st.Dim("... " + std::to_string(s.python.size() - shown) + " more Python frames") << "\n";
-      break;
-    }
-    std::string line = FormatPythonFrame(f);
-    out << indent << (f.library ? st.Dim(line) : line) << "\n";
-    ++shown;
-  }
-  shown = 0;
-  for (const auto& f : s.native) {
-    if (!verbose && shown == kNativeFramesShown) {
-      out << indent << st.Dim("... " + std::to_string(s.native.size() - shown) + " more native frames") << "\n";
-      break;
-    }
-    out << indent << st.Dim(FormatNativeFrame(f, lines)) << "\n";
-    ++shown;
-  }
-}
-
 // For a call issued by a thread running no Python: "AllReduce #5 on c issued by native_issuer (tid
 // 9) during `train_step` at train.py:31, driven from the main thread"; empty otherwise.
 std::string IssuedByText(const CulpritEvidence& e) {
@@ -211,7 +184,7 @@ void RenderEvidence(std::ostream& out, const Style& st, const CulpritEvidence& e
     std::string role = RoleText(e.current_role, e);
     if (e.current_role == ThreadRole::IssuedLastCall && e.current_tid == e.pid) role = "the main thread, " + role;
     out << "     now, " << Printable(ThreadLabel(e)) << (role.empty() ? "" : ", " + Printable(role)) << ":\n";
-    RenderStack(out, st, e.current, lines, verbose, "       ");
+    RenderStack(out, st, e.current, lines, "       ", verbose);
   }
   // The other threads that tell something (the main thread, threads running the application's
   // Python code); the idle ones in one line (all of them are in the JSON).
@@ -232,7 +205,7 @@ void RenderEvidence(std::ostream& out, const Style& st, const CulpritEvidence& e
     ++shown;
     std::string role = RoleText(t.role, e);
     out << "     " << Printable(ThreadLabel(t.tid, t.name)) << (role.empty() ? "" : ", " + Printable(role)) << ":\n";
-    RenderStack(out, st, t.stack, lines, verbose, "       ");
+    RenderStack(out, st, t.stack, lines, "       ", verbose);
   }
   if (hidden > 0)
     out << "     " << st.Dim("... " + std::to_string(hidden) + " more threads running Python (--verbose)") << "\n";
@@ -245,7 +218,7 @@ void RenderEvidence(std::ostream& out, const Style& st, const CulpritEvidence& e
     out << "     " << Printable(e.callsite_op ? OpRefText(*e.callsite_op) : "") << " was called from"
         << (e.callsite_driven_from.empty() ? "" : " (Python frames: driven from the " + e.callsite_driven_from + ")")
         << ":\n";
-    RenderStack(out, st, e.callsite, lines, verbose, "       ");
+    RenderStack(out, st, e.callsite, lines, "       ", verbose);
   }
   if (e.stack_note != StackNote::kNone) out << "     " << st.Dim(Printable(StackNoteText(e))) << "\n";
 }
@@ -368,7 +341,7 @@ void RenderFindings(std::ostream& out, const Style& st, const Report& report, bo
     out << "\n    every member waits for it at each of these collectives: look at what it does before them\n";
     if (!f.callsite.python.empty() || !f.callsite.native.empty()) {
       out << "    where it issues them" << (f.callsite_op.empty() ? "" : " (" + f.callsite_op + ")") << ":\n";
-      RenderStack(out, st, f.callsite, report.source_lines, verbose, "      ");
+      RenderStack(out, st, f.callsite, report.source_lines, "      ", verbose);
     }
   }
 }

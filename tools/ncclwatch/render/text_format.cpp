@@ -79,6 +79,35 @@ std::vector<std::string> FormatStack(const trace::Stack& s, const SourceLines& s
   return lines;
 }
 
+namespace {
+// Frames shown per stack without --verbose: enough to see the user's code.
+constexpr size_t kPythonFramesShown = 12;
+constexpr size_t kNativeFramesShown = 8;
+}  // namespace
+
+void RenderStack(std::ostream& out, const Style& st, const trace::Stack& s, const SourceLines& lines,
+                 const char* indent, bool all_frames) {
+  size_t shown = 0;
+  for (const auto& f : s.python) {
+    if (!all_frames && shown == kPythonFramesShown) {
+      out << indent << st.Dim("... " + std::to_string(s.python.size() - shown) + " more Python frames") << "\n";
+      break;
+    }
+    std::string line = FormatPythonFrame(f);
+    out << indent << (f.library ? st.Dim(line) : line) << "\n";
+    ++shown;
+  }
+  shown = 0;
+  for (const auto& f : s.native) {
+    if (!all_frames && shown == kNativeFramesShown) {
+      out << indent << st.Dim("... " + std::to_string(s.native.size() - shown) + " more native frames") << "\n";
+      break;
+    }
+    out << indent << st.Dim(FormatNativeFrame(f, lines)) << "\n";
+    ++shown;
+  }
+}
+
 std::string CommLabel(const std::string& id, const std::string& name) {
   if (name.empty()) return id;
   return name + " (" + id.substr(0, 8) + "..)";

@@ -2,11 +2,13 @@
 #pragma once
 
 #include <cstdint>
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include "format/display.h"
 #include "model/dump.h"
+#include "render/style.h"
 #include "report/source_lines.h"
 
 namespace ncclwatch {
@@ -30,6 +32,10 @@ std::string FormatPythonFrame(const trace::PythonFrame& f);
 std::string FormatNativeFrame(const trace::NativeFrame& f, const SourceLines& lines);
 // A stack as lines, Python frames first (innermost first within each), as the report prints it.
 std::vector<std::string> FormatStack(const trace::Stack& s, const SourceLines& lines);
+// A stack printed one frame a line after `indent`, Python frames first, library and native
+// frames dimmed; without all_frames, the first few of each kind and a "... N more" line.
+void RenderStack(std::ostream& out, const Style& st, const trace::Stack& s, const SourceLines& lines,
+                 const char* indent, bool all_frames = true);
 // "world (3f2a9c0d..)" or "3f2a9c0d1e2f3a4b" when the communicator has no name.
 std::string CommLabel(const std::string& id, const std::string& name);
 // "AllReduce #42" / "Send #3"

@@ -105,10 +105,10 @@ struct CulpritEvidence {
   std::string stack_note_text;
 };
 
-// One wait of a deadlock's cycle: rank `from` waits in `unit` for rank `to`.
+// One wait of a deadlock's cycle: rank `from` waits in `op` for rank `to`.
 struct CycleStep {
   int from = -1, to = -1;
-  OpRef unit;
+  OpRef op;
   bool p2p = false;
   int p2p_src = -1, p2p_dst = -1;  // global ranks of the transfer, for Send/Recv
 };

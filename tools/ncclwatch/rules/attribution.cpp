@@ -57,8 +57,8 @@ class Attributor {
     report.attempts = set_.attempts();
     report.attempt = set_.chosen_attempt();
     AddStaleEvidence(&report);
-    for (const auto& [rank, u] : set_.unanswered_ranks())
-      report.unanswered.push_back({rank, u.file, trace::DumpReasonName(trace::DumpReason::PeerRequest), u.behind_s});
+    for (const auto& [rank, blocked] : set_.unanswered_ranks())
+      report.unanswered.push_back({rank, blocked.file, trace::DumpReasonName(trace::DumpReason::PeerRequest), blocked.behind_s});
     for (const auto& h : set_.history()) {
       int i = set_.IndexOfRank(h.summary.rank);
       const Dump* evidence = i >= 0 ? &set_.dumps()[i] : nullptr;
@@ -83,38 +83,38 @@ class Attributor {
 
   struct Draft {
     Verdict v;               // culprit lists are filled from `culprits` at the end
-    std::vector<int> units;  // root units; units[0] is the primary
+    std::vector<int> roots;  // its root blocked operations; roots[0] is the primary
     std::vector<CulpritRef> culprits;
     std::string merge_key;  // drafts with equal keys describe one root cause
   };
 
   void BuildVerdicts() {
     std::vector<Draft> drafts;
-    std::vector<bool> cycle_done(g_.units().size(), false);
+    std::vector<bool> cycle_done(g_.blocked_ops().size(), false);
     std::vector<bool> split_ids = SplitIdDrafts(&drafts);
-    for (size_t ui = 0; ui < g_.units().size(); ++ui) {
-      const BlockedOp& u = g_.units()[ui];
-      int i = static_cast<int>(ui);
-      if (u.init && split_ids[ui]) continue;
-      if (u.init) {
+    for (size_t bi = 0; bi < g_.blocked_ops().size(); ++bi) {
+      const BlockedOp& blocked = g_.blocked_ops()[bi];
+      int i = static_cast<int>(bi);
+      if (blocked.init && split_ids[bi]) continue;
+      if (blocked.init) {
         std::vector<const Blocker*> bs;
-        for (const auto& b : u.blockers) bs.push_back(&b);
+        for (const auto& b : blocked.blockers) bs.push_back(&b);
         drafts.push_back(TerminalDraft(i, Cause::InitHang, bs));
         continue;
       }
-      if (u.mismatch) {
+      if (blocked.mismatch) {
         drafts.push_back(MismatchDraft(i));
         continue;
       }
-      if (u.blockers.empty()) {
+      if (blocked.blockers.empty()) {
         drafts.push_back(TerminalDraft(i, Cause::StuckInCollective, {}));
         continue;
       }
       // Terminal causes in priority order, as many as the blockers' terminals name.
       for (const CauseRule* rule : TerminalRulesByPriority()) {
-        if (!AppliesTo(*rule, u.p2p)) continue;
+        if (!AppliesTo(*rule, blocked.p2p)) continue;
         std::vector<const Blocker*> bs;
-        for (const auto& b : u.blockers)
+        for (const auto& b : blocked.blockers)
           if (b.terminal == rule->terminal) bs.push_back(&b);
         // Ranks that only heard of another's failure (ncclRemoteError) are not its cause.
         if (rule->terminal == Terminal::kError) {
@@ -123,7 +123,7 @@ class Attributor {
         }
         if (!bs.empty()) drafts.push_back(TerminalDraft(i, rule->cause, bs));
       }
-      if (g_.Cyclic(ui) && !cycle_done[ui]) drafts.push_back(CycleDraft(i, &cycle_done));
+      if (g_.Cyclic(bi) && !cycle_done[bi]) drafts.push_back(CycleDraft(i, &cycle_done));
     }
     AddCrashedRanksNobodyWaitsFor(&drafts);
     // Without a sign of a hang, ranks at different sequence numbers are a job stopped (or
@@ -157,38 +157,38 @@ class Attributor {
   // Communicators of one size being created with different ids, each waiting for members that
   // are inside another's creation: the ranks did not agree on the unique id (half of them read
   // a stale id file, or rendezvoused elsewhere). One verdict naming who holds which id, not one
-  // init_hang per id blaming the other half for never joining. Returns the units it covers.
+  // init_hang per id blaming the other half for never joining. Returns the blocked operations it covers.
   std::vector<bool> SplitIdDrafts(std::vector<Draft>* drafts) {
-    std::vector<bool> covered(g_.units().size(), false);
-    std::map<int, std::vector<int>> by_size;  // communicator size -> init units
-    for (size_t ui = 0; ui < g_.units().size(); ++ui)
-      if (g_.units()[ui].init) by_size[g_.comms()[g_.units()[ui].comm].size].push_back(static_cast<int>(ui));
-    for (auto& [size, units] : by_size) {
-      if (units.size() < 2) continue;
+    std::vector<bool> covered(g_.blocked_ops().size(), false);
+    std::map<int, std::vector<int>> by_size;  // communicator size -> blocked inits
+    for (size_t bi = 0; bi < g_.blocked_ops().size(); ++bi)
+      if (g_.blocked_ops()[bi].init) by_size[g_.comms()[g_.blocked_ops()[bi].comm].size].push_back(static_cast<int>(bi));
+    for (auto& [size, inits] : by_size) {
+      if (inits.size() < 2) continue;
       std::set<int> inside;  // global ranks inside one of these creations
-      for (int ui : units)
-        for (int g : Globals(g_.units()[ui], g_.units()[ui].waiting)) inside.insert(g);
+      for (int bi : inits)
+        for (int g : Globals(g_.blocked_ops()[bi], g_.blocked_ops()[bi].waiting)) inside.insert(g);
       bool others_inside_another = true;  // every member missing from one is inside another
-      for (int ui : units)
-        for (const auto& b : g_.units()[ui].blockers)
+      for (int bi : inits)
+        for (const auto& b : g_.blocked_ops()[bi].blockers)
           others_inside_another = others_inside_another && b.global >= 0 && inside.count(b.global);
       if (!others_inside_another) continue;
-      std::vector<std::pair<std::vector<int>, int>> groups;  // (global ranks inside, unit)
-      for (int ui : units) groups.emplace_back(Globals(g_.units()[ui], g_.units()[ui].waiting), ui);
+      std::vector<std::pair<std::vector<int>, int>> groups;  // (global ranks inside, blocked init)
+      for (int bi : inits) groups.emplace_back(Globals(g_.blocked_ops()[bi], g_.blocked_ops()[bi].waiting), bi);
       std::sort(groups.begin(), groups.end());  // the group with the lowest rank first
       Draft d;
       d.v = BaseVerdict(groups.front().second, Cause::InitHang);
-      for (const auto& [ranks, ui] : groups) {
-        const BlockedOp& u = g_.units()[ui];
-        const CommIndex& c = g_.comms()[u.comm];
-        d.units.push_back(ui);
-        covered[ui] = true;
+      for (const auto& [ranks, bi] : groups) {
+        const BlockedOp& blocked = g_.blocked_ops()[bi];
+        const CommIndex& c = g_.comms()[blocked.comm];
+        d.roots.push_back(bi);
+        covered[bi] = true;
         d.v.id_groups.push_back({c.id, c.name, ranks});
-        d.v.waited_s = std::max(d.v.waited_s, u.waited_s);
+        d.v.waited_s = std::max(d.v.waited_s, blocked.waited_s);
         // Those that hold another id than the lowest rank (whose id the others would read,
         // as rank 0 usually writes it) are named; all of them are in id_groups.
-        if (ui == groups.front().second) continue;
-        for (int r : u.waiting) AddCulprit(&d, c.global[r], r, g_.DumpOfMember(c, r));
+        if (bi == groups.front().second) continue;
+        for (int r : blocked.waiting) AddCulprit(&d, c.global[r], r, g_.DumpOfMember(c, r));
       }
       d.merge_key = "split_ids:" + std::to_string(size);
       drafts->push_back(std::move(d));
@@ -210,7 +210,7 @@ class Attributor {
       if (g_.Is(d, R::FatalSignal) || g_.Is(d, R::AsyncError) || s.failed) return true;
       // A stall whose operation completed later recovered: the job went on, it is no hang.
       if (g_.Is(d, R::Stall) && !set_.StallRecovered(dump)) return true;
-      if (s.trigger && s.trigger->reason == stall && !set_.RequestFromRecoveredStall(*s.trigger)) return true;
+      if (s.answered && s.answered->reason == stall && !set_.RequestFromRecoveredStall(*s.answered)) return true;
       for (const auto& op : s.in_flight) {
         if (set_.CompletedLater(dump, op)) continue;
         if (op.deadline_s > 0 && op.age_s >= op.deadline_s) return true;
@@ -264,53 +264,53 @@ class Attributor {
     }
   }
 
-  std::vector<int> Globals(const BlockedOp& u, const std::vector<int>& comm_ranks) const {
+  std::vector<int> Globals(const BlockedOp& blocked, const std::vector<int>& comm_ranks) const {
     std::vector<int> g;
     for (int r : comm_ranks)
-      if (g_.comms()[u.comm].global[r] >= 0) g.push_back(g_.comms()[u.comm].global[r]);
+      if (g_.comms()[blocked.comm].global[r] >= 0) g.push_back(g_.comms()[blocked.comm].global[r]);
     std::sort(g.begin(), g.end());
     return g;
   }
 
-  Verdict BaseVerdict(int ui, Cause cause) const {
-    const BlockedOp& u = g_.units()[ui];
-    const CommIndex& c = g_.comms()[u.comm];
+  Verdict BaseVerdict(int bi, Cause cause) const {
+    const BlockedOp& blocked = g_.blocked_ops()[bi];
+    const CommIndex& c = g_.comms()[blocked.comm];
     Verdict v;
     v.cause = cause;
     v.comm = c.id;
     v.comm_name = c.name;
     v.comm_size = c.size;
-    v.seq = u.seq;
-    v.p2p = u.p2p;
-    if (u.p2p) {
-      v.p2p_src = c.global[u.src];
-      v.p2p_dst = c.global[u.dst];
+    v.seq = blocked.seq;
+    v.p2p = blocked.p2p;
+    if (blocked.p2p) {
+      v.p2p_src = c.global[blocked.src];
+      v.p2p_dst = c.global[blocked.dst];
     }
-    if (u.op) {
-      v.op = u.op->OpName();
-      v.bytes = u.op->bytes;
+    if (blocked.op) {
+      v.op = blocked.op->OpName();
+      v.bytes = blocked.op->bytes;
     }
-    if (u.init)  // the creation call the members are inside
-      for (int r : u.waiting)
+    if (blocked.init)  // the creation call the members are inside
+      for (int r : blocked.waiting)
         for (const auto& t : g_.dumps()[g_.DumpOfMember(c, r)].summary.in_nccl)
           if (v.op.empty()) v.op = t.function;
-    v.waiting_ranks = Globals(u, u.waiting);
-    v.waited_s = WaitedAsOfNewest(u);
+    v.waiting_ranks = Globals(blocked, blocked.waiting);
+    v.waited_s = WaitedAsOfNewest(blocked);
     return v;
   }
 
   // How long the waiting ranks have waited as of their processes' newest dumps: the evidence
   // is the moment the hang began (a stall dump), a later dump (the teardown's SIGTERM) that
   // still shows the operation unfinished says how long the wait lasted.
-  double WaitedAsOfNewest(const BlockedOp& u) const {
-    double waited = u.waited_s;
-    if (u.p2p || u.init) return waited;
-    const CommIndex& c = g_.comms()[u.comm];
-    for (int r : u.waiting) {
+  double WaitedAsOfNewest(const BlockedOp& blocked) const {
+    double waited = blocked.waited_s;
+    if (blocked.p2p || blocked.init) return waited;
+    const CommIndex& c = g_.comms()[blocked.comm];
+    for (int r : blocked.waiting) {
       int d = g_.DumpOfMember(c, r);
       if (d < 0) continue;
       const Dump& dm = g_.dumps()[d];
-      int oi = g_.FindInFlight(d, c.id, u.seq);
+      int oi = g_.FindInFlight(d, c.id, blocked.seq);
       if (oi < 0 || dm.last_time_unix_ns <= dm.summary.time_unix_ns || set_.CompletedLater(dm, dm.summary.in_flight[oi])) continue;
       const double later = static_cast<double>(dm.last_time_unix_ns - dm.summary.time_unix_ns) / 1e9;
       waited = std::max(waited, dm.summary.in_flight[oi].age_s + later);
@@ -343,10 +343,10 @@ class Attributor {
     }
   }
 
-  Draft TerminalDraft(int ui, Cause cause, const std::vector<const Blocker*>& blockers) {
+  Draft TerminalDraft(int bi, Cause cause, const std::vector<const Blocker*>& blockers) {
     Draft d;
-    d.v = BaseVerdict(ui, cause);
-    d.units.push_back(ui);
+    d.v = BaseVerdict(bi, cause);
+    d.roots.push_back(bi);
     bool comm_ranks_only = false;
     for (const Blocker* b : blockers) {
       AddCulprit(&d, b->global, b->comm_rank, b->dump);
@@ -354,99 +354,99 @@ class Attributor {
     }
     // Communicator ranks of different communicators are different ranks: never merge those.
     d.merge_key = std::string(analysis::CauseName(cause)) + ":" + CulpritKey(d) +
-                  (comm_ranks_only ? g_.comms()[g_.units()[ui].comm].id : "");
+                  (comm_ranks_only ? g_.comms()[g_.blocked_ops()[bi].comm].id : "");
     return d;
   }
 
-  Draft MismatchDraft(int ui) {
-    const BlockedOp& u = g_.units()[ui];
+  Draft MismatchDraft(int bi) {
+    const BlockedOp& blocked = g_.blocked_ops()[bi];
     Draft d;
-    d.v = BaseVerdict(ui, Cause::Mismatch);
-    d.units.push_back(ui);
-    d.v.groups = u.groups;
-    d.v.tie = u.tie;
-    d.v.call_count_divergence = u.divergence;
+    d.v = BaseVerdict(bi, Cause::Mismatch);
+    d.roots.push_back(bi);
+    d.v.groups = blocked.groups;
+    d.v.tie = blocked.tie;
+    d.v.call_count_divergence = blocked.divergence;
     // Everyone inside the collective is waiting, the minority included; blame the minority.
     std::vector<int> waiting;
-    for (const auto& g : u.groups) waiting.insert(waiting.end(), g.ranks.begin(), g.ranks.end());
+    for (const auto& g : blocked.groups) waiting.insert(waiting.end(), g.ranks.begin(), g.ranks.end());
     std::sort(waiting.begin(), waiting.end());
     d.v.waiting_ranks.clear();
     for (int g : waiting)
-      if (std::find(u.minority.begin(), u.minority.end(), g) == u.minority.end())
+      if (std::find(blocked.minority.begin(), blocked.minority.end(), g) == blocked.minority.end())
         d.v.waiting_ranks.push_back(g);
-    for (int g : u.minority) AddCulprit(&d, g, -1, set_.IndexOfRank(g));
-    d.merge_key = "mismatch:" + std::to_string(ui);
+    for (int g : blocked.minority) AddCulprit(&d, g, -1, set_.IndexOfRank(g));
+    d.merge_key = "mismatch:" + std::to_string(bi);
     return d;
   }
 
-  // Walks the cycle through unit ui (edges staying in its component) and names its ranks.
-  Draft CycleDraft(int ui, std::vector<bool>* done) {
-    std::vector<std::pair<int, const Blocker*>> path;  // (unit, blocker leading out of it)
+  // Walks the cycle through blocked operation bi (edges staying in its component) and names its ranks.
+  Draft CycleDraft(int bi, std::vector<bool>* done) {
+    std::vector<std::pair<int, const Blocker*>> path;  // (blocked op, blocker leading out of it)
     std::map<int, size_t> seen;
-    int v = ui;
+    int v = bi;
     while (!seen.count(v)) {
       seen[v] = path.size();
       // Prefer a host that never issued the call (the order inversion) over a GPU queued
       // behind a blocked operation on its stream (a bystander of the cycle).
       const Blocker* next = nullptr;
-      for (const auto& b : g_.units()[v].blockers)
+      for (const auto& b : g_.blocked_ops()[v].blockers)
         if (b.target >= 0 && g_.Component(b.target) == g_.Component(v) &&
             (!next || (next->kind != BlockKind::kHostMissing && b.kind == BlockKind::kHostMissing)))
           next = &b;
-      if (!next) break;  // cannot happen for a cyclic unit; be safe
+      if (!next) break;  // cannot happen for a cyclic blocked operation; be safe
       path.emplace_back(v, next);
       v = next->target;
     }
     std::vector<std::pair<int, const Blocker*>> cycle(path.begin() + (seen.count(v) ? seen[v] : 0), path.end());
-    for (size_t i = 0; i < g_.units().size(); ++i)
-      if (g_.Component(i) == g_.Component(ui)) (*done)[i] = true;
-    // Start at the unit with the most waiting ranks: it is the one users see timing out.
+    for (size_t i = 0; i < g_.blocked_ops().size(); ++i)
+      if (g_.Component(i) == g_.Component(bi)) (*done)[i] = true;
+    // Start at the blocked operation with the most waiting ranks: it is the one users see timing out.
     size_t start = 0;
     for (size_t i = 0; i < cycle.size(); ++i)
-      if (g_.units()[cycle[i].first].waiting.size() > g_.units()[cycle[start].first].waiting.size()) start = i;
+      if (g_.blocked_ops()[cycle[i].first].waiting.size() > g_.blocked_ops()[cycle[start].first].waiting.size()) start = i;
     std::rotate(cycle.begin(), cycle.begin() + start, cycle.end());
 
     std::set<int> comms_in_cycle;
-    for (const auto& step : cycle) comms_in_cycle.insert(g_.units()[step.first].comm);
+    for (const auto& step : cycle) comms_in_cycle.insert(g_.blocked_ops()[step.first].comm);
     Cause cause = comms_in_cycle.size() > 1 ? Cause::CrossCommDeadlock : Cause::P2pUnmatched;
     Draft d;
-    d.v = BaseVerdict(cycle.empty() ? ui : cycle[0].first, cause);
-    d.units.push_back(cycle.empty() ? ui : cycle[0].first);
-    for (size_t i = 1; i < cycle.size(); ++i) d.units.push_back(cycle[i].first);  // not consequences
+    d.v = BaseVerdict(cycle.empty() ? bi : cycle[0].first, cause);
+    d.roots.push_back(cycle.empty() ? bi : cycle[0].first);
+    for (size_t i = 1; i < cycle.size(); ++i) d.roots.push_back(cycle[i].first);  // not consequences
     if (cycle.empty()) return d;
     // Everyone inside an operation of the cycle waits on the deadlock.
     for (const auto& step : cycle) {
-      const BlockedOp& cu = g_.units()[step.first];
+      const BlockedOp& cu = g_.blocked_ops()[step.first];
       std::vector<int> w = Globals(cu, cu.waiting);
       d.v.waiting_ranks.insert(d.v.waiting_ranks.end(), w.begin(), w.end());
       d.v.waited_s = std::max(d.v.waited_s, cu.waited_s);
     }
     std::sort(d.v.waiting_ranks.begin(), d.v.waiting_ranks.end());
     d.v.waiting_ranks.erase(std::unique(d.v.waiting_ranks.begin(), d.v.waiting_ranks.end()), d.v.waiting_ranks.end());
-    // Rank b_{i-1} waits inside unit i for rank b_i.
+    // Rank b_{i-1} waits inside blocked operation i for rank b_i.
     const Blocker* prev = cycle.back().second;
     d.v.cycle.push_back(prev->global);
-    for (const auto& [unit, b] : cycle) {
+    for (const auto& [step_op, b] : cycle) {
       d.v.cycle.push_back(b->global);
-      d.v.cycle_steps.push_back(StepOf(unit, prev->global, b->global));
+      d.v.cycle_steps.push_back(StepOf(step_op, prev->global, b->global));
       AddCulprit(&d, b->global, b->comm_rank, b->dump);
       prev = b;
     }
-    d.merge_key = "cycle:" + std::to_string(ui);
+    d.merge_key = "cycle:" + std::to_string(bi);
     return d;
   }
 
-  CycleStep StepOf(int ui, int from, int to) const {
-    const BlockedOp& u = g_.units()[ui];
-    const CommIndex& c = g_.comms()[u.comm];
+  CycleStep StepOf(int bi, int from, int to) const {
+    const BlockedOp& blocked = g_.blocked_ops()[bi];
+    const CommIndex& c = g_.comms()[blocked.comm];
     CycleStep step;
     step.from = from;
     step.to = to;
-    step.unit = OpRef{u.op ? u.op->OpName() : "?", u.seq, c.id, c.name};
-    step.p2p = u.p2p;
-    if (u.p2p) {
-      step.p2p_src = c.global[u.src];
-      step.p2p_dst = c.global[u.dst];
+    step.op = OpRef{blocked.op ? blocked.op->OpName() : "?", blocked.seq, c.id, c.name};
+    step.p2p = blocked.p2p;
+    if (blocked.p2p) {
+      step.p2p_src = c.global[blocked.src];
+      step.p2p_dst = c.global[blocked.dst];
     }
     return step;
   }
@@ -480,55 +480,55 @@ class Attributor {
         continue;
       }
       Draft& m = out[it->second];
-      // Keep as primary the unit with the most waiting ranks.
-      if (!d.units.empty() && (m.units.empty() || g_.units()[d.units[0]].waiting.size() > g_.units()[m.units[0]].waiting.size())) {
-        std::vector<int> units = std::move(m.units);
-        d.units.insert(d.units.end(), units.begin(), units.end());
+      // Keep as primary the blocked operation with the most waiting ranks.
+      if (!d.roots.empty() && (m.roots.empty() || g_.blocked_ops()[d.roots[0]].waiting.size() > g_.blocked_ops()[m.roots[0]].waiting.size())) {
+        std::vector<int> roots = std::move(m.roots);
+        d.roots.insert(d.roots.end(), roots.begin(), roots.end());
         m.v = std::move(d.v);
-        m.units = std::move(d.units);
+        m.roots = std::move(d.roots);
         m.culprits = std::move(d.culprits);
       } else {
-        m.units.insert(m.units.end(), d.units.begin(), d.units.end());
+        m.roots.insert(m.roots.end(), d.roots.begin(), d.roots.end());
       }
     }
     return out;
   }
 
-  Consequence ConsequenceOf(int ui) const {
-    const BlockedOp& u = g_.units()[ui];
-    const CommIndex& c = g_.comms()[u.comm];
+  Consequence ConsequenceOf(int bi) const {
+    const BlockedOp& blocked = g_.blocked_ops()[bi];
+    const CommIndex& c = g_.comms()[blocked.comm];
     Consequence q;
     q.comm = c.id;
     q.comm_name = c.name;
     q.comm_size = c.size;
-    q.seq = u.seq;
-    q.op = u.op ? u.op->OpName() : "";
-    q.waiting_ranks = Globals(u, u.waiting);
+    q.seq = blocked.seq;
+    q.op = blocked.op ? blocked.op->OpName() : "";
+    q.waiting_ranks = Globals(blocked, blocked.waiting);
     return q;
   }
 
-  // Units that wait, directly or through others, on this verdict's root units.
+  // Blocked operations that wait, directly or through others, on this verdict's roots.
   void AddConsequences(Draft* d) {
-    if (d->units.empty()) return;
-    if (reverse_.empty() && !g_.units().empty()) {
-      reverse_.resize(g_.units().size());
-      for (size_t v = 0; v < g_.units().size(); ++v)
-        for (const auto& b : g_.units()[v].blockers)
+    if (d->roots.empty()) return;
+    if (reverse_.empty() && !g_.blocked_ops().empty()) {
+      reverse_.resize(g_.blocked_ops().size());
+      for (size_t v = 0; v < g_.blocked_ops().size(); ++v)
+        for (const auto& b : g_.blocked_ops()[v].blockers)
           if (b.target >= 0) reverse_[b.target].push_back(static_cast<int>(v));
     }
-    std::vector<bool> seen(g_.units().size(), false);
-    std::vector<int> queue(d->units.begin(), d->units.end());
-    for (int u : queue) seen[u] = true;
+    std::vector<bool> seen(g_.blocked_ops().size(), false);
+    std::vector<int> queue(d->roots.begin(), d->roots.end());
+    for (int bi : queue) seen[bi] = true;
     for (size_t i = 0; i < queue.size(); ++i)
       for (int w : reverse_[queue[i]])
         if (!seen[w]) {
           seen[w] = true;
           queue.push_back(w);
         }
-    // Units of the root itself (a deadlock's cycle) are not consequences; other merged roots are.
+    // Blocked operations of the root itself (a deadlock's cycle) are not consequences; other merged roots are.
     bool cycle = d->v.cause == Cause::CrossCommDeadlock || !d->v.cycle.empty();
     for (size_t i = 1; i < queue.size(); ++i)
-      if (!(cycle && i < d->units.size())) d->v.consequences.push_back(ConsequenceOf(queue[i]));
+      if (!(cycle && i < d->roots.size())) d->v.consequences.push_back(ConsequenceOf(queue[i]));
   }
 
   size_t Impact(const Draft& d) const {
@@ -541,19 +541,19 @@ class Attributor {
   // Evidence: stacks of the culprits, read from their full dumps.
 
   void AddEvidence(Draft* d) {
-    const BlockedOp* u = d->units.empty() ? nullptr : &g_.units()[d->units[0]];
+    const BlockedOp* blocked = d->roots.empty() ? nullptr : &g_.blocked_ops()[d->roots[0]];
     size_t n = std::min(d->culprits.size(), options_.max_evidence);
     for (size_t i = 0; i < n; ++i) {
       int dump = d->culprits[i].dump;
       CulpritEvidence e;
       e.rank = d->culprits[i].global;
       e.comm_rank = d->culprits[i].comm_rank;
-      if (u && e.rank >= 0) {
-        const CommIndex& c = g_.comms()[u->comm];
+      if (blocked && e.rank >= 0) {
+        const CommIndex& c = g_.comms()[blocked->comm];
         for (int r = 0; r < c.size; ++r)
           if (c.global[r] == e.rank) e.comm_rank = r;
       }
-      evidence_.Fill(u, dump, &e);
+      evidence_.Fill(blocked, dump, &e);
       d->v.evidence.push_back(std::move(e));
     }
     if (d->v.cause == Cause::StuckInCollective && !d->v.waiting_ranks.empty()) {

@@ -29,7 +29,7 @@ bool WaitsForWork(const trace::Thread& t) {
 
 }  // namespace
 
-void Evidence::Fill(const BlockedOp* u, int dump, CulpritEvidence* e) {
+void Evidence::Fill(const BlockedOp* blocked, int dump, CulpritEvidence* e) {
   if (dump < 0) {
     auto it = e->rank >= 0 ? set_.unreadable_ranks().find(e->rank) : set_.unreadable_ranks().end();
     if (it != set_.unreadable_ranks().end()) {
@@ -49,7 +49,7 @@ void Evidence::Fill(const BlockedOp* u, int dump, CulpritEvidence* e) {
   e->host = s.host;
   e->pid = s.pid;
   e->file = dm.file_name;
-  e->position = PositionOf(u, dump);
+  e->position = PositionOf(blocked, dump);
 
   const trace::Detail* det = set_.Detail(dump);
   if (!det) {
@@ -57,14 +57,14 @@ void Evidence::Fill(const BlockedOp* u, int dump, CulpritEvidence* e) {
     e->stack_note_text = dm.detail_problem;
     return;
   }
-  // Call site: its operation in the blocked unit, else its last on that communicator, else
+  // Call site: its operation in the blocked one, else its last on that communicator, else
   // its last at all (all from the ring when not in flight).
   const trace::Op* op = s.failed ? &*s.failed : nullptr;
-  if (u && !op) {
-    const std::string& comm = g_.comms()[u->comm].id;
-    int oi = u->p2p ? -1 : g_.FindInFlight(dump, comm, u->seq);
+  if (blocked && !op) {
+    const std::string& comm = g_.comms()[blocked->comm].id;
+    int oi = blocked->p2p ? -1 : g_.FindInFlight(dump, comm, blocked->seq);
     if (oi >= 0) op = &s.in_flight[oi];
-    for (auto it = s.in_flight.begin(); !op && u->p2p && it != s.in_flight.end(); ++it)
+    for (auto it = s.in_flight.begin(); !op && blocked->p2p && it != s.in_flight.end(); ++it)
       if (it->comm == comm && it->IsP2p()) op = &*it;
     for (auto it = s.in_flight.rbegin(); !op && it != s.in_flight.rend(); ++it)
       if (it->comm == comm) op = &*it;
@@ -158,7 +158,7 @@ void Evidence::Fill(const BlockedOp* u, int dump, CulpritEvidence* e) {
   }
 }
 
-CulpritPosition Evidence::PositionOf(const BlockedOp* u, int dump) const {
+CulpritPosition Evidence::PositionOf(const BlockedOp* blocked, int dump) const {
   using Position = CommPosition;
   CulpritPosition p;
   const trace::Summary& s = g_.dumps()[dump].summary;
@@ -215,27 +215,27 @@ CulpritPosition Evidence::PositionOf(const BlockedOp* u, int dump) const {
   auto unknown_to_box = [&](int64_t seq) {
     if (!from_box) return false;
     if (p.states_never) return true;
-    const std::string& comm = g_.comms()[u->comm].id;
+    const std::string& comm = g_.comms()[blocked->comm].id;
     int oi = g_.FindInFlight(dump, comm, seq);
     return oi < 0 || s.in_flight[oi].state.Is(trace::OpState::Unknown);
   };
-  if (u && !u->p2p) {
-    const trace::CommSummary* cs = g_.StateOf(dump, u->comm);
+  if (blocked && !blocked->p2p) {
+    const trace::CommSummary* cs = g_.StateOf(dump, blocked->comm);
     if (!cs) {
       p.comm_state = Position::NotCreated;
-    } else if (cs->last_enqueued < u->seq && cs->last_completed < cs->last_enqueued) {
+    } else if (cs->last_enqueued < blocked->seq && cs->last_completed < cs->last_enqueued) {
       p.comm_seq = cs->last_completed + 1;
       p.comm_state = unknown_to_box(p.comm_seq) ? Position::GpuUnknown : Position::GpuBehind;
-    } else if (cs->last_enqueued < u->seq) {
+    } else if (cs->last_enqueued < blocked->seq) {
       p.comm_state = Position::NotCalled;
       p.comm_seq = cs->last_enqueued;
     } else {
-      int oi = g_.FindInFlight(dump, g_.comms()[u->comm].id, u->seq);
+      int oi = g_.FindInFlight(dump, g_.comms()[blocked->comm].id, blocked->seq);
       if (oi >= 0 && s.in_flight[oi].age_s >= 0) p.issued_age_s = s.in_flight[oi].age_s;
-      p.comm_state = cs->last_gpu_reached >= u->seq ? Position::GpuInside
-                     : unknown_to_box(u->seq)          ? Position::GpuUnknown
+      p.comm_state = cs->last_gpu_reached >= blocked->seq ? Position::GpuInside
+                     : unknown_to_box(blocked->seq)          ? Position::GpuUnknown
                                                        : Position::GpuNotReached;
-      p.comm_seq = u->seq;
+      p.comm_seq = blocked->seq;
     }
   }
   p.then = g_.dumps()[dump].then;

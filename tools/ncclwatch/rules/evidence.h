@@ -11,11 +11,11 @@ namespace analysis {
 class Evidence {
  public:
   Evidence(const WaitGraph& graph, DumpSet& set) : g_(graph), set_(set) {}
-  // Fills everything but rank and comm_rank (the caller's); `u` is the verdict's blocked
+  // Fills everything but rank and comm_rank (the caller's); `blocked` is the verdict's blocked
   // operation (null: none), `dump` the culprit's (-1: it left none).
-  void Fill(const BlockedOp* u, int dump, CulpritEvidence* e);
-  // Where the culprit of `dump` is; on the communicator of `u` too when `u` is a collective.
-  CulpritPosition PositionOf(const BlockedOp* u, int dump) const;
+  void Fill(const BlockedOp* blocked, int dump, CulpritEvidence* e);
+  // Where the culprit of `dump` is; on the communicator of `blocked` too when `blocked` is a collective.
+  CulpritPosition PositionOf(const BlockedOp* blocked, int dump) const;
 
  private:
   const WaitGraph& g_;

@@ -52,14 +52,14 @@ std::vector<Dump> EpisodeOf(const DumpSet& set, const Dump& stall) {
   chosen[stall.ProcessKey()] = &stall;
   auto consider = [&](const Dump& d) {
     if (d.ProcessKey() == stall.ProcessKey()) return;
-    bool answer = d.summary.trigger && d.summary.trigger->reason == trace::DumpReasonName(trace::DumpReason::Stall) &&
+    bool answer = d.summary.answered && d.summary.answered->reason == trace::DumpReasonName(trace::DumpReason::Stall) &&
                   d.summary.time_unix_ns >= stuck_since;
     bool same_stall = IsReason(d, trace::DumpReason::Stall) && KeyOf(StalledOp(d)) == key;
     if (!answer && !same_stall) return;
     auto [it, inserted] = chosen.emplace(d.ProcessKey(), &d);
     if (inserted) return;
     const Dump* have = it->second;
-    bool have_answer = have->summary.trigger.has_value();
+    bool have_answer = have->summary.answered.has_value();
     // An answer to the request beats the process's own stall; of two alike, the earlier.
     if ((answer && !have_answer) || (answer == have_answer && d.summary.dump_seq < have->summary.dump_seq))
       it->second = &d;

@@ -1,6 +1,5 @@
-#include "dump/signals.h"
+#include "process/signals.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -14,6 +13,8 @@
 
 #include "common/config.h"
 #include "common/log.h"
+#include "common/signal_frames.h"
+#include "common/thread_id.h"
 #include "dump/dump_files.h"
 
 namespace ncclwatch {
@@ -35,7 +36,6 @@ std::atomic<int> g_watchdog_tid{0};
 std::atomic<int> g_pending{0};  // the signal waiting for its dump; negated once the watchdog took it
 std::atomic<uint64_t> g_requested{0};
 std::atomic<uint64_t> g_done{0};
-std::atomic<uintptr_t> g_trampoline{0};
 
 bool IsFatal(int sig) {
   for (int s : kFatal)
@@ -174,7 +174,7 @@ void Handler(int sig, siginfo_t* info, void* uctx) {
     errno = saved_errno;
     return;
   }
-  bool on_watchdog = static_cast<int>(syscall(SYS_gettid)) == g_watchdog_tid.load();
+  bool on_watchdog = CurrentTid() == g_watchdog_tid.load();
   // The watchdog leaves the fatal signals unblocked for its own faults, so a SIGSEGV or SIGABRT
   // sent to the process (kill) can land on it, where nobody could write the dump. The kernel
   // would have given it to a thread that does not block it: the watchdog blocks it from here on
@@ -196,7 +196,7 @@ void Handler(int sig, siginfo_t* info, void* uctx) {
     }
     // Named by this thread's id, the call passes the kernel's check that only a process itself
     // may queue a kill()'s siginfo, and still goes to the whole process (what kill(2) gives if not).
-    if (syscall(SYS_rt_sigqueueinfo, static_cast<pid_t>(syscall(SYS_gettid)), sig, &again) == 0 ||
+    if (syscall(SYS_rt_sigqueueinfo, CurrentTid(), sig, &again) == 0 ||
         kill(g_owner_pid, sig) == 0) {
       errno = saved_errno;
       return;
@@ -281,7 +281,7 @@ bool Install(int sig) {
   if (sigaction(sig, &sa, &g_previous[sig]) != 0) return false;
   g_installed[sig].store(true);
   struct sigaction now {};
-  if (sigaction(sig, nullptr, &now) == 0) g_trampoline.store(reinterpret_cast<uintptr_t>(now.sa_restorer));
+  if (sigaction(sig, nullptr, &now) == 0) SetSignalTrampoline(reinterpret_cast<uintptr_t>(now.sa_restorer));
   return true;
 }
 
@@ -312,14 +312,6 @@ void InstallSignalHandlers(bool terminate_and_fatal, int dump_signal, uint64_t w
 }
 
 void SetWatchdogTid(int tid) { g_watchdog_tid.store(tid); }
-
-uintptr_t SignalTrampoline() { return g_trampoline.load(); }
-
-bool InOurLibrary(uintptr_t ip) {
-  Dl_info mine, theirs;
-  return dladdr(reinterpret_cast<void*>(&InOurLibrary), &mine) && dladdr(reinterpret_cast<void*>(ip), &theirs) &&
-         mine.dli_fbase == theirs.dli_fbase;
-}
 
 int TakePendingSignal(trace::DumpReason* reason) {
   int sig = g_pending.load();

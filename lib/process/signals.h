@@ -1,5 +1,8 @@
-// Dumps on signals, then behaves exactly as if ncclwatch were not there: the handler that was
-// installed before runs (or the default action, so the exit status is unchanged).
+// The process's signal handling: dumps on signals, then behaves exactly as if ncclwatch were
+// not there: the handler that was installed before runs (or the default action, so the exit
+// status is unchanged). Above dump/ (a signal that ends the process abandons the dump being
+// written), below runtime/; what our handler leaves on a stack, which dumps cut off, is in
+// common/signal_frames.h.
 //
 // Handlers only do async-signal-safe things: they post a request and wake the watchdog thread,
 // which writes the dump, and wait for it at most NCCLWATCH_SIGNAL_WAIT_MS.
@@ -30,13 +33,6 @@ void SetWatchdogTid(int tid);
 // Watchdog side: the signal waiting for a dump, if any (0 none); then DoneSignalDump().
 int TakePendingSignal(trace::DumpReason* reason);
 void DoneSignalDump();
-
-// The address the kernel returns to after a handler (glibc's restorer), 0 if unknown: a
-// thread's stack that has ncclwatch's handler above this frame was interrupted by our signal,
-// and the frames below it are the application's.
-uintptr_t SignalTrampoline();
-// True for an address inside libncclwatch itself.
-bool InOurLibrary(uintptr_t ip);
 
 // For tests: restores the handlers that were installed before.
 void UninstallSignalHandlers();

@@ -1,6 +1,5 @@
-#include "exit/exit_path.h"
+#include "process/exit_path.h"
 
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,16 +11,13 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/quietly.h"
+#include "common/thread_id.h"
 #include "common/timing.h"
-#include "dump/signals.h"
+#include "process/signals.h"
 #include "format/display.h"
 #include "stacks/stacks.h"
 
 namespace ncclwatch {
-namespace {
-int32_t CurrentTid() { return static_cast<int32_t>(syscall(SYS_gettid)); }
-}  // namespace
-
 void ExitPath::AtExit(int status) {
   if (p_.identity->pid != getpid()) return;
   Watchdog& watchdog = *p_.watchdog;
@@ -52,8 +48,8 @@ void ExitPath::OnQuickExit(int status) {
     p_.watchdog->Wake();
   }
   // Bounded, with async-signal-safe calls only: the exit goes ahead whatever happens.
-  const timespec step{0, 2 * 1000 * 1000};
-  for (uint64_t waited_ms = 0; waited_ms < p_.config->signal_wait_ms; waited_ms += 2) {
+  const timespec step{0, static_cast<long>(timing::Ns(timing::kQuickExitCheck))};
+  for (uint64_t waited_ms = 0; waited_ms < p_.config->signal_wait_ms; waited_ms += timing::Ms(timing::kQuickExitCheck)) {
     if (quick_exit_.load(std::memory_order_acquire) == kQuickExitDone) return;
     nanosleep(&step, nullptr);
   }
