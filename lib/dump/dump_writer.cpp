@@ -19,7 +19,7 @@ trace::Summary SummaryOf(const DumpInput& in) {
   s.host = in.identity.host;
   s.pid = in.identity.pid;
   s.dump_seq = static_cast<int64_t>(in.dump_seq);
-  s.reason = trace::DumpReasonName(in.reason);
+  s.reason = trace::DumpReasonValue::Of(in.reason);
   s.detail = in.detail;
   if (in.trigger)
     s.trigger = trace::AnsweredRequest{in.trigger->request, in.trigger->origin_rank, in.trigger->origin_host,

@@ -111,7 +111,7 @@ Document RandomDocument(Random& r) {
   s.host = r.Text();
   s.pid = r.Any();
   s.dump_seq = r.Any();
-  s.reason = r.Text();
+  s.reason = DumpReasonValue::Named(r.Text());
   s.detail = r.Text(40);
   if (r.Coin()) s.trigger = AnsweredRequest{r.Text(), r.Int32(), r.Text(), r.Text()};
   s.time_unix_ns = r.Any();
@@ -202,6 +202,7 @@ TEST_CASE("random documents written and read back are equal") {
     CHECK(summary_only.detail == nullptr);
   }
 }
+
 
 TEST_CASE("the ring can be streamed: the same text as from a vector") {
   Random r(99);

@@ -379,7 +379,7 @@ class LiveWatch {
     int stalls = 0;
     for (const auto* list : {&set.dumps(), &set.history()})
       for (const auto& d : *list) {
-        if (before_.count(d.file_name) || d.summary.reason != trace::DumpReasonName(trace::DumpReason::Stall)) continue;
+        if (before_.count(d.file_name) || !d.summary.reason.Is(trace::DumpReason::Stall)) continue;
         if (!set.StallOver(d)) return false;
         ++stalls;
       }
@@ -402,7 +402,7 @@ class LiveWatch {
         ++ours;
         processes.insert(d.ProcessKey());
         if (d.summary.nccl_version > 0) versions.insert(d.summary.nccl_version);
-        stalls += d.summary.reason == trace::DumpReasonName(trace::DumpReason::Stall);
+        stalls += d.summary.reason.Is(trace::DumpReason::Stall);
         recovered += set.StallRecovered(d);
       }
     for (const auto& d : set.dumps())
