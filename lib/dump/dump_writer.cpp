@@ -19,7 +19,7 @@ trace::Summary SummaryOf(const DumpInput& in) {
   s.host = in.identity.host;
   s.pid = in.identity.pid;
   s.dump_seq = static_cast<int64_t>(in.dump_seq);
-  s.reason = trace::DumpReasonName(in.reason);
+  s.reason = trace::DumpReasonValue::Of(in.reason);
   s.detail = in.detail;
   if (in.answered)
     s.answered = trace::AnsweredRequest{in.answered->request, in.answered->origin_rank, in.answered->origin_host,

@@ -540,6 +540,92 @@ OpStateValue ParseState(const std::string& s) {
   return v;
 }
 
+KeyValues KeyValuesFromJson(const json* obj) {
+  KeyValues kvs;
+  if (obj && obj->is_object())
+    for (auto it = obj->begin(); it != obj->end(); ++it)
+      if (it.value().is_string()) kvs.emplace_back(it.key(), it.value().get<std::string>());
+  return kvs;
+}
+
+std::vector<std::string> TextsFromJson(const json* arr) {
+  std::vector<std::string> texts;
+  if (arr && arr->is_array())
+    for (const auto& a : *arr)
+      if (a.is_string()) texts.push_back(a.get<std::string>());
+  return texts;
+}
+
+void ReadOpKind(const json& j, const char* k, Op* op) {
+  op->op_name = GetString(j, k);
+  op->op_known = ParseOpKind(op->op_name.c_str(), &op->op);
+  if (op->op_known) op->op_name.clear();  // the kind says it; don't keep the string twice
+}
+
+// The reader of each listed record (records.h, "Field lists"): its fields in list order.
+#define NCCLWATCH_DECLARE_FIELDS_READER(Type, LIST) void ReadFields(const json& j, Type* r);
+NCCLWATCH_FOR_EACH_LISTED_RECORD(NCCLWATCH_DECLARE_FIELDS_READER)
+#undef NCCLWATCH_DECLARE_FIELDS_READER
+
+// A record of an array, read whole; false: the reader drops it.
+template <typename Record>
+bool ReadElement(const json& j, Record* r) {
+  ReadFields(j, r);
+  return true;
+}
+// A communicator without id cannot be matched across ranks (dropped before its other fields
+// are read, so their values out of range are not named); a rank beyond its size is unknown.
+bool ReadElement(const json& j, CommSummary* c) {
+  c->id = GetString(j, key::kId);
+  if (c->id.empty()) return false;
+  ReadFields(j, c);
+  if (c->size > 0 && c->rank >= c->size) c->rank = kUnknownRank;
+  return true;
+}
+
+template <typename Record>
+void ReadObjects(const json& j, const char* k, std::vector<Record>* out) {
+  ForEachObject(j, k, [&](const json& e) {
+    Record r;
+    if (ReadElement(e, &r)) out->push_back(std::move(r));
+  });
+}
+
+template <typename Record>
+void ReadObject(const json& j, const char* k, std::optional<Record>* out) {
+  if (const json* v = Find(j, k); v && v->is_object()) ReadFields(*v, &out->emplace());
+}
+
+// How each `how` of a field list is read (j: the object, k: the key, r: the record).
+#define NCCLWATCH_FIELD_READ_Text(j, k, def, r, m) r->m = GetString(j, k)
+#define NCCLWATCH_FIELD_READ_TextOrNull(j, k, def, r, m) r->m = GetString(j, k)
+#define NCCLWATCH_FIELD_READ_Int(j, k, def, r, m) r->m = GetInt(j, k, def)
+#define NCCLWATCH_FIELD_READ_Int32(j, k, def, r, m) r->m = GetInt32(j, k, def)
+#define NCCLWATCH_FIELD_READ_Rank(j, k, def, r, m) r->m = GetRank(j, k, def)
+#define NCCLWATCH_FIELD_READ_Seq(j, k, def, r, m) r->m = GetSeq(j, k)
+#define NCCLWATCH_FIELD_READ_Real(j, k, def, r, m) r->m = GetDouble(j, k, def)
+#define NCCLWATCH_FIELD_READ_Flag(j, k, def, r, m) r->m = GetBool(j, k, def)
+#define NCCLWATCH_FIELD_READ_RealIfSet(j, k, def, r, m) r->m = GetDouble(j, k, def)
+#define NCCLWATCH_FIELD_READ_IntIfSet(j, k, def, r, m) r->m = GetInt(j, k, def)
+#define NCCLWATCH_FIELD_READ_IntIfNonZero(j, k, def, r, m) r->m = GetInt(j, k, def)
+#define NCCLWATCH_FIELD_READ_Object(j, k, def, r, m) ReadObject(j, k, &r->m)
+#define NCCLWATCH_FIELD_READ_ObjectIfSet(j, k, def, r, m) ReadObject(j, k, &r->m)
+#define NCCLWATCH_FIELD_READ_Objects(j, k, def, r, m) ReadObjects(j, k, &r->m)
+#define NCCLWATCH_FIELD_READ_Texts(j, k, def, r, m) r->m = TextsFromJson(Find(j, k))
+#define NCCLWATCH_FIELD_READ_KeyValues(j, k, def, r, m) r->m = KeyValuesFromJson(Find(j, k))
+#define NCCLWATCH_FIELD_READ_OpKind(j, k, def, r, m) ReadOpKind(j, k, r)
+#define NCCLWATCH_FIELD_READ_OpState(j, k, def, r, m) r->m = ParseState(GetString(j, k))
+#define NCCLWATCH_FIELD_READ_Reason(j, k, def, r, m) r->m = DumpReasonValue::Named(GetString(j, k))
+#define NCCLWATCH_FIELD_READ_Part(j, k, def, r, m)
+
+#define NCCLWATCH_READ_FIELD(type, member, def, key_name, how) \
+  NCCLWATCH_FIELD_READ_##how(j, key::key_name, def, r, member);
+#define NCCLWATCH_DEFINE_FIELDS_READER(Type, LIST) \
+  void ReadFields(const json& j, Type* r) { LIST(NCCLWATCH_READ_FIELD) }
+NCCLWATCH_FOR_EACH_LISTED_RECORD(NCCLWATCH_DEFINE_FIELDS_READER)
+#undef NCCLWATCH_DEFINE_FIELDS_READER
+#undef NCCLWATCH_READ_FIELD
+
 // "0x1f" (as written) or a plain number; 0 when neither.
 uint64_t ParseIp(const json& obj, const char* k) {
   const json* v = Find(obj, k);
@@ -559,10 +645,7 @@ Stack StackFromJson(const json& j) {
                         static_cast<uint64_t>(GetInt(f, key::kOffset, 0)), GetString(f, key::kBuildId),
                         ParseIp(f, key::kModuleOffset), GetBool(f, key::kInterrupted, false)});
   });
-  ForEachObject(j, key::kPython, [&](const json& f) {
-    s.python.push_back({GetString(f, key::kFile), GetInt(f, key::kLine, 0),
-                        GetString(f, key::kFunction), GetBool(f, key::kLibrary, false)});
-  });
+  ReadObjects(j, key::kPython, &s.python);
   return s;
 }
 
@@ -634,137 +717,23 @@ DumpDocument ParseDocumentFromBuffer(std::string_view bytes, ReadDepth depth, ui
 
 Op OpFromJson(const json& j) {
   Op op;
-  op.comm = GetString(j, key::kComm);
-  op.seq = GetSeq(j, key::kSeq);
-  op.p2p_seq = GetSeq(j, key::kP2pSeq);
-  op.op_name = GetString(j, key::kOp);
-  op.op_known = ParseOpKind(op.op_name.c_str(), &op.op);
-  if (op.op_known) op.op_name.clear();  // the kind says it; don't keep the string twice
-  op.count = GetInt(j, key::kCount, -1);
-  op.dtype = GetString(j, key::kDtype);
-  op.bytes = GetInt(j, key::kBytes, -1);
-  op.redop = GetString(j, key::kRedop);
-  op.root = GetInt32(j, key::kRoot, -1);
-  op.peer = GetInt32(j, key::kPeer, -1);
-  op.stream = GetString(j, key::kStream);
-  op.group = GetInt(j, key::kGroup, 0);
-  op.tid = GetInt(j, key::kTid, 0);
-  op.enqueue_ns = GetInt(j, key::kEnqueueNs, 0);
-  op.gpu_reached_ns = GetInt(j, key::kGpuReachedNs, 0);
-  op.completed_ns = GetInt(j, key::kCompletedNs, 0);
-  op.state = ParseState(GetString(j, key::kState));
-  op.result = GetInt(j, key::kResult, 0);
-  op.callsite = GetInt(j, key::kCallsite, -1);
-  op.gpu_ms = GetDouble(j, key::kGpuMs, -1);
-  op.age_s = GetDouble(j, key::kAgeS, -1);
-  op.deadline_s = GetDouble(j, key::kDeadlineS, -1);
+  ReadFields(j, &op);
   return op;
 }
 
 Summary SummaryFromJson(const json& j) {
   Summary s;
-  s.rank = GetRank(j, key::kRank, kUnknownRank);
-  s.local_rank = GetInt32(j, key::kLocalRank, kUnknownRank);
-  s.world_size = GetRank(j, key::kWorldSize, -1);
-  s.host = GetString(j, key::kHost);
-  s.pid = GetInt(j, key::kPid, 0);
-  s.dump_seq = GetInt(j, key::kDumpSeq, 0);
-  s.reason = GetString(j, key::kReason);
-  s.detail = GetString(j, key::kDetail);
-  if (const json* t = Find(j, key::kTrigger); t && t->is_object())
-    s.answered = AnsweredRequest{GetString(*t, key::kRequest), GetInt32(*t, key::kOriginRank, kUnknownRank),
-                            GetString(*t, key::kOriginHost), GetString(*t, key::kReason)};
-  s.time_unix_ns = GetInt(j, key::kTimeUnixNs, 0);
-  s.time_mono_ns = GetInt(j, key::kTimeMonoNs, 0);
-  s.start_mono_ns = GetInt(j, key::kStartMonoNs, 0);
-  s.nccl_version = GetInt(j, key::kNcclVersion, 0);
-  ForEachObject(j, key::kInNccl, [&](const json& t) {
-    s.in_nccl.push_back({GetInt(t, key::kTid, 0), GetString(t, key::kFunction),
-                         GetDouble(t, key::kSinceS, -1)});
-  });
-  ForEachObject(j, key::kComms, [&](const json& c) {
-    CommSummary cs;
-    cs.id = GetString(c, key::kId);
-    if (cs.id.empty()) return;  // a communicator without id cannot be matched across ranks
-    cs.size = GetRank(c, key::kSize, 0);
-    cs.rank = GetRank(c, key::kRank, kUnknownRank);
-    if (cs.size > 0 && cs.rank >= cs.size) cs.rank = kUnknownRank;
-    cs.name = GetString(c, key::kName);
-    cs.state = GetString(c, key::kState);
-    cs.last_enqueued = GetSeq(c, key::kLastEnqueued);
-    cs.last_gpu_reached = GetSeq(c, key::kLastGpuReached);
-    cs.last_completed = GetSeq(c, key::kLastCompleted);
-    ForEachObject(c, key::kP2p, [&](const json& p) {
-      cs.p2p.push_back({GetRank(p, key::kPeer, -1), GetSeq(p, key::kSendEnqueued),
-                        GetSeq(p, key::kSendCompleted), GetSeq(p, key::kRecvEnqueued),
-                        GetSeq(p, key::kRecvCompleted)});
-    });
-    s.comms.push_back(std::move(cs));
-  });
-  ForEachObject(j, key::kInFlight, [&](const json& o) { s.in_flight.push_back(OpFromJson(o)); });
-  if (const json* st = Find(j, key::kStalled); st && st->is_object()) s.stalled = OpFromJson(*st);
-  s.ring_overwritten = GetInt(j, key::kRingOverwritten, 0);
-  s.process_uid = GetString(j, key::kProcessUid);
-  s.job_instance = GetString(j, key::kJobInstance);
-  s.start_unix_ns = GetInt(j, key::kStartUnixNs, 0);
-  s.exit_status = GetInt(j, key::kExitStatus, -1);
-  if (const json* f = Find(j, key::kFailed); f && f->is_object()) s.failed = OpFromJson(*f);
-  s.error_result = GetInt(j, key::kErrorResult, 0);
-  s.states_as_of_mono_ns = GetInt(j, key::kStatesAsOfMonoNs, -1);
-  if (const json* e = Find(j, key::kException); e && e->is_object())
-    s.exception = UncaughtException{GetString(*e, key::kType), GetString(*e, key::kMessage),
-                                    GetString(*e, key::kFile), GetInt(*e, key::kLine, 0),
-                                    GetString(*e, key::kFunction)};
-  if (const json* st = Find(j, key::kStopped); st && st->is_object())
-    s.stopped = StopRecord{GetString(*st, key::kHow), GetInt(*st, key::kSeenUnixNs, 0), GetInt(*st, key::kLastSeenUnixNs, 0)};
+  ReadFields(j, &s);
   return s;
 }
-
-namespace {
-
-KeyValues KeyValuesFromJson(const json* obj) {
-  KeyValues kvs;
-  if (obj && obj->is_object())
-    for (auto it = obj->begin(); it != obj->end(); ++it)
-      if (it.value().is_string()) kvs.emplace_back(it.key(), it.value().get<std::string>());
-  return kvs;
-}
-
-}  // namespace
 
 Detail DetailFromJson(const json& top) {
   Detail d;
   const json* p = Find(top, key::kProcess);
   // A dump without the full detail (a recovery) is light: it has recoveries only.
   d.light = !p && !Find(top, key::kRing) && !Find(top, key::kCommunicators);
-  if (p) {
-    d.process.exe = GetString(*p, key::kExe);
-    if (const json* cl = Find(*p, key::kCmdline); cl && cl->is_array())
-      for (const auto& a : *cl)
-        if (a.is_string()) d.process.cmdline.push_back(a.get<std::string>());
-    d.process.cwd = GetString(*p, key::kCwd);
-    d.process.env = KeyValuesFromJson(Find(*p, key::kEnv));
-    d.process.cuda_driver_version = GetInt(*p, key::kCudaDriverVersion, 0);
-    d.process.ncclwatch_version = GetString(*p, key::kNcclwatchVersion);
-    d.process.config = KeyValuesFromJson(Find(*p, key::kConfig));
-  }
-  ForEachObject(top, key::kCommunicators, [&](const json& c) {
-    Communicator ci;
-    ci.id = GetString(c, key::kId);
-    ci.size = GetInt32(c, key::kSize, 0);
-    ci.rank = GetInt32(c, key::kRank, kUnknownRank);
-    ci.name = GetString(c, key::kName);
-    ci.state = GetString(c, key::kState);
-    ci.device = GetInt(c, key::kDevice, -1);
-    ci.kind = GetString(c, key::kKind);
-    ci.parent = GetString(c, key::kParent);
-    ci.color = GetInt(c, key::kColor, -1);
-    ci.key = GetInt(c, key::kKey, -1);
-    ci.blocking = GetBool(c, key::kBlocking, true);
-    ci.created_mono_ns = GetInt(c, key::kCreatedMonoNs, 0);
-    ci.ended_mono_ns = GetInt(c, key::kEndedMonoNs, 0);
-    d.communicators.push_back(std::move(ci));
-  });
+  if (p) ReadFields(*p, &d.process);
+  ReadObjects(top, key::kCommunicators, &d.communicators);
   if (const json* r = Find(top, key::kRing)) {
     d.ring.capacity = GetInt(*r, key::kCapacity, 0);
     d.ring.recorded = GetInt(*r, key::kRecorded, 0);
@@ -779,11 +748,7 @@ Detail DetailFromJson(const json& top) {
     d.threads.push_back({GetInt(t, key::kTid, 0), GetString(t, key::kName), StackFromJson(t),
                          GetString(t, key::kNote), GetBool(t, key::kOwn, false)});
   });
-  ForEachObject(top, key::kRecoveries, [&](const json& r) {
-    d.recoveries.push_back({GetString(r, key::kComm), GetSeq(r, key::kSeq),
-                            GetString(r, key::kOp), GetDouble(r, key::kStalledAfterS, 0),
-                            GetDouble(r, key::kRecoveredAfterS, 0)});
-  });
+  ReadObjects(top, key::kRecoveries, &d.recoveries);
   return d;
 }
 

@@ -23,36 +23,89 @@ void ObjectArray(JsonWriter& w, const char* key, const Items& items, Fields&& fi
   w.EndArray();
 }
 
-}  // namespace
+// The writer of each listed record (records.h, "Field lists"): its fields in list order.
+#define NCCLWATCH_DECLARE_FIELDS_WRITER(Type, LIST) void WriteFields(JsonWriter& w, const Type& r);
+NCCLWATCH_FOR_EACH_LISTED_RECORD(NCCLWATCH_DECLARE_FIELDS_WRITER)
+#undef NCCLWATCH_DECLARE_FIELDS_WRITER
 
-void WriteOp(JsonWriter& w, const Op& o) {
+template <typename Record>
+void WriteObject(JsonWriter& w, const Record& r) {
   w.BeginObject();
-  w.Field(k::kComm, o.comm);
-  w.Field(k::kSeq, o.seq);
-  w.Field(k::kP2pSeq, o.p2p_seq);
-  w.Field(k::kOp, o.OpName());
-  w.Field(k::kCount, o.count);
-  w.Field(k::kDtype, o.dtype);
-  w.Field(k::kBytes, o.bytes);
-  w.Key(k::kRedop);
-  if (o.redop.empty()) w.Null();
-  else w.String(o.redop);
-  w.Field(k::kRoot, o.root);
-  w.Field(k::kPeer, o.peer);
-  w.Field(k::kStream, o.stream);
-  w.Field(k::kGroup, o.group);
-  w.Field(k::kTid, o.tid);
-  w.Field(k::kEnqueueNs, o.enqueue_ns);
-  w.Field(k::kGpuReachedNs, o.gpu_reached_ns);
-  w.Field(k::kCompletedNs, o.completed_ns);
-  w.Field(k::kState, o.state.known ? OpStateName(o.state.value) : "unknown");
-  w.Field(k::kResult, o.result);
-  w.Field(k::kCallsite, o.callsite);
-  if (o.gpu_ms >= 0) w.Field(k::kGpuMs, o.gpu_ms);
-  if (o.age_s >= 0) w.Field(k::kAgeS, o.age_s);
-  if (o.deadline_s >= 0) w.Field(k::kDeadlineS, o.deadline_s);
+  WriteFields(w, r);
   w.EndObject();
 }
+
+template <typename Record>
+void WriteObjectOrNull(JsonWriter& w, const char* key, const std::optional<Record>& r) {
+  w.Key(key);
+  if (r) WriteObject(w, *r);
+  else w.Null();
+}
+
+template <typename Record>
+void WriteObjectIfSet(JsonWriter& w, const char* key, const std::optional<Record>& r) {
+  if (!r) return;
+  w.Key(key);
+  WriteObject(w, *r);
+}
+
+template <typename Record>
+void WriteObjects(JsonWriter& w, const char* key, const std::vector<Record>& items) {
+  w.Key(key).BeginArray();
+  for (const auto& item : items) WriteObject(w, item);
+  w.EndArray();
+}
+
+void WriteTextOrNull(JsonWriter& w, const char* key, const std::string& s) {
+  w.Key(key);
+  if (s.empty()) w.Null();
+  else w.String(s);
+}
+
+void WriteTexts(JsonWriter& w, const char* key, const std::vector<std::string>& texts) {
+  w.Key(key).BeginArray();
+  for (const auto& text : texts) w.String(text);
+  w.EndArray();
+}
+
+void WriteKeyValues(JsonWriter& w, const char* key, const KeyValues& kvs) {
+  w.Key(key).BeginObject();
+  for (const auto& kv : kvs) w.Field(kv.first, kv.second);
+  w.EndObject();
+}
+
+// How each `how` of a field list is written (w: the writer, k: the key, r: the record).
+#define NCCLWATCH_FIELD_WRITE_Text(w, k, r, m) w.Field(k, r.m)
+#define NCCLWATCH_FIELD_WRITE_TextOrNull(w, k, r, m) WriteTextOrNull(w, k, r.m)
+#define NCCLWATCH_FIELD_WRITE_Int(w, k, r, m) w.Field(k, r.m)
+#define NCCLWATCH_FIELD_WRITE_Int32(w, k, r, m) w.Field(k, r.m)
+#define NCCLWATCH_FIELD_WRITE_Rank(w, k, r, m) w.Field(k, r.m)
+#define NCCLWATCH_FIELD_WRITE_Seq(w, k, r, m) w.Field(k, r.m)
+#define NCCLWATCH_FIELD_WRITE_Real(w, k, r, m) w.Field(k, r.m)
+#define NCCLWATCH_FIELD_WRITE_Flag(w, k, r, m) w.Field(k, r.m)
+#define NCCLWATCH_FIELD_WRITE_RealIfSet(w, k, r, m) if (r.m >= 0) w.Field(k, r.m)
+#define NCCLWATCH_FIELD_WRITE_IntIfSet(w, k, r, m) if (r.m >= 0) w.Field(k, r.m)
+#define NCCLWATCH_FIELD_WRITE_IntIfNonZero(w, k, r, m) if (r.m != 0) w.Field(k, r.m)
+#define NCCLWATCH_FIELD_WRITE_Object(w, k, r, m) WriteObjectOrNull(w, k, r.m)
+#define NCCLWATCH_FIELD_WRITE_ObjectIfSet(w, k, r, m) WriteObjectIfSet(w, k, r.m)
+#define NCCLWATCH_FIELD_WRITE_Objects(w, k, r, m) WriteObjects(w, k, r.m)
+#define NCCLWATCH_FIELD_WRITE_Texts(w, k, r, m) WriteTexts(w, k, r.m)
+#define NCCLWATCH_FIELD_WRITE_KeyValues(w, k, r, m) WriteKeyValues(w, k, r.m)
+#define NCCLWATCH_FIELD_WRITE_OpKind(w, k, r, m) w.Field(k, r.OpName())
+#define NCCLWATCH_FIELD_WRITE_OpState(w, k, r, m) w.Field(k, r.m.known ? OpStateName(r.m.value) : "unknown")
+#define NCCLWATCH_FIELD_WRITE_Reason(w, k, r, m) w.Field(k, r.m.Name())
+#define NCCLWATCH_FIELD_WRITE_Part(w, k, r, m)
+
+#define NCCLWATCH_WRITE_FIELD(type, member, def, key_name, how) NCCLWATCH_FIELD_WRITE_##how(w, k::key_name, r, member);
+#define NCCLWATCH_DEFINE_FIELDS_WRITER(Type, LIST) \
+  void WriteFields(JsonWriter& w, const Type& r) { LIST(NCCLWATCH_WRITE_FIELD) }
+NCCLWATCH_FOR_EACH_LISTED_RECORD(NCCLWATCH_DEFINE_FIELDS_WRITER)
+#undef NCCLWATCH_DEFINE_FIELDS_WRITER
+#undef NCCLWATCH_WRITE_FIELD
+
+}  // namespace
+
+void WriteOp(JsonWriter& w, const Op& o) { WriteObject(w, o); }
 
 void WriteStack(JsonWriter& w, const Stack& s) { WriteStack(w, s, nullptr); }
 
@@ -70,139 +123,12 @@ void WriteStack(JsonWriter& w, const Stack& s, const ModuleTable* modules) {
     w.Key(k::kModuleOffset).Hex(f.module_offset);
     if (f.interrupted) w.Field(k::kInterrupted, true);
   });
-  ObjectArray(w, k::kPython, s.python, [&](const PythonFrame& f) {
-    w.Field(k::kFile, f.file);
-    w.Field(k::kLine, f.line);
-    w.Field(k::kFunction, f.function);
-    w.Field(k::kLibrary, f.library);
-  });
+  WriteObjects(w, k::kPython, s.python);
 }
 
-void WriteSummary(JsonWriter& w, const Summary& s) {
-  w.BeginObject();
-  w.Field(k::kRank, s.rank);
-  w.Field(k::kLocalRank, s.local_rank);
-  w.Field(k::kWorldSize, s.world_size);
-  w.Field(k::kHost, s.host);
-  w.Field(k::kPid, s.pid);
-  w.Field(k::kDumpSeq, s.dump_seq);
-  w.Field(k::kReason, s.reason);
-  w.Field(k::kDetail, s.detail);
-  w.Key(k::kTrigger);
-  if (s.answered) {
-    w.BeginObject();
-    w.Field(k::kRequest, s.answered->request);
-    w.Field(k::kOriginRank, s.answered->origin_rank);
-    w.Field(k::kOriginHost, s.answered->origin_host);
-    w.Field(k::kReason, s.answered->reason);
-    w.EndObject();
-  } else {
-    w.Null();
-  }
-  w.Field(k::kTimeUnixNs, s.time_unix_ns);
-  w.Field(k::kTimeMonoNs, s.time_mono_ns);
-  w.Field(k::kStartMonoNs, s.start_mono_ns);
-  w.Field(k::kNcclVersion, s.nccl_version);
-  ObjectArray(w, k::kInNccl, s.in_nccl, [&](const InNcclThread& t) {
-    w.Field(k::kTid, t.tid);
-    w.Field(k::kFunction, t.function);
-    w.Field(k::kSinceS, t.since_s);
-  });
-  ObjectArray(w, k::kComms, s.comms, [&](const CommSummary& c) {
-    w.Field(k::kId, c.id);
-    w.Field(k::kSize, c.size);
-    w.Field(k::kRank, c.rank);
-    w.Field(k::kName, c.name);
-    w.Field(k::kState, c.state);
-    w.Field(k::kLastEnqueued, c.last_enqueued);
-    w.Field(k::kLastGpuReached, c.last_gpu_reached);
-    w.Field(k::kLastCompleted, c.last_completed);
-    ObjectArray(w, k::kP2p, c.p2p, [&](const P2pCounters& p) {
-      w.Field(k::kPeer, p.peer);
-      w.Field(k::kSendEnqueued, p.send_enqueued);
-      w.Field(k::kSendCompleted, p.send_completed);
-      w.Field(k::kRecvEnqueued, p.recv_enqueued);
-      w.Field(k::kRecvCompleted, p.recv_completed);
-    });
-  });
-  w.Key(k::kInFlight).BeginArray();
-  for (const auto& o : s.in_flight) WriteOp(w, o);
-  w.EndArray();
-  w.Key(k::kStalled);
-  if (s.stalled) WriteOp(w, *s.stalled);
-  else w.Null();
-  w.Field(k::kRingOverwritten, s.ring_overwritten);
-  w.Field(k::kProcessUid, s.process_uid);
-  w.Field(k::kJobInstance, s.job_instance);
-  w.Field(k::kStartUnixNs, s.start_unix_ns);
-  w.Field(k::kExitStatus, s.exit_status);
-  w.Key(k::kFailed);
-  if (s.failed) WriteOp(w, *s.failed);
-  else w.Null();
-  if (s.error_result != 0) w.Field(k::kErrorResult, s.error_result);
-  if (s.states_as_of_mono_ns >= 0) w.Field(k::kStatesAsOfMonoNs, s.states_as_of_mono_ns);
-  if (s.exception) {
-    w.Key(k::kException).BeginObject();
-    w.Field(k::kType, s.exception->type);
-    w.Field(k::kMessage, s.exception->message);
-    w.Field(k::kFile, s.exception->file);
-    w.Field(k::kLine, s.exception->line);
-    w.Field(k::kFunction, s.exception->function);
-    w.EndObject();
-  }
-  if (s.stopped) {
-    w.Key(k::kStopped).BeginObject();
-    w.Field(k::kHow, s.stopped->how);
-    w.Field(k::kSeenUnixNs, s.stopped->seen_unix_ns);
-    w.Field(k::kLastSeenUnixNs, s.stopped->last_seen_unix_ns);
-    w.EndObject();
-  }
-  w.EndObject();
-}
+void WriteSummary(JsonWriter& w, const Summary& s) { WriteObject(w, s); }
 
 namespace {
-
-void WriteKeyValues(JsonWriter& w, const KeyValues& kvs) {
-  w.BeginObject();
-  for (const auto& kv : kvs) w.Field(kv.first, kv.second);
-  w.EndObject();
-}
-
-void WriteProcess(JsonWriter& w, const Process& p) {
-  w.BeginObject();
-  w.Field(k::kExe, p.exe);
-  w.Key(k::kCmdline).BeginArray();
-  for (const auto& a : p.cmdline) w.String(a);
-  w.EndArray();
-  w.Field(k::kCwd, p.cwd);
-  w.Key(k::kEnv);
-  WriteKeyValues(w, p.env);
-  w.Field(k::kCudaDriverVersion, p.cuda_driver_version);
-  w.Field(k::kNcclwatchVersion, p.ncclwatch_version);
-  w.Key(k::kConfig);
-  WriteKeyValues(w, p.config);
-  w.EndObject();
-}
-
-void WriteCommunicator(JsonWriter& w, const Communicator& c) {
-  w.BeginObject();
-  w.Field(k::kId, c.id);
-  w.Field(k::kSize, c.size);
-  w.Field(k::kRank, c.rank);
-  w.Field(k::kName, c.name);
-  w.Field(k::kState, c.state);
-  w.Field(k::kDevice, c.device);
-  w.Field(k::kKind, c.kind);
-  w.Key(k::kParent);
-  if (c.parent.empty()) w.Null();
-  else w.String(c.parent);
-  w.Field(k::kColor, c.color);
-  w.Field(k::kKey, c.key);
-  w.Field(k::kBlocking, c.blocking);
-  w.Field(k::kCreatedMonoNs, c.created_mono_ns);
-  w.Field(k::kEndedMonoNs, c.ended_mono_ns);
-  w.EndObject();
-}
 
 // `own`: threads only (null for call sites).
 void WriteThreadLike(JsonWriter& w, const char* id_key, int64_t id, const std::string* name, const Stack& stack,
@@ -238,10 +164,10 @@ bool WriteDocument(const Document& doc, const OpSource& ring_entries, const Text
   WriteSummary(w, doc.summary);
   if (!d.light) {
     w.Key(k::kProcess);
-    WriteProcess(w, d.process);
+    WriteObject(w, d.process);
     w.Key(k::kCommunicators).BeginArray();
     for (const auto& c : d.communicators) {
-      WriteCommunicator(w, c);
+      WriteObject(w, c);
       if (!piece_done()) return false;
     }
     w.EndArray();
@@ -296,13 +222,7 @@ bool WriteDocument(const Document& doc, const OpSource& ring_entries, const Text
     }
     w.EndArray();
   }
-  ObjectArray(w, k::kRecoveries, d.recoveries, [&](const Recovery& r) {
-    w.Field(k::kComm, r.comm);
-    w.Field(k::kSeq, r.seq);
-    w.Field(k::kOp, r.op);
-    w.Field(k::kStalledAfterS, r.stalled_after_s);
-    w.Field(k::kRecoveredAfterS, r.recovered_after_s);
-  });
+  WriteObjects(w, k::kRecoveries, d.recoveries);
   w.EndObject();
   out += '\n';
   return sink_ok && sink(&out);

@@ -71,13 +71,13 @@ Document Dump(int rank, int world_size, std::vector<trace::CommSummary> comms, s
   s.world_size = world_size;
   s.host = "h" + std::to_string(rank / 8);
   s.pid = 1000 + rank;
-  s.reason = reason;
+  s.reason = trace::DumpReasonValue::Named(reason);
   s.time_unix_ns = 1700000000000000000LL + rank;
   s.time_mono_ns = 5000000000000LL;
   s.comms = std::move(comms);
   s.in_flight = std::move(in_flight);
   // A peer_request dump answers another rank's stall: the job shows a hang.
-  if (s.reason == trace::DumpReasonName(trace::DumpReason::PeerRequest))
+  if (s.reason.Is(trace::DumpReason::PeerRequest))
     s.answered = trace::AnsweredRequest{"h0-1000-0", 0, "h0", trace::DumpReasonName(trace::DumpReason::Stall)};
   return d;
 }
@@ -88,7 +88,7 @@ json AsJson(const Document& dump) { return json::parse(Text(dump)); }
 
 std::string DumpFileName(const Document& dump) {
   const trace::Summary& s = dump.summary;
-  return trace::DumpFileName(s.rank, s.host, s.pid, s.dump_seq, s.reason);
+  return trace::DumpFileName(s.rank, s.host, s.pid, s.dump_seq, s.reason.Name());
 }
 
 analysis::Report Analyze(const TempDir& dir, const std::vector<Document>& dumps,

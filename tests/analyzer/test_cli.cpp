@@ -266,7 +266,7 @@ TEST_CASE("analyze --verbose tells dumps that followed a teardown from earlier o
   const std::string world = "000000000000000a";
   Document abort = Dump(0, 2, {Comm(world, 2, 0, 8, 8, 7)}, {Op(world, 8, "AllReduce", "gpu_reached", 700)}, "abort");
   Document crash = abort;
-  crash.summary.reason = "fatal_signal";
+  crash.summary.reason = ncclwatch::trace::DumpReasonValue::Of(ncclwatch::trace::DumpReason::FatalSignal);
   crash.summary.dump_seq = 1;
   Document other = Dump(1, 2, {Comm(world, 2, 1, 7, 7, 7)});
   for (const auto& d : {abort, crash, other}) dir.Write(DumpFileName(d), Text(d));

@@ -23,7 +23,7 @@ std::vector<int> Ranks(std::initializer_list<int> r) { return r; }
 // A later dump of the same process (dump_seq + 1).
 Document Then(Document d, R reason) {
   d.summary.dump_seq += 1;
-  d.summary.reason = Name(reason);
+  d.summary.reason = trace::DumpReasonValue::Of(reason);
   d.summary.answered.reset();
   d.summary.time_unix_ns += 1000000000;
   return d;
@@ -198,7 +198,7 @@ TEST_CASE("a healthy job stopped by SIGTERM is not a hang", "[endings]") {
 
   // The same moment seen through on-demand snapshots (ncclwatch dump) reads the same.
   TempDir snap;
-  for (auto& d : dumps) d.summary.reason = Name(R::OnDemand);
+  for (auto& d : dumps) d.summary.reason = trace::DumpReasonValue::Of(R::OnDemand);
   CHECK_FALSE(Analyze(snap, dumps).Hang());
 }
 
@@ -392,7 +392,7 @@ TEST_CASE("a stopped rank is rank_stopped, wherever it stopped, and stays so onc
       dumps.push_back(stand_in);
       if (killed) {  // its postmortem: the same box, the same number, the stop kept
         Document pm = stand_in;
-        pm.summary.reason = Name(R::Postmortem);
+        pm.summary.reason = trace::DumpReasonValue::Of(R::Postmortem);
         pm.summary.detail = "was stopped (SIGSTOP or a debugger), then killed while stopped (SIGKILL: its launcher's or a user's)";
         dumps.push_back(pm);
       }

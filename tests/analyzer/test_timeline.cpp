@@ -284,7 +284,7 @@ TEST_CASE("the timeline and slow ranks use every dump of a process, not its late
     snapshot.summary.comms[0].last_enqueued = snapshot.summary.comms[0].last_completed = 100;
     snapshot.summary.time_mono_ns -= 20000000;
     snapshot.summary.time_unix_ns -= 20000000;
-    exit.summary.reason = "exit";
+    exit.summary.reason = trace::DumpReasonValue::Of(trace::DumpReason::Exit);
     exit.summary.exit_status = 0;
     exit.summary.dump_seq = 1;
     exit.detail.ring.entries.erase(exit.detail.ring.entries.begin(), exit.detail.ring.entries.begin() + 95);

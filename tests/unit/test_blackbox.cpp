@@ -123,7 +123,7 @@ pid_t RecordingChild(const std::string& boxes, const std::string& dumps, Ending 
 }
 
 std::string DumpFileNameOf(const trace::LoadedDump& d) {
-  return trace::DumpFileName(d.summary.rank, d.summary.host, d.summary.pid, d.summary.dump_seq, d.summary.reason);
+  return trace::DumpFileName(d.summary.rank, d.summary.host, d.summary.pid, d.summary.dump_seq, d.summary.reason.Name());
 }
 
 pid_t StoppedChild(const std::string& boxes, const std::string& dumps, Ending how, int ran_fd = -1) {
@@ -204,7 +204,7 @@ TEST_CASE("black box: a process gone without a word becomes a postmortem dump of
 
   trace::LoadedDump d;
   REQUIRE(trace::ReadDumpFile(c.dump, trace::ReadDepth::kFull, &d).usable);
-  CHECK(d.summary.reason == "postmortem");
+  CHECK(d.summary.reason.Is(trace::DumpReason::Postmortem));
   CHECK(d.summary.rank == 3);
   CHECK(d.summary.world_size == 8);
   CHECK(d.summary.host == "node7");
@@ -294,7 +294,7 @@ TEST_CASE("black box: a reader reads what dead processes left as their postmorte
   REQUIRE(!written.empty());
   trace::LoadedDump converted;
   REQUIRE(trace::ReadDumpFile(written, trace::ReadDepth::kFull, &converted).usable);
-  CHECK(in_memory.summary.reason == "postmortem");
+  CHECK(in_memory.summary.reason.Is(trace::DumpReason::Postmortem));
   CHECK(in_memory.summary.rank == converted.summary.rank);
   CHECK(in_memory.summary.time_mono_ns == converted.summary.time_mono_ns);
   CHECK(in_memory.summary.in_flight.size() == converted.summary.in_flight.size());
@@ -318,7 +318,7 @@ TEST_CASE("black box: a stopped process gets one stand-in dump, and its postmort
   REQUIRE(!c.dump.empty());
   CHECK(Boxes(boxes.path()).size() == 1);  // it lives: its box stays
   trace::LoadedDump d = Read(c.dump);
-  CHECK(d.summary.reason == "stopped");
+  CHECK(d.summary.reason.Is(trace::DumpReason::Stopped));
   REQUIRE(d.summary.stopped);
   CHECK(d.summary.stopped->how == "stopped");
   CHECK(d.summary.stopped->seen_unix_ns > 0);
@@ -338,7 +338,7 @@ TEST_CASE("black box: a stopped process gets one stand-in dump, and its postmort
   CHECK(pass.converted[0].line.find("was stopped (SIGSTOP or a debugger), then ended without a word") != std::string::npos);
   REQUIRE(!pass.converted[0].dump.empty());
   trace::LoadedDump pm = Read(pass.converted[0].dump);
-  CHECK(pm.summary.reason == "postmortem");
+  CHECK(pm.summary.reason.Is(trace::DumpReason::Postmortem));
   CHECK(pm.summary.detail.find("was stopped (SIGSTOP or a debugger), then killed while stopped") != std::string::npos);
   CHECK(pm.summary.detail.find("OOM killer") == std::string::npos);
   REQUIRE(pm.summary.stopped);
@@ -359,7 +359,7 @@ TEST_CASE("black box: a process that is not the caretaker sees a stopped one, on
   CHECK(seen[0].rank == 3);
   CHECK(seen[0].line.find("is stopped (SIGSTOP or a debugger)") != std::string::npos);
   REQUIRE(!seen[0].dump.empty());
-  CHECK(Read(seen[0].dump).summary.reason == "stopped");
+  CHECK(Read(seen[0].dump).summary.reason.Is(trace::DumpReason::Stopped));
   CHECK(Boxes(boxes.path()).size() == 3);  // nothing converted or removed
   CHECK(blackbox::CareForStoppedBoxes(boxes.path(), "").empty());  // said once a stop
   // The caretaker, later, says it no second time; the dead one is its to convert.
@@ -391,7 +391,7 @@ TEST_CASE("black box: a process that ran again after its stop is not said stoppe
   pass = blackbox::ConvertDeadBoxes(boxes.path(), "none");
   REQUIRE(pass.converted.size() == 1);
   trace::LoadedDump pm = Read(pass.converted[0].dump);
-  CHECK(pm.summary.reason == "postmortem");
+  CHECK(pm.summary.reason.Is(trace::DumpReason::Postmortem));
   CHECK(!pm.summary.stopped);
   CHECK(pm.summary.detail.find("SIGKILL or the OOM killer") != std::string::npos);
   close(ran[0]);

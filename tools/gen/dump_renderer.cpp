@@ -417,7 +417,7 @@ trace::Document DumpRenderer::Render(int rank, const RankPlan& plan, const DumpO
              : plan.first_to_stall ? R::Stall
              : origin >= 0         ? R::PeerRequest
                                    : R::OnDemand;
-  s.reason = trace::DumpReasonName(reason);
+  s.reason = trace::DumpReasonValue::Of(reason);
   for (const auto& x : extra_ops) {
     if (x.state.Is(OpState::Completed) || x.state.Is(OpState::Error)) continue;
     trace::Op in_flight = x;
@@ -567,7 +567,7 @@ std::string DumpRenderer::Write(const std::string& dir, int rank, const RankPlan
   size_t end = text.find(std::string(",\"") + trace::key::kProcess + "\":");
   last_summary_end_ = end == std::string::npos ? 0 : end;
   const trace::Summary& s = doc.summary;
-  std::string name = trace::DumpFileName(s.rank, s.host, s.pid, s.dump_seq, s.reason);
+  std::string name = trace::DumpFileName(s.rank, s.host, s.pid, s.dump_seq, s.reason.Name());
   std::string path = dir + "/" + name;
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {

@@ -359,7 +359,7 @@ class LiveWatch {
     for (const auto* list : {&set.dumps(), &set.history()})
       for (const auto& d : *list) {
         const trace::Summary& s = d.summary;
-        if (before_.count(d.file_name) || s.reason != trace::DumpReasonName(trace::DumpReason::Stall) || !s.stalled)
+        if (before_.count(d.file_name) || !s.reason.Is(trace::DumpReason::Stall) || !s.stalled)
           continue;
         const int64_t stuck = s.time_unix_ns - static_cast<int64_t>(std::max(0.0, s.stalled->age_s) * 1e9);
         if (hang_began == 0 || stuck < hang_began) hang_began = stuck;
@@ -419,7 +419,7 @@ class LiveWatch {
     int stalls = 0;
     for (const auto* list : {&set.dumps(), &set.history()})
       for (const auto& d : *list) {
-        if (before_.count(d.file_name) || d.summary.reason != trace::DumpReasonName(trace::DumpReason::Stall)) continue;
+        if (before_.count(d.file_name) || !d.summary.reason.Is(trace::DumpReason::Stall)) continue;
         if (!set.StallOver(d)) return false;
         ++stalls;
       }
@@ -442,7 +442,7 @@ class LiveWatch {
         ++ours;
         processes.insert(d.ProcessKey());
         if (d.summary.nccl_version > 0) versions.insert(d.summary.nccl_version);
-        stalls += d.summary.reason == trace::DumpReasonName(trace::DumpReason::Stall);
+        stalls += d.summary.reason.Is(trace::DumpReason::Stall);
         recovered += set.StallRecovered(d);
       }
     for (const auto& d : set.dumps())

@@ -66,7 +66,7 @@ std::vector<analysis::Dump> ReadLeftBlackBoxes(const std::string& dir, std::stri
     // A caretaker converting it right now: its dump is in the directory already.
     if (files.empty()) files = DumpFiles(dir);
     const std::string stem = trace::DumpFileStem(d.summary.rank, d.summary.host, d.summary.pid, d.summary.dump_seq,
-                                                 d.summary.reason);
+                                                 d.summary.reason.Name());
     auto at = files.lower_bound(stem);
     if (at != files.end() && at->compare(0, stem.size(), stem) == 0) continue;
     d.file_name = left.box;  // where this evidence lies: no file in the directory

@@ -41,7 +41,7 @@ struct Dump : trace::LoadedDump {
   // Where it comes among its process's dumps: by dump_seq. A stand-in its host wrote while the
   // process was stopped carries the number of the process's next own dump, and comes first.
   std::pair<int64_t, int> WriteOrder() const {
-    return {summary.dump_seq, summary.reason == trace::DumpReasonName(trace::DumpReason::Stopped) ? 0 : 1};
+    return {summary.dump_seq, summary.reason.Is(trace::DumpReason::Stopped) ? 0 : 1};
   }
 
   // Unique in the job: process_uid, else host and pid (older dumps).

@@ -178,14 +178,12 @@ void DumpSet::LoadFromDumps(std::vector<Dump> dumps) {
 
 namespace {
 
-bool IsReason(const Dump& d, trace::DumpReason r) { return d.summary.reason == trace::DumpReasonName(r); }
-
 // Dumps that follow a teardown's start in the same process: the crash of the framework's
 // abort(), the launcher's SIGTERM, the exit after an NCCL error.
 bool FollowsTeardown(const Dump& d) {
   using R = trace::DumpReason;
-  return IsReason(d, R::FatalSignal) || IsReason(d, R::Signal) || IsReason(d, R::ExitInFlight) ||
-         IsReason(d, R::Exit) || IsReason(d, R::Postmortem);
+  const trace::DumpReasonValue& r = d.summary.reason;
+  return r.Is(R::FatalSignal) || r.Is(R::Signal) || r.Is(R::ExitInFlight) || r.Is(R::Exit) || r.Is(R::Postmortem);
 }
 
 // A teardown's SIGTERM (or the like) every other rank answered, this much later than a rank's
@@ -197,8 +195,8 @@ constexpr int64_t kGoneBeforeTeardownNs = 10'000'000'000;
 // left over from an earlier attempt must not outrank what the process did later.
 bool StartsTeardown(const Dump& d) {
   using R = trace::DumpReason;
-  return IsReason(d, R::Abort) || IsReason(d, R::Stall) || IsReason(d, R::NcclError) ||
-         IsReason(d, R::AsyncError);
+  const trace::DumpReasonValue& r = d.summary.reason;
+  return r.Is(R::Abort) || r.Is(R::Stall) || r.Is(R::NcclError) || r.Is(R::AsyncError);
 }
 
 // An abort with an operation in flight for longer than a shutdown takes: the framework's
@@ -255,7 +253,7 @@ bool StallEndedIn(const Dump& stall, const Dump& later) {
   if (stall.summary.stalled) return CompletedIn(later, *stall.summary.stalled);
   const auto creating = CreationsOf(stall);
   const std::string initializing = trace::CommStateName(trace::CommState::Initializing);
-  return !creating.empty() && !IsReason(later, trace::DumpReason::Postmortem) &&
+  return !creating.empty() && !later.summary.reason.Is(trace::DumpReason::Postmortem) &&
          std::all_of(creating.begin(), creating.end(), [&](const trace::CommSummary* c) {
            const trace::CommSummary* now = later.summary.Comm(c->id);
            return !now || now->state != initializing;
@@ -391,19 +389,20 @@ void DumpSet::Select(std::vector<Dump> usable, int attempt) {
     // while it went on (a busy machine can take one between an abort and the SIGABRT after it).
     if (FollowsTeardown(at(evidence)))
       while (evidence > begin &&
-             (FollowsTeardown(at(evidence)) || IsReason(at(evidence), trace::DumpReason::PeerRequest)))
+             (FollowsTeardown(at(evidence)) || at(evidence).summary.reason.Is(trace::DumpReason::PeerRequest)))
         --evidence;
     // Its own way out: an abort with nothing waiting (a `finally:` that destroys the process
     // group as an exception passes, a shutdown), then its exit: the exit says how it ended.
     bool aborted_before_exit = false;
-    if (IsReason(at(evidence), trace::DumpReason::Abort) && !AbortOfAHang(at(evidence)) &&
-        (IsReason(at(end - 1), trace::DumpReason::Exit) || IsReason(at(end - 1), trace::DumpReason::ExitInFlight))) {
+    if (at(evidence).summary.reason.Is(trace::DumpReason::Abort) && !AbortOfAHang(at(evidence)) &&
+        (at(end - 1).summary.reason.Is(trace::DumpReason::Exit) ||
+         at(end - 1).summary.reason.Is(trace::DumpReason::ExitInFlight))) {
       evidence = end - 1;
       aborted_before_exit = true;
     }
     // A stall whose operation completed in a later dump recovered: it started no teardown.
     auto recovered = [&](size_t i) {
-      if (!IsReason(at(i), trace::DumpReason::Stall)) return false;
+      if (!at(i).summary.reason.Is(trace::DumpReason::Stall)) return false;
       for (size_t j = i + 1; j < end; ++j)
         if (StallEndedIn(at(i), at(j))) return true;
       return false;
@@ -412,14 +411,14 @@ void DumpSet::Select(std::vector<Dump> usable, int attempt) {
       evidence = end - 1;
       // Killed after it answered the teardown's SIGTERM (the launcher's SIGKILL after its grace
       // period): where it was when the teardown began is in that answer.
-      for (size_t i = end - 1; i > begin && IsReason(at(evidence), trace::DumpReason::Postmortem); --i) {
-        if (IsReason(at(i - 1), trace::DumpReason::Signal)) evidence = i - 1;
-        else if (!IsReason(at(i - 1), trace::DumpReason::PeerRequest)) break;
+      for (size_t i = end - 1; i > begin && at(evidence).summary.reason.Is(trace::DumpReason::Postmortem); --i) {
+        if (at(i - 1).summary.reason.Is(trace::DumpReason::Signal)) evidence = i - 1;
+        else if (!at(i - 1).summary.reason.Is(trace::DumpReason::PeerRequest)) break;
       }
     }
     std::vector<std::string> then;
-    for (size_t i = evidence + 1; i < end; ++i) then.push_back(at(i).summary.reason);
-    at(evidence).last_reason = at(end - 1).summary.reason;
+    for (size_t i = evidence + 1; i < end; ++i) then.push_back(at(i).summary.reason.Name());
+    at(evidence).last_reason = at(end - 1).summary.reason.Name();
     at(evidence).last_time_unix_ns = at(end - 1).summary.time_unix_ns;
     for (size_t i = begin; i < end; ++i)
       if (i != evidence && !duplicate[i - begin]) history_.push_back(std::move(at(i)));
@@ -468,7 +467,7 @@ void DumpSet::LeaveOutUnanswered() {
   // a rank whose evidence answers an earlier one, taken before that round, did not.
   std::map<std::string, int64_t> first_answer;
   for (const auto& d : dumps_)
-    if (IsReason(d, trace::DumpReason::PeerRequest) && d.summary.answered && d.summary.time_unix_ns > 0) {
+    if (d.summary.reason.Is(trace::DumpReason::PeerRequest) && d.summary.answered && d.summary.time_unix_ns > 0) {
       auto [it, inserted] = first_answer.emplace(d.summary.answered->request, d.summary.time_unix_ns);
       if (!inserted) it->second = std::min(it->second, d.summary.time_unix_ns);
     }
@@ -478,7 +477,7 @@ void DumpSet::LeaveOutUnanswered() {
   std::vector<Dump> kept;
   kept.reserve(dumps_.size());
   for (auto& d : dumps_) {
-    const bool older_round = IsReason(d, trace::DumpReason::PeerRequest) && d.summary.answered &&
+    const bool older_round = d.summary.reason.Is(trace::DumpReason::PeerRequest) && d.summary.answered &&
                              d.summary.answered->request != newest->first && d.summary.time_unix_ns < newest->second;
     if (!older_round) {
       kept.push_back(std::move(d));
@@ -520,7 +519,7 @@ void DumpSet::IndexProcesses() {
       by_process_[d.ProcessKey()].push_back(&d);
       // A recovery dump is light (its summary and the recovery list): read it whole, so that
       // a stall can be matched with its recovery.
-      if (!IsReason(d, trace::DumpReason::Recovery) || !d.recoveries.empty()) continue;
+      if (!d.summary.reason.Is(trace::DumpReason::Recovery) || !d.recoveries.empty()) continue;
       if (d.detail) {
         d.recoveries = d.detail->recoveries;
       } else if (!d.path.empty()) {
@@ -548,7 +547,7 @@ bool DumpSet::CompletedLater(const Dump& d, const trace::Op& op) const {
 }
 
 bool DumpSet::StallRecovered(const Dump& d) const {
-  if (!IsReason(d, trace::DumpReason::Stall)) return false;
+  if (!d.summary.reason.Is(trace::DumpReason::Stall)) return false;
   for (const Dump* later : DumpsOfProcess(d))
     if (later->WriteOrder() > d.WriteOrder() && StallEndedIn(d, *later)) return true;
   return false;
@@ -556,7 +555,7 @@ bool DumpSet::StallRecovered(const Dump& d) const {
 
 bool DumpSet::StallOver(const Dump& d) const {
   if (StallRecovered(d)) return true;
-  if (!IsReason(d, trace::DumpReason::Stall) || !d.summary.stalled || d.summary.stalled->seq <= 0) return false;
+  if (!d.summary.reason.Is(trace::DumpReason::Stall) || !d.summary.stalled || d.summary.stalled->seq <= 0) return false;
   for (const auto* list : {&dumps_, &history_})
     for (const Dump& other : *list)
       if (CompletedIn(other, *d.summary.stalled)) return true;
@@ -569,7 +568,7 @@ bool DumpSet::RequestFromRecoveredStall(const trace::AnsweredRequest& t) const {
   for (const auto& [key, list] : by_process_) {
     if (list.empty() || list.front()->summary.host != t.origin_host) continue;
     for (const Dump* d : list) {
-      if (d->summary.rank != t.origin_rank || !IsReason(*d, trace::DumpReason::Stall)) continue;
+      if (d->summary.rank != t.origin_rank || !d->summary.reason.Is(trace::DumpReason::Stall)) continue;
       if (!StallRecovered(*d)) return false;
       ++stalls;
     }
@@ -629,7 +628,7 @@ const trace::Detail* DumpSet::JoinedDetail(size_t index) {
   const Dump& evidence = dumps_[index];
   std::vector<const Dump*> all;  // the process's full dumps, in dump_seq order
   for (const Dump* d : DumpsOfProcess(evidence))
-    if (d == &evidence || (!d->path.empty() && !IsReason(*d, trace::DumpReason::Recovery))) all.push_back(d);
+    if (d == &evidence || (!d->path.empty() && !d->summary.reason.Is(trace::DumpReason::Recovery))) all.push_back(d);
   if (all.size() < 2) return base;
   auto joined = std::make_shared<trace::Detail>(*base);
   // An operation is the same in every dump of its process: communicator, sequence numbers and

@@ -115,7 +115,7 @@ int WaitGraph::CommOf(const std::string& id) const {
   return it == comm_by_id_.end() ? -1 : it->second;
 }
 
-bool WaitGraph::Is(int dump, trace::DumpReason r) const { return dumps_[dump].summary.reason == trace::DumpReasonName(r); }
+bool WaitGraph::Is(int dump, trace::DumpReason r) const { return dumps_[dump].summary.reason.Is(r); }
 
 bool WaitGraph::IsDead(int dump) const {
   return dump < 0 || Is(dump, trace::DumpReason::FatalSignal) || IsKilled(dump);

@@ -91,7 +91,7 @@ std::string RenderDumpText(const Dump& dump, const ShowOptions& options) {
   out << st.Bold(Printable(dump.file_name)) << "\n";
   out << "rank " << (s.rank >= 0 ? Num(s.rank) : "?") << " of " << (s.world_size > 0 ? Num(s.world_size) : "?")
       << " (local " << (s.local_rank >= 0 ? Num(s.local_rank) : "?") << ")  host " << Printable(s.host) << "  pid " << s.pid
-      << "  dump #" << s.dump_seq << "  reason " << st.Red(Printable(s.reason)) << "\n";
+      << "  dump #" << s.dump_seq << "  reason " << st.Red(Printable(s.reason.Name())) << "\n";
   if (!s.detail.empty()) out << "detail: " << Printable(s.detail) << "\n";
   if (s.answered)
     out << "asked by " << RequesterText(*s.answered) << ", reason " << Printable(s.answered->reason) << ", request "

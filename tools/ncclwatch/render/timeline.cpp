@@ -215,7 +215,7 @@ TimelineStats WriteTimeline(DumpSet& set, const std::vector<RankTimes>& times, c
     dumps.push_back(&d);
     for (const Dump* x : dumps) {
       const trace::Summary& s = x->summary;
-      JsonWriter& w = ev.Instant("dump: " + s.reason, pid, 0, us(host, s.time_mono_ns), "p");
+      JsonWriter& w = ev.Instant("dump: " + s.reason.Name(), pid, 0, us(host, s.time_mono_ns), "p");
       w.Key("args").BeginObject();
       w.Field("detail", s.detail);
       w.Field("file", x->file_name);

@@ -63,7 +63,7 @@ class Attributor {
       int i = set_.IndexOfRank(h.summary.rank);
       const Dump* evidence = i >= 0 ? &set_.dumps()[i] : nullptr;
       bool later = evidence && evidence->ProcessKey() == h.ProcessKey() && h.WriteOrder() > evidence->WriteOrder();
-      report.earlier_dumps.push_back({h.summary.rank, h.file_name, h.summary.reason, later});
+      report.earlier_dumps.push_back({h.summary.rank, h.file_name, h.summary.reason.Name(), later});
     }
     std::sort(report.earlier_dumps.begin(), report.earlier_dumps.end(),
               [](const auto& a, const auto& b) { return std::tie(a.rank, a.file) < std::tie(b.rank, b.file); });
@@ -260,7 +260,7 @@ class Attributor {
     for (const auto& d : g_.dumps()) {
       double behind = static_cast<double>(newest - d.summary.time_unix_ns) / 1e9;
       if (d.summary.time_unix_ns > 0 && behind > kStaleEvidenceS)
-        report->stale_evidence.push_back({d.summary.rank, d.file_name, d.summary.reason, behind});
+        report->stale_evidence.push_back({d.summary.rank, d.file_name, d.summary.reason.Name(), behind});
     }
   }
 

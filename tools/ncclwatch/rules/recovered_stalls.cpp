@@ -12,8 +12,6 @@ namespace analysis {
 
 namespace {
 
-bool IsReason(const Dump& d, trace::DumpReason r) { return d.summary.reason == trace::DumpReasonName(r); }
-
 // The stalled operation of a stall dump; for a communicator's creation (no `stalled`
 // operation), the creation call: its communicator, sequence number 0, the function it is in.
 trace::Op StalledOp(const Dump& d) {
@@ -54,7 +52,7 @@ std::vector<Dump> EpisodeOf(const DumpSet& set, const Dump& stall) {
     if (d.ProcessKey() == stall.ProcessKey()) return;
     bool answer = d.summary.answered && d.summary.answered->reason == trace::DumpReasonName(trace::DumpReason::Stall) &&
                   d.summary.time_unix_ns >= stuck_since;
-    bool same_stall = IsReason(d, trace::DumpReason::Stall) && KeyOf(StalledOp(d)) == key;
+    bool same_stall = d.summary.reason.Is(trace::DumpReason::Stall) && KeyOf(StalledOp(d)) == key;
     if (!answer && !same_stall) return;
     auto [it, inserted] = chosen.emplace(d.ProcessKey(), &d);
     if (inserted) return;
