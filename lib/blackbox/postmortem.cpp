@@ -123,6 +123,13 @@ std::string TextAt(const BoxCopy& box, uint64_t offset, uint64_t capacity, uint6
   return std::string(box.At<const char>(offset), std::min(capacity, length));
 }
 
+// Where the process's dumps go (absolute), "" unknown.
+std::string DumpDirOf(const BoxIdentity& id) {
+  if (!id.dump_dir.empty()) return id.dump_dir;
+  if (id.dump_fallback.empty()) return std::string();
+  return id.cwd.empty() ? id.dump_fallback : id.cwd + "/" + id.dump_fallback;
+}
+
 // The call sites the process resolved, as the format's records.
 std::vector<trace::Callsite> CallsitesOf(const BoxCopy& box) {
   std::vector<trace::Callsite> out;
@@ -570,7 +577,7 @@ std::string HowItEnded(const std::string& oom_line, const std::optional<trace::S
   return "ended without a word: SIGKILL or the OOM killer";
 }
 
-std::vector<LeftBox> ReadDeadBoxes(const std::string& box_dir) {
+std::vector<LeftBox> ReadDeadBoxes(const std::string& box_dir, const std::function<bool(const LeftBox&)>& wanted) {
   std::vector<LeftBox> out;
   if (box_dir.empty() || box_dir == "none") return out;
   const std::string prefix = BoxPrefix(getuid());
@@ -588,12 +595,24 @@ std::vector<LeftBox> ReadDeadBoxes(const std::string& box_dir) {
     // A free lock without a death (the process re-locks its box, or re-executed itself: see
     // ConvertDeadBoxes): nothing left.
     BoxIdentity owner;
-    if (ReadLiveIdentity(fd, &owner) && OwnerOf(owner.pid, owner.start_ticks, st) != BoxOwner::kGone) {
+    LeftBox left;
+    left.box = path;
+    const bool known = ReadLiveIdentity(fd, &owner, &left.rank);
+    if (known && OwnerOf(owner.pid, owner.start_ticks, st) != BoxOwner::kGone) {
       close(fd);
       continue;
     }
-    LeftBox left;
-    left.box = path;
+    // Whose it is, from its identity alone: a box the caller does not want (another job's; a
+    // host keeps every job's) is not read whole.
+    if (known) {
+      left.pid = owner.pid;
+      left.job_instance = owner.job_instance;
+      left.dump_dir = DumpDirOf(owner);
+    }
+    if (wanted && !wanted(left)) {
+      close(fd);
+      continue;
+    }
     BoxCopy box;
     if (!ReadBox(fd, &box, &left.problem)) {
       close(fd);
@@ -607,9 +626,7 @@ std::vector<LeftBox> ReadDeadBoxes(const std::string& box_dir) {
     left.pid = h.pid;
     left.rank = h.global_rank.load();
     left.job_instance = id.job_instance;
-    left.dump_dir = !id.dump_dir.empty() ? id.dump_dir
-                    : id.dump_fallback.empty() ? std::string()
-                    : id.cwd.empty() ? id.dump_fallback : id.cwd + "/" + id.dump_fallback;
+    left.dump_dir = DumpDirOf(id);
     const int64_t final_dump = h.final_dump_mono_ns.load();
     if (!(final_dump && h.alive_mono_ns.load() - final_dump < kFinalDumpMarginNs))
       WriteFromBox(box, id, trace::DumpReason::Postmortem, HowItEnded(KernelOomLine(h.pid), RecordedStop(h)), &left.dump);

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -83,8 +84,12 @@ struct LeftBox {
   std::string problem;   // why it could not be read ("" none)
 };
 // The black boxes in `box_dir` of this user's processes that are gone. A box whose process
-// dumped at its end has no dump (nothing to add). Never throws.
-std::vector<LeftBox> ReadDeadBoxes(const std::string& box_dir);
+// dumped at its end has no dump (nothing to add). `wanted` (null: every box) is asked first with
+// what the box's identity says (pid, rank, job_instance, dump_dir; "" and -1 where it cannot be
+// read, and no dump yet): a box it declines, another job's, is left out unread (a host keeps
+// the boxes of every job that died on it). Never throws.
+std::vector<LeftBox> ReadDeadBoxes(const std::string& box_dir,
+                                   const std::function<bool(const LeftBox&)>& wanted = nullptr);
 
 // What the kernel log says about how `pid` ended: its OOM-killer line, "" when the log says
 // nothing of it or cannot be read (/dev/kmsg needs privileges on most systems).

@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -366,6 +367,15 @@ def reading_commands_change_nothing():
           f"one line says which boxes were read and how to make dumps of them:\n{a.stderr[-1500:]}")
     check(t.returncode == 0 and json.loads(t.stdout)["traceEvents"], f"the timeline too:\n{t.stderr[-1500:]}")
     check("postmortem" in text.stdout or "without a word" in text.stdout, f"the text says how they ended:\n{text.stdout[-2000:]}")
+    # Another job's directory (a copy of this job's dumps elsewhere): these boxes are not its own,
+    # and are neither read nor named.
+    other = os.path.join(j.tmp, "other-job")
+    os.makedirs(other)
+    for f in glob.glob(os.path.join(j.dir, "rank*.json")):
+        shutil.copy(f, other)
+    o = subprocess.run([nw, "analyze", "--json", other], env=env, capture_output=True, text=True)
+    check(o.returncode in (0, 1) and "read in memory" not in o.stderr and boxes_dir not in o.stdout + o.stderr,
+          f"another job's analysis reads none of these boxes:\n{o.stderr[-1500:]}\n{o.stdout[-1500:]}")
 
     # The command that says it converts: the postmortem dumps are written, the boxes gone; the
     # analysis then reads the dumps (no line about boxes) and tells the same deaths.

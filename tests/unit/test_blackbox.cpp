@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <utime.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <fstream>
@@ -302,6 +303,28 @@ TEST_CASE("black box: a reader reads what dead processes left as their postmorte
   REQUIRE(in_memory.detail);
   CHECK(in_memory.detail->ring.entries.size() == converted.detail->ring.entries.size());
   CHECK(DumpFileNameOf(in_memory) == written.substr(written.rfind('/') + 1));
+}
+
+TEST_CASE("black box: a reader reads only the dead boxes it asks for, not another job's") {
+  // Two jobs died on this host without a word; a reader of job A's directory asks for A's box
+  // alone. B's is declined from its identity, before its box is read or its dump made.
+  TempDir boxes, dumps_a, dumps_b;
+  Reap(RecordingChild(boxes.path(), dumps_a.path(), Ending::kWithoutAWord));
+  Reap(RecordingChild(boxes.path(), dumps_b.path(), Ending::kWithoutAWord));
+  REQUIRE(Boxes(boxes.path()).size() == 2);
+  std::vector<std::string> asked;
+  bool asked_before_reading = true;
+  const auto left = blackbox::ReadDeadBoxes(boxes.path(), [&](const blackbox::LeftBox& box) {
+    asked.push_back(box.dump_dir);
+    asked_before_reading = asked_before_reading && box.dump.empty() && box.pid > 0 && box.rank == 3;
+    return box.dump_dir == dumps_a.path();
+  });
+  std::sort(asked.begin(), asked.end());
+  CHECK(asked == std::vector<std::string>{std::min(dumps_a.path(), dumps_b.path()), std::max(dumps_a.path(), dumps_b.path())});
+  CHECK(asked_before_reading);
+  REQUIRE(left.size() == 1);  // B's is not there
+  CHECK(left[0].dump_dir == dumps_a.path());
+  CHECK(!left[0].dump.empty());
 }
 
 TEST_CASE("black box: a stopped process gets one stand-in dump, and its postmortem keeps the stop") {

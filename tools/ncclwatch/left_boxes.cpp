@@ -58,9 +58,13 @@ std::vector<analysis::Dump> ReadLeftBlackBoxes(const std::string& dir, std::stri
   const std::string box_dir = NodeLocalDir("NCCLWATCH_BLACKBOX_DIR", /*create=*/false);
   std::set<std::string> files;
   std::string who;
-  for (auto& left : blackbox::ReadDeadBoxes(box_dir)) {
+  // Only the boxes of the job whose directory this is: the others (every job that died on this
+  // host) are not read.
+  const auto of_this_job = [&](const blackbox::LeftBox& left) {
+    return exists ? SameFile(left.dump_dir, here) : Lexical(left.dump_dir) == Lexical(dir);
+  };
+  for (auto& left : blackbox::ReadDeadBoxes(box_dir, of_this_job)) {
     if (left.dump.empty()) continue;  // it dumped at its end
-    if (exists ? !SameFile(left.dump_dir, here) : Lexical(left.dump_dir) != Lexical(dir)) continue;  // another job's
     analysis::Dump d;
     if (!trace::ReadDumpBuffer(left.dump, trace::ReadDepth::kFull, &d).usable) continue;
     // A caretaker converting it right now: its dump is in the directory already.
