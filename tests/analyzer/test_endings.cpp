@@ -444,3 +444,146 @@ TEST_CASE("a rank stopped, then continued, is not stopped: its own later dumps s
   CHECK(report.verdicts[0].cause == Cause::NoHang);
   CHECK(report.problems.empty());
 }
+
+namespace {
+
+// Ranks 0..ended-1 ended normally after #40 (exit 0, nothing in flight); the others wait in #41,
+// issued from call site `callsite` (-1: unknown), after #39 and #40 from call site 0 (the loop's).
+std::vector<Document> EndedAndWaiting(int n, int ended, int64_t callsite) {
+  std::vector<Document> dumps;
+  for (int r = 0; r < n; ++r) {
+    if (r < ended) {
+      Document d = Dump(r, n, {Comm(kWorld, n, r, 40, 40, 40)}, {}, Name(R::Exit));
+      d.summary.exit_status = 0;
+      dumps.push_back(d);
+      continue;
+    }
+    trace::Op op = Op(kWorld, 41, "AllReduce", "gpu_reached", 700);
+    op.callsite = callsite;
+    Document d = Dump(r, n, {Comm(kWorld, n, r, 41, 41, 40)}, {op}, Name(r == ended ? R::Stall : R::PeerRequest));
+    d.detail.ring.capacity = 8;
+    for (int64_t seq : {39, 40}) {
+      trace::Op e = Op(kWorld, seq, "AllReduce", "completed");
+      e.callsite = 0;
+      d.detail.ring.entries.push_back(e);
+    }
+    d.detail.ring.entries.push_back(op);
+    d.detail.ring.recorded = 3;
+    d.detail.callsites = {{0, {}, "", ""}, {1, {}, "", ""}};
+    dumps.push_back(d);
+  }
+  return dumps;
+}
+
+}  // namespace
+
+TEST_CASE("ranks that ended normally while others wait in a call of their own: extra_call", "[endings]") {
+  struct Case {
+    int n, ended;
+    int64_t callsite;  // of the waiting ranks' #41: 1 their own, 0 the loop's, -1 unknown
+    Cause cause;
+  };
+  for (const Case& c : {Case{4, 3, 1, Cause::ExtraCall}, Case{4, 2, 1, Cause::ExtraCall}, Case{4, 1, 1, Cause::ExtraCall},
+                        Case{4, 3, 0, Cause::RankExited}, Case{2, 1, 0, Cause::RankExited},
+                        Case{4, 3, -1, Cause::ExtraCall}, Case{4, 1, -1, Cause::RankExited}}) {
+    INFO(c.ended << " of " << c.n << " ended; call site " << c.callsite);
+    TempDir dir;
+    auto report = Analyze(dir, EndedAndWaiting(c.n, c.ended, c.callsite));
+    INFO(analysis::ReportToJson(report).dump());
+    REQUIRE(report.verdicts.size() == 1);
+    const auto& v = report.verdicts[0];
+    std::vector<int> ended, waiting;
+    for (int r = 0; r < c.n; ++r) (r < c.ended ? ended : waiting).push_back(r);
+    CHECK(v.cause == c.cause);
+    CHECK(v.seq == 41);
+    CHECK(v.culprit_ranks == (c.cause == Cause::ExtraCall ? waiting : ended));
+    if (c.cause != Cause::ExtraCall) continue;
+    CHECK(v.ended_ranks == ended);
+    CHECK(v.ended_after_seq == 40);
+    CHECK(v.waiting_ranks == waiting);
+    REQUIRE(!v.evidence.empty());
+    CHECK(v.evidence[0].rank == waiting.front());
+    REQUIRE(v.evidence[0].callsite_op);
+    CHECK(v.evidence[0].callsite_op->seq == 41);
+    const std::string text = analysis::RenderReportText(report, {});
+    CHECK(text.find("completed #40 and ended normally") != std::string::npos);
+  }
+}
+
+namespace {
+
+// A postmortem of a rank that ended without a word at `ms` on its host's clock, after #40.
+Document Killed(int rank, int n, int64_t ms, const std::string& host,
+                const char* detail = "ended without a word: SIGKILL or the OOM killer") {
+  Document d = Dump(rank, n, {Comm(kWorld, n, rank, 40, 40, 40)}, {}, Name(R::Postmortem));
+  d.summary.detail = detail;
+  d.summary.host = host;
+  d.summary.time_mono_ns = 5000000000000LL + ms * 1000000;
+  d.summary.time_unix_ns = 1700000000000000000LL + ms * 1000000;
+  d.summary.states_as_of_mono_ns = d.summary.time_mono_ns - 40000000;
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("every rank killed within a moment is one story: job_killed, no hang", "[endings]") {
+  {
+    TempDir dir;
+    auto report = Analyze(dir, {Killed(0, 4, 0, "a"), Killed(1, 4, 3, "a"), Killed(2, 4, 1, "b"), Killed(3, 4, 5, "b")});
+    INFO(analysis::ReportToJson(report).dump());
+    REQUIRE(report.verdicts.size() == 1);
+    const auto& v = report.verdicts[0];
+    CHECK(v.cause == Cause::JobKilled);
+    CHECK(v.killed_ranks == Ranks({0, 1, 2, 3}));
+    CHECK(v.killed_within_ms == Approx(5.0));
+    CHECK(v.culprit_ranks.empty());
+    CHECK_FALSE(report.Hang());  // analyze's exit status 0
+    const std::string text = analysis::RenderReportText(report, {});
+    CHECK(text.find("1. job_killed  every rank ended within 5 ms: the job was killed from outside") != std::string::npos);
+    CHECK(text.find("OOM") == std::string::npos);
+  }
+  // Seconds apart, or one named by the kernel's OOM killer: each its own death, as before.
+  for (bool oom : {false, true}) {
+    INFO((oom ? "the OOM killer named one" : "seconds apart"));
+    TempDir dir;
+    std::vector<Document> dumps = {Killed(0, 3, 0, "a"), Killed(1, 3, oom ? 2 : 3000, "a"),
+                                   Killed(2, 3, oom ? 4 : 6000, "a", oom ? "killed by the kernel's OOM killer (Out of memory: Killed process 1002)"
+                                                                        : "ended without a word: SIGKILL or the OOM killer")};
+    auto report = Analyze(dir, dumps);
+    INFO(analysis::ReportToJson(report).dump());
+    REQUIRE(!report.verdicts.empty());
+    for (const auto& v : report.verdicts) CHECK(v.cause == Cause::RankDead);
+    CHECK(report.Hang());
+  }
+}
+
+TEST_CASE("every rank of one host killed within a moment while others wait: host_lost", "[endings]") {
+  for (bool one_left : {false, true}) {
+    INFO((one_left ? "a rank of that host lives" : "the whole host"));
+    TempDir dir;
+    std::vector<Document> dumps = {Killed(2, 5, 0, "b"), Killed(3, 5, 2, "b")};
+    for (int r : {0, 1, 4}) {
+      Document d = Dump(r, 5, {Comm(kWorld, 5, r, 41, 41, 40)}, {Op(kWorld, 41, "AllReduce", "gpu_reached", 700)},
+                        Name(r == 0 ? R::Stall : R::PeerRequest));
+      d.summary.host = r == 4 && one_left ? "b" : "a";
+      dumps.push_back(d);
+    }
+    auto report = Analyze(dir, dumps);
+    INFO(analysis::ReportToJson(report).dump());
+    REQUIRE(report.verdicts.size() == 1);
+    const auto& v = report.verdicts[0];
+    CHECK(v.culprit_ranks == Ranks({2, 3}));
+    CHECK(v.seq == 41);
+    CHECK(v.waiting_ranks == Ranks({0, 1, 4}));
+    if (one_left) {
+      CHECK(v.cause == Cause::RankDead);
+      continue;
+    }
+    CHECK(v.cause == Cause::HostLost);
+    CHECK(v.killed_host == "b");
+    CHECK(v.killed_within_ms == Approx(2.0));
+    const std::string text = analysis::RenderReportText(report, {});
+    CHECK(text.find("host_lost  every rank of host b (ranks 2, 3) ended within 2 ms; others wait in AllReduce #41") !=
+          std::string::npos);
+  }
+}

@@ -25,6 +25,7 @@ const char* const kGoldenSets[] = {
     "rank_missing",  "gpu_not_reached", "stuck_in_collective", "mismatch",   "p2p_unmatched",
     "cross_comm_deadlock", "rank_dead_no_dump", "rank_dead_fatal", "no_hang", "mixed",
     "ring_overflow", "two_dumps_one_rank", "corrupt_files", "rank_exited", "nccl_error", "init_hang", "rank_stopped",
+    "extra_call", "job_killed", "host_lost",
     "sim_gpu_not_reached",  // real dumps from libncclwatch.so over the simulator
 };
 

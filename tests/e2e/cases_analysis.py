@@ -7,9 +7,11 @@ import re
 import shutil
 import signal
 import subprocess
+import time
 
-from e2e_common import (analyze, analyze_dir, built, case, first_verdict, job, ranks_catching, serial_case, stalled)
-from ncclwatch_testing import (blocked_in_syscall, check, temp_dir, wait_for_ranks)
+from e2e_common import (analyze, analyze_dir, built, case, first_verdict, job, rank_pid, ranks_catching, serial_case,
+                        stalled)
+from ncclwatch_testing import (blocked_in_syscall, check, temp_dir, wait_for, wait_for_ranks)
 
 
 @serial_case
@@ -498,3 +500,105 @@ def recovered_only_when_completed():
         else:
             check(rc == 1 and v["culprit_ranks"] == [1], f"{name}: stage 1 is named ({rc}): {json.dumps(report['verdicts'])[:1500]}")
             check(rs == [], f"{name}: no operation that never completed is a recovered stall: {json.dumps(rs)[:1500]}")
+
+
+def check_extra_call(n, final_from, iters=40):
+    """Ranks below `final_from` finish the loop, destroy their communicator and exit 0; the others
+    issue one more all-reduce (their final metrics) and wait. The story is that call: its ranks
+    and their call site first, the ranks that ended normally named as such."""
+    j = job(n, ["--iters", str(iters), "--final-from", str(final_from)], env={"NCCLWATCH_TIMEOUT": "2"}, timeout=8)
+    ended, extra = list(range(final_from)), list(range(final_from, n))
+    for r in ended:
+        check(j.reasons(r) == ["exit"] and j.first(r, "exit")["summary"]["exit_status"] == 0,
+              f"rank {r} ended normally: {j.reasons(r)}")
+    rc, report, text = analyze(j)
+    what = json.dumps(report["verdicts"], indent=1)[:3000]
+    check(rc == 1 and len(report["verdicts"]) == 1, f"one verdict, a hang ({rc}):\n{what}")
+    v = report["verdicts"][0]
+    check(v["cause"] == "extra_call" and v["culprit_ranks"] == extra and v["seq"] == iters + 1 and v["op"] == "AllReduce",
+          f"extra_call: ranks {extra} issued AllReduce #{iters + 1}:\n{what}")
+    check(v["ended_ranks"] == ended and v["ended_after_seq"] == iters, f"the ranks that ended, after #{iters}:\n{what}")
+    first = v["culprit_stacks"][str(extra[0])]
+    check(first["callsite_op"].startswith(f"AllReduce #{iters + 1} ") and
+          any(f["function"].startswith("main") for f in first["callsite"]),
+          f"rank {extra[0]}'s call site of the extra all-reduce: {json.dumps(first)[:2000]}")
+    who = f"rank {extra[0]}" if len(extra) == 1 else f"ranks {extra[0]}, {extra[-1]}" if len(extra) == 2 else ""
+    ended_text = f"rank {ended[0]}" if len(ended) == 1 else f"ranks {ended[0]}, {ended[-1]}" if len(ended) == 2 \
+        else f"ranks {ended[0]}-{ended[-1]}"
+    head = text.splitlines()[2] if len(text.splitlines()) > 2 else text
+    check(head.startswith(f"1. extra_call  {who} issued AllReduce #{iters + 1} ") and
+          f"{ended_text} completed #{iters} and ended normally" in head, f"the headline says it:\n{text[:3000]}")
+    first_evidence = next((l for l in text.splitlines() if re.match(r"   \S*rank \d+ \(", l)), "")
+    check(first_evidence.startswith(f"   rank {extra[0]} ("), f"its evidence comes first:\n{text[:3000]}")
+    check(f"AllReduce #{iters + 1} on" in text and "was called from:" in text, f"with its call site:\n{text[:3000]}")
+
+
+@case
+def extra_call_of_the_last_rank_is_the_story():
+    # The issue's job: ranks 0-2 finish #40 and exit; rank 3 issues #41 (its final metrics).
+    check_extra_call(4, 3)
+
+
+@case
+def extra_call_of_half_the_ranks_is_the_story():
+    # As many ranks issue the extra call as ended: the call is the story, not the ended ranks.
+    check_extra_call(4, 2)
+
+
+@case
+def whole_job_killed_at_once_is_one_story():
+    # Every rank SIGKILLed within a few ms in the middle of the loop (the scheduler, the launcher):
+    # one story, "the job was killed from outside", no rank_dead with OOM advice, exit status 0
+    # (no rank waited on another: nothing hangs).
+    def kill_all(p):
+        pids = wait_for_ranks(p, 4)
+        boxes = os.path.join(os.path.realpath(f"/proc/{p.pid}/cwd"), "boxes")
+        wait_for(lambda: len(glob.glob(os.path.join(boxes, "ncclwatch-box-*"))) == 4, "4 black boxes")
+        time.sleep(0.7)  # in the loop, a few watchdog polls
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+    j = job(4, ["--iters", "100000", "--jitter-ms", "5"], env={"NCCLWATCH_TIMEOUT": "5"}, timeout=20,
+            after_start=kill_all)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NCCLWATCH_")}
+    env["NCCLWATCH_BLACKBOX_DIR"] = os.path.join(j.tmp, "boxes")
+    os.makedirs(j.dir, exist_ok=True)  # killed before any dump: nobody made it
+    c = subprocess.run([built("bin", "ncclwatch"), "collect", j.dir], env=env, capture_output=True, text=True)
+    check(all(j.reasons(r) == ["postmortem"] for r in range(4)),
+          f"each rank's postmortem: {[j.reasons(r) for r in range(4)]}\n{c.stderr[-1500:]}")
+    rc, report, text = analyze(j)
+    what = json.dumps(report["verdicts"], indent=1)[:3000]
+    check([v["cause"] for v in report["verdicts"]] == ["job_killed"], f"one story:\n{what}")
+    v = report["verdicts"][0]
+    check(v["killed_ranks"] == [0, 1, 2, 3] and 0 <= v["killed_within_ms"] < 1000, f"every rank, within a moment:\n{what}")
+    check(rc == 0, f"exit status 0: nothing hangs ({rc})")
+    check(re.search(r"every rank ended within \d+ ms: the job was killed from outside", text) and "OOM" not in text,
+          f"the text tells it, without OOM advice:\n{text[:3000]}")
+
+
+@case
+def host_lost_while_others_wait_is_one_story():
+    # Two simulated hosts of 2 ranks; both ranks of simhost1 are SIGKILLed within a few ms (a
+    # node lost) while simhost0's ranks go on into the next all-reduce and wait. One verdict
+    # names the host, not one rank_dead per rank.
+    def kill_host(p):
+        wait_for_ranks(p, 4)
+        pids = [rank_pid(p, 2), rank_pid(p, 3)]
+        boxes = os.path.join(os.path.realpath(f"/proc/{p.pid}/cwd"), "boxes")
+        wait_for(lambda: len(glob.glob(os.path.join(boxes, "ncclwatch-box-*"))) == 4, "4 black boxes")
+        time.sleep(0.7)
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+    j = job(4, ["--iters", "100000", "--jitter-ms", "5"], env={"NCCLWATCH_TIMEOUT": "2"}, timeout=9,
+            after_start=kill_host, launcher_args=["--hosts", "2"])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NCCLWATCH_")}
+    env["NCCLWATCH_BLACKBOX_DIR"] = os.path.join(j.tmp, "boxes")
+    subprocess.run([built("bin", "ncclwatch"), "collect", j.dir], env=env, capture_output=True, text=True)
+    check(all("postmortem" in j.reasons(r) for r in (2, 3)), f"ranks 2, 3: {[j.reasons(r) for r in range(4)]}")
+    rc, report, text = analyze(j)
+    what = json.dumps(report["verdicts"], indent=1)[:3000]
+    v = report["verdicts"][0]
+    check(rc == 1 and v["cause"] == "host_lost" and v["culprit_ranks"] == [2, 3] and v["killed_host"] == "simhost1",
+          f"host_lost names simhost1's ranks ({rc}):\n{what}")
+    check(not [x for x in report["verdicts"] if x["cause"] == "rank_dead"], f"no rank_dead besides:\n{what}")
+    check(re.search(r"every rank of host simhost1 \(ranks 2, 3\) ended within \d+ ms; others wait in", text),
+          f"the headline:\n{text[:3000]}")

@@ -221,6 +221,9 @@ std::vector<StackDef> CallsiteStacks() {
            kGenerateMain, native("ncclAllGather", "c10d::ProcessGroupNCCL::_allgather_base")),
       Join({{c10d, 2501, "all_reduce", true}, {"/workspace/job/generate.py", 71, "all_finished", false}},
            kGenerateMain, native("ncclAllReduce", "c10d::ProcessGroupNCCL::allreduce")),
+      Join({{c10d, 2501, "all_reduce", true}, {"/workspace/job/train.py", 251, "report_final_metrics", false},
+            {"/workspace/job/train.py", 262, "main", false}},
+           {kTrainMain.begin() + 1, kTrainMain.end()}, native("ncclAllReduce", "c10d::ProcessGroupNCCL::allreduce")),
   };
 }
 
@@ -353,6 +356,9 @@ trace::Document DumpRenderer::Render(int rank, const RankPlan& plan, const DumpO
   int64_t mono_now_ns;
   if (options.earlier) {
     mono_now_ns = history_end_ns + 50000000LL;  // right after the history, before the hang
+  } else if (plan.killed) {  // its last sign of life: killed soon after its last issue
+    mono_now_ns = history_end_ns + static_cast<int64_t>(extras.size()) * 100000000LL +
+                  static_cast<int64_t>(plan.killed_at_ms) * 1000000LL;
   } else {
     // The first waiter dumps when its deadline passes; the others follow seconds later.
     int64_t jitter_ms = plan.first_to_stall ? 0 : static_cast<int64_t>(Mix(seed_ ^ (rank + 1)) % 4000);
@@ -412,6 +418,7 @@ trace::Document DumpRenderer::Render(int rank, const RankPlan& plan, const DumpO
   R reason = options.earlier ? R::OnDemand
              : plan.fatal    ? R::FatalSignal
              : plan.stopped  ? R::Stopped
+             : plan.killed   ? R::Postmortem
              : plan.exited   ? R::Exit
              : plan.nccl_error ? R::NcclError
              : plan.first_to_stall ? R::Stall
@@ -442,6 +449,9 @@ trace::Document DumpRenderer::Render(int rank, const RankPlan& plan, const DumpO
     s.detail = trace::StopKindText(trace::StopKind::Stopped) + ", seen by its host; what its black box held at its last sign of life";
     const int64_t seen = kUnixBaseNs + host_skew_ms * 1000000LL + (mono_now_ns - kMonoBaseNs) + 1000000000LL;
     s.stopped = trace::StopRecord{trace::StopKindName(trace::StopKind::Stopped), seen, seen + 3000000000LL};
+  } else if (reason == R::Postmortem) {  // its black box, read by its host's caretaker
+    s.detail = "ended without a word: SIGKILL or the OOM killer";
+    s.states_as_of_mono_ns = mono_now_ns - 40000000LL;  // the watchdog's last poll
   } else if (reason == R::Exit) {
     s.detail = "exit status 0";
     s.exit_status = 0;
@@ -540,6 +550,7 @@ trace::Document DumpRenderer::Render(int rank, const RankPlan& plan, const DumpO
     d.ring.entries.insert(d.ring.entries.end(), extra_ops.end() - static_cast<long>(from_extras), extra_ops.end());
   }
   d.callsites = callsites_;
+  if (plan.killed) return doc;  // nothing of the process runs any more: no threads
   d.threads.push_back({pid, "python3", SignalledThreadStack(MainThreadStack(plan.stack)), ""});
   for (const auto& th : HelperThreads()) {
     if (lean_ && std::strcmp(th.name, "ncclwatch") != 0) continue;

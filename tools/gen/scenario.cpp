@@ -23,6 +23,7 @@ enum Callsite {
   kCsSendForward,
   kCsZeroGather,
   kCsFinishedFlags,
+  kCsFinalMetrics,
 };
 
 uint64_t Fnv1a(const std::string& s) {
@@ -81,7 +82,7 @@ void WaitBehind(const Topology& t, const std::vector<int>& culprits, std::vector
 
 void MarkFirstWaiter(std::vector<RankPlan>* plans) {
   for (auto& p : *plans)
-    if (p.write && !p.fatal && !p.exited && !p.nccl_error && !p.stopped &&
+    if (p.write && !p.fatal && !p.exited && !p.nccl_error && !p.stopped && !p.killed &&
         (p.in_setup || (!p.extras.empty() && p.extras.back().stage != Stage::kCompleted))) {
       p.first_to_stall = true;
       return;
@@ -207,6 +208,43 @@ bool BuildScenario(const std::string& name, const Topology& t, int culprit, bool
     (*plans)[culprit].exited = true;
     (*plans)[culprit].stack = StackKind::kIdle;
     expect(Cause::RankExited, {culprit}, world_or_tp);
+  } else if (name == analysis::CauseName(Cause::ExtraCall)) {
+    // The others finished the loop and exited normally; the culprit issues one more all-reduce
+    // (its final metrics) and waits in it.
+    for (int r = 0; r < t.ranks; ++r) {
+      (*plans)[r].exited = r != culprit;
+      (*plans)[r].stack = StackKind::kIdle;
+    }
+    Operation final_metrics = LossAllReduce();
+    final_metrics.callsite = kCsFinalMetrics;
+    (*plans)[culprit].extras = {At(final_metrics, Stage::kGpuReached)};
+    (*plans)[culprit].stack = StackKind::kWaitingSync;
+    expect(Cause::ExtraCall, {culprit}, world);
+  } else if (name == analysis::CauseName(Cause::JobKilled)) {
+    // Every rank SIGKILLed within a few ms while healthy (the scheduler's time limit): some
+    // inside the step's all-reduce, the culprit not yet in it.
+    for (int r = 0; r < t.ranks; ++r) {
+      RankPlan& p = (*plans)[r];
+      p.killed = true;
+      p.killed_at_ms = 200 + r % 5;
+      if (r != culprit) p.extras = {At(LossAllReduce(), Stage::kGpuReached)};
+    }
+    (*plans)[culprit].killed_at_ms = 300;  // its last issue was 100 ms earlier than theirs
+    expect(Cause::JobKilled, {}, {});
+  } else if (name == analysis::CauseName(Cause::HostLost)) {
+    // The culprit's host is lost: all its ranks end without a word within a few ms; the ranks
+    // of the other hosts wait in the world all-reduce.
+    std::vector<int> lost;
+    for (int r = 0; r < t.ranks; ++r)
+      if (r / 8 == culprit / 8) lost.push_back(r);  // ncclwatch-gen puts 8 ranks on a host
+    if (!need(static_cast<int>(lost.size()) < t.ranks && lost.size() >= 2, "ranks on at least two hosts (8 a host)"))
+      return false;
+    WaitBehind(t, lost, plans);
+    for (int r : lost) {
+      (*plans)[r].killed = true;
+      (*plans)[r].killed_at_ms = 400 + r % 7;
+    }
+    expect(Cause::HostLost, lost, world);
   } else if (name == analysis::CauseName(Cause::NcclError)) {
     // The culprit's next call returned an error; its peers wait inside theirs.
     WaitBehind(t, {culprit}, plans);

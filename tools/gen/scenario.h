@@ -67,6 +67,10 @@ struct RankPlan {
   bool exited = false;      // left normally after the history: writes its exit record
   bool nccl_error = false;  // its last extra operation returned ncclSystemError: nccl_error dump
   bool stopped = false;     // stopped (SIGSTOP): its host's stand-in, a `stopped` dump from its black box
+  // SIGKILLed without a word: its black box's `postmortem` dump (written by its host's caretaker),
+  // its last sign of life `killed_at_ms` after its last operation's issue.
+  bool killed = false;
+  int killed_at_ms = 200;
   bool in_setup = false;    // inside ncclCommInitRank of the world: no history, comm initializing
   bool first_to_stall = false;
   StackKind stack = StackKind::kWaitingSync;
@@ -86,7 +90,7 @@ struct ExpectedVerdict {
   bool p2p = false;
 };
 
-// Builds the plans of every rank for a scenario: the cause names of trace_format.h, plus
+// Builds the plans of every rank for a scenario: the cause names of report/vocabulary.h, plus
 // "mixed" (two independent root causes blocking the world communicator). False with *error
 // when the scenario needs a topology it does not have.
 bool BuildScenario(const std::string& name, const Topology& topo, int culprit, bool fatal,

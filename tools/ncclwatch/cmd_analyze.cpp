@@ -39,8 +39,8 @@ void Help(std::FILE* out) {
                "changed: the black boxes of ranks killed without a word that no process of this\n"
                "host converted are read in memory (one line says which; `ncclwatch collect`\n"
                "writes them as dumps).\n"
-               "exit status: 0 nothing hangs, 1 a hang was attributed, 2 no readable dump or\n"
-               "bad usage.\n");
+               "exit status: 0 nothing hangs (also every rank killed at once from outside:\n"
+               "job_killed), 1 a hang was attributed, 2 no readable dump or bad usage.\n");
 }
 
 long PeakRssKiB() {

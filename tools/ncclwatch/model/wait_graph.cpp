@@ -134,6 +134,15 @@ bool WaitGraph::IsExited(int dump) const {
   return dump >= 0 && (Is(dump, trace::DumpReason::Exit) || Is(dump, trace::DumpReason::ExitInFlight));
 }
 
+bool WaitGraph::EndedNormally(int dump) const {
+  if (dump < 0 || !Is(dump, trace::DumpReason::Exit)) return false;
+  const trace::Summary& s = dumps_[dump].summary;
+  if (s.exit_status != 0 || s.exception || s.failed || !s.in_flight.empty()) return false;
+  for (const auto& c : s.comms)
+    if (c.last_completed < c.last_enqueued) return false;
+  return true;
+}
+
 bool WaitGraph::IsErrored(int dump) const {
   return dump >= 0 && (Is(dump, trace::DumpReason::NcclError) || Is(dump, trace::DumpReason::AsyncError) ||
                        dumps_[dump].summary.failed.has_value());
@@ -454,7 +463,8 @@ void WaitGraph::ResolveBlockers(int bi) {
       b.terminal = b.kind == BlockKind::kDead      ? Terminal::kDead
                    : b.kind == BlockKind::kStopped ? Terminal::kStopped
                    : b.kind == BlockKind::kError   ? Terminal::kError
-                                                   : Terminal::kExited;
+                   : !blocked.p2p && EndedNormally(b.dump) ? Terminal::kEnded
+                                                     : Terminal::kExited;
       continue;
     }
     const auto& ops = dumps_[b.dump].summary.in_flight;

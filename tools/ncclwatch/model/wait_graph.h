@@ -56,6 +56,8 @@ enum class Terminal {
   kStopped,   // rank_stopped
   kError,     // nccl_error
   kExited,    // rank_exited
+  kEnded,     // exited normally (status 0, no exception) with everything it issued completed: the
+              // waiting ranks issued a collective it never would (extra_call), or it left early
   kBusy,      // host elsewhere and not blocked on any NCCL operation: rank_missing
   kGpuStuck,  // GPU busy with earlier non-NCCL work: gpu_not_reached
 };
@@ -143,6 +145,9 @@ class WaitGraph {
   // process killed while stopped.
   bool IsStopped(int dump) const;
   bool IsExited(int dump) const;
+  // An exit record of a normal end after completing everything it issued: status 0, no
+  // uncaught exception, no error, nothing in flight, every communicator's issued ops completed.
+  bool EndedNormally(int dump) const;
   bool IsErrored(int dump) const;
   // Its error only says that another rank failed (ncclRemoteError).
   bool IsRemoteError(int dump) const;

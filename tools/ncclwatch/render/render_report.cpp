@@ -119,6 +119,23 @@ std::string NotYetText(const NotYet& n) {
   return s;
 }
 
+// "3 ms", "250 ms", "1.0 s": how far apart the killed ranks' last signs of life lie.
+std::string WithinText(double ms) {
+  char b[32];
+  if (ms < 1000) std::snprintf(b, sizeof b, "%.0f ms", ms);
+  else std::snprintf(b, sizeof b, "%.1f s", ms / 1000);
+  return b;
+}
+
+// extra_call: "which no other rank issued: ranks 0-2 completed #40 and ended normally".
+std::string EndedText(const Verdict& v) {
+  const bool all_others = v.culprit_ranks.size() + v.ended_ranks.size() == static_cast<size_t>(v.comm_size);
+  const bool one = v.ended_ranks.size() == 1;
+  return std::string(all_others ? "which no other rank issued" : "which " + FormatRanks(v.ended_ranks) + " never issued") +
+         ": " + FormatRanks(v.ended_ranks) + (v.ended_after_seq > 0 ? " completed #" + std::to_string(v.ended_after_seq) + " and" : "") +
+         " ended normally (exit status 0" + (one ? "" : " each") + ")";
+}
+
 std::string Headline(const Verdict& v) {
   std::string who = CulpritName(v);
   switch (v.cause) {
@@ -140,6 +157,12 @@ std::string Headline(const Verdict& v) {
              (v.comm.empty() ? std::string() : "; others wait in " + Where(v));
     case Cause::NcclError: return "an NCCL call of " + who + " failed; others wait in " + Where(v);
     case Cause::RankExited: return who + " exited while others wait in " + Where(v);
+    case Cause::ExtraCall: return who + " issued " + Where(v) + ", " + EndedText(v);
+    case Cause::JobKilled:
+      return "every rank ended within " + WithinText(v.killed_within_ms) + ": the job was killed from outside";
+    case Cause::HostLost:
+      return "every rank of host " + v.killed_host + " (" + FormatRanks(v.killed_ranks) + ") ended within " +
+             WithinText(v.killed_within_ms) + (v.comm.empty() ? std::string() : "; others wait in " + Where(v));
     case Cause::InitHang:
       if (!v.id_groups.empty())
         return "ranks created communicators of " + std::to_string(v.comm_size) + " ranks with " +
@@ -528,7 +551,7 @@ std::string RenderReportText(const Report& report, const ReportTextOptions& opti
     out << "; " << report.problems.size() << " problem" << (report.problems.size() > 1 ? "s" : "")
         << " with files (listed on stderr)";
   out << "\n\n";
-  if (!report.Hang()) {
+  if (!report.Hang() && report.verdicts.front().cause != Cause::JobKilled) {
     // Before a deadline, a wait that is not yet a verdict is no green "no hang".
     const bool pending = !report.verdicts.front().not_yet.empty();
     out << (pending ? st.Yellow("no hang yet") : st.Green("no hang")) << ": " << AdviceText(report.verdicts.front(), report)
@@ -644,6 +667,23 @@ std::string AdviceText(const Verdict& v, const Report& report) {
              ", which the others wait in: uneven inputs (a rank with fewer batches leaves the loop "
              "first: use drop_last, equal shards or DDP's join()), an early return, or a pipeline "
              "stage that finished. Make every rank issue the same collectives before it exits.";
+    case Cause::ExtraCall:
+      return who + " issued " + OpLabel(v.op, v.seq) + ", " + EndedText(v) +
+             ", so it waits in it until its timeout. Its call site is the line to look at: a collective issued on "
+             "some ranks only (a final metric or log on one rank, a last barrier, one more step); issue it on "
+             "every rank before they leave, or on none.";
+    case Cause::JobKilled:
+      return FormatRanks(v.killed_ranks) + " all ended without a word within " + WithinText(v.killed_within_ms) +
+             " of each other: no rank failed by itself and none was waiting on another. The job was killed from "
+             "outside: its launcher, the scheduler (a time limit, scancel, a preemption), an operator, or the "
+             "failure of the node it ran on. Their logs say who; no fix is needed in the job's code.";
+    case Cause::HostLost:
+      return FormatRanks(v.killed_ranks) + ", every rank of host " + v.killed_host + ", ended without a word within " +
+             WithinText(v.killed_within_ms) + " of each other while the ranks of other hosts live" +
+             (v.comm.empty() ? std::string() : " and wait in " + OpLabel(v.op, v.seq)) +
+             ": the host was lost or its ranks were killed together (a node failure or reboot, that node's OOM "
+             "killer or agent, a launcher's kill on it), not a failure of one rank. Check that host's kernel log "
+             "(dmesg), its health and the scheduler's log for that node.";
     case Cause::InitHang:
       if (!v.id_groups.empty()) {
         std::string holders;
@@ -794,6 +834,15 @@ json ReportToJson(const Report& report) {
       for (const auto& g : v.id_groups)
         groups.push_back({{rk::kComm, g.comm}, {rk::kCommName, g.comm_name}, {rk::kRanks, g.ranks}});
       j[rk::kIdGroups] = std::move(groups);
+    }
+    if (v.cause == Cause::ExtraCall) {
+      j[rk::kEndedRanks] = v.ended_ranks;
+      j[rk::kEndedAfterSeq] = OrNull(v.ended_after_seq);
+    }
+    if (v.cause == Cause::JobKilled || v.cause == Cause::HostLost) {
+      j[rk::kKilledRanks] = v.killed_ranks;
+      j[rk::kKilledWithinMs] = v.killed_within_ms;
+      if (v.cause == Cause::HostLost) j[rk::kKilledHost] = v.killed_host;
     }
     j[rk::kAdvice] = AdviceText(v, report);
     json consequences = json::array();

@@ -179,6 +179,15 @@ struct Verdict {
   bool stopped_while_healthy = false;   // no_hang: ranks were at different seqs, nothing past due
   double oldest_in_flight_s = -1;       // no_hang: the oldest operation in flight when dumped
   std::vector<NotYet> not_yet;          // no_hang: waits not yet past their deadline, longest first
+  // extra_call: the ranks that ended normally (exit status 0, everything completed) and the
+  // last sequence number of the communicator they completed.
+  std::vector<int> ended_ranks;
+  int64_t ended_after_seq = -1;
+  // job_killed, host_lost: the ranks that ended without a word together, how far apart their
+  // last signs of life lie, and (host_lost) their host.
+  std::vector<int> killed_ranks;
+  double killed_within_ms = -1;
+  std::string killed_host;
 };
 
 // Something worth knowing that is not a hang (never changes the exit status). Kind
@@ -244,9 +253,11 @@ struct Report {
   std::vector<StaleEvidence> stale_evidence;
   // Ranks that did not answer the newest job-wide request (their older dump is history).
   std::vector<StaleEvidence> unanswered;
+  // Whether a verdict says the job hangs: not no_hang, nor job_killed (every rank killed at once
+  // from outside: nobody waits on anybody; the exit status is 0, as for a job stopped while healthy).
   bool Hang() const {
     for (const auto& v : verdicts)
-      if (v.cause != analysis::Cause::NoHang) return true;
+      if (v.cause != analysis::Cause::NoHang && v.cause != analysis::Cause::JobKilled) return true;
     return false;
   }
 };

@@ -22,6 +22,9 @@ namespace analysis {
   X(CrossCommDeadlock, "cross_comm_deadlock")  \
   X(RankDead, "rank_dead")                     \
   X(RankStopped, "rank_stopped")               \
+  X(ExtraCall, "extra_call")                   \
+  X(JobKilled, "job_killed")                   \
+  X(HostLost, "host_lost")                     \
   X(NoHang, "no_hang")
 
 NCCLWATCH_DEFINE_VOCABULARY(Cause, kCauseNames, CauseName, ParseCause, NCCLWATCH_FOR_EACH_CAUSE)
@@ -163,6 +166,11 @@ constexpr const char* kAbortedFirst = "aborted_first";
 constexpr const char* kException = "exception";
 constexpr const char* kType = "type";
 constexpr const char* kMessage = "message";
+constexpr const char* kEndedRanks = "ended_ranks";        // extra_call: the ranks that ended normally
+constexpr const char* kEndedAfterSeq = "ended_after_seq";  // extra_call: the last they completed
+constexpr const char* kKilledRanks = "killed_ranks";      // job_killed, host_lost
+constexpr const char* kKilledWithinMs = "killed_within_ms";
+constexpr const char* kKilledHost = "killed_host";        // host_lost
 }  // namespace report_key
 
 // The analysis output's own identity and version (analyze --json): bump on a change a reader

@@ -28,6 +28,10 @@ constexpr double kStaleEvidenceS = 60.0;
 // A wait this much longer than the spread of the dumps' times is not explained by dumps taken
 // at slightly different moments (one peer poll, a loaded machine's scheduling).
 constexpr double kNotYetMarginS = 1.0;
+// Ranks whose last signs of life lie this close ended together: one kill from outside (the
+// launcher, the scheduler, a node), not each its own death. Their black boxes say when they
+// last lived (the watchdog's poll, every NCCLWATCH_POLL_MS, 100 ms by default).
+constexpr double kKilledTogetherMs = 1000.0;
 // The rows named by a blocker's terminal, lower priority first (sorted once).
 const std::vector<const CauseRule*>& TerminalRulesByPriority() {
   static const std::vector<const CauseRule*> rows = [] {
@@ -121,11 +125,13 @@ class Attributor {
           auto remote = [&](const Blocker* b) { return g_.IsRemoteError(b->dump); };
           if (!std::all_of(bs.begin(), bs.end(), remote)) bs.erase(std::remove_if(bs.begin(), bs.end(), remote), bs.end());
         }
-        if (!bs.empty()) drafts.push_back(TerminalDraft(i, rule->cause, bs));
+        if (!bs.empty())
+          drafts.push_back(rule->terminal == Terminal::kEnded ? EndedDraft(i, bs) : TerminalDraft(i, rule->cause, bs));
       }
       if (g_.Cyclic(bi) && !cycle_done[bi]) drafts.push_back(CycleDraft(i, &cycle_done));
     }
     AddCrashedRanksNobodyWaitsFor(&drafts);
+    KilledTogether(&drafts);
     // Without a sign of a hang, ranks at different sequence numbers are a job stopped (or
     // snapshotted) while healthy: the dumps were taken at slightly different moments.
     if (!JobShowsHang()) {
@@ -358,6 +364,134 @@ class Attributor {
     return d;
   }
 
+  // Whether a waiting member's call at the blocked seq repeats a call site it used before on
+  // that communicator (a loop's next step): 1; a call site of its own, new there (a final metric
+  // after the loop): 0; -1 unknown (no dump or details, no call site, nothing earlier in its ring).
+  int RepeatsCallsite(const BlockedOp& blocked, int comm_rank) {
+    const CommIndex& c = g_.comms()[blocked.comm];
+    const int d = g_.DumpOfMember(c, comm_rank);
+    const int oi = d < 0 ? -1 : g_.FindInFlight(d, c.id, blocked.seq);
+    if (oi < 0) return -1;
+    const int64_t callsite = g_.dumps()[d].summary.in_flight[oi].callsite;
+    const trace::Detail* det = callsite < 0 ? nullptr : set_.Detail(d);
+    if (!det) return -1;
+    bool earlier = false;
+    for (const auto& e : det->ring.entries) {
+      if (e.comm != c.id || e.IsP2p() || e.seq >= blocked.seq) continue;
+      if (e.callsite == callsite) return 1;
+      earlier = true;
+    }
+    return earlier ? 0 : -1;
+  }
+
+  // Members that ended normally after completing everything never issue the blocked collective.
+  // When the waiting ranks issued it from a call site of its own (not their loop's next step: a
+  // final metric, a last barrier or log on some ranks), that call is the story (extra_call),
+  // with its call site. When it repeats their earlier calls, the ended ranks left the loop
+  // early (uneven inputs: rank_exited names them). When the call sites cannot tell, the fewer
+  // side is the odd one: the ended ranks when they are fewer. rank_exited too when a member
+  // that is not done (busy, dead) is missing as well.
+  Draft EndedDraft(int bi, const std::vector<const Blocker*>& ended) {
+    const BlockedOp& blocked = g_.blocked_ops()[bi];
+    const bool all_ended = std::all_of(blocked.blockers.begin(), blocked.blockers.end(),
+                                       [](const Blocker& b) { return b.terminal == Terminal::kEnded; });
+    int repeats = -1;  // 1 when any waiting rank repeats a call site, 0 when all are new
+    for (int r : blocked.waiting) {
+      const int one = RepeatsCallsite(blocked, r);
+      if (one == 1 || (one == 0 && repeats == -1)) repeats = one;
+    }
+    const bool extra = repeats == 0 || (repeats == -1 && blocked.waiting.size() <= ended.size());
+    if (!all_ended || blocked.waiting.empty() || !extra) return TerminalDraft(bi, Cause::RankExited, ended);
+    const CommIndex& c = g_.comms()[blocked.comm];
+    Draft d;
+    d.v = BaseVerdict(bi, Cause::ExtraCall);
+    d.roots.push_back(bi);
+    for (int r : blocked.waiting) AddCulprit(&d, c.global[r], r, g_.DumpOfMember(c, r));
+    for (const Blocker* b : ended)
+      if (b->global >= 0) d.v.ended_ranks.push_back(b->global);
+    std::sort(d.v.ended_ranks.begin(), d.v.ended_ranks.end());
+    d.v.ended_after_seq = blocked.seq - 1;  // they completed everything they issued, and not blocked.seq
+    d.merge_key = "extra_call:" + CulpritKey(d) + c.id;
+    return d;
+  }
+
+  // How far apart the last signs of life of these dumps lie, in ms: by their monotonic clock
+  // when they share a host, else by their hosts' wall clocks.
+  double SpreadMs(const std::vector<int>& dumps) const {
+    bool one_host = true;
+    for (int d : dumps) one_host = one_host && g_.dumps()[d].summary.host == g_.dumps()[dumps.front()].summary.host;
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    for (int d : dumps) {
+      const trace::Summary& s = g_.dumps()[d].summary;
+      const int64_t t = one_host ? s.time_mono_ns : s.time_unix_ns;
+      lo = std::min(lo, t);
+      hi = std::max(hi, t);
+    }
+    return static_cast<double>(hi - lo) / 1e6;
+  }
+
+  // Ranks that ended without a word within a moment of each other are one kill, not each its
+  // own death: every rank of the job (job_killed: the launcher, the scheduler, an operator; no
+  // rank waits on another), or every rank of one host while others live (host_lost: a node
+  // failure, its ranks killed together). Their rank_dead drafts become that one story. A rank
+  // the kernel's OOM killer named, or one stopped before, keeps its own.
+  void KilledTogether(std::vector<Draft>* drafts) {
+    std::vector<int> killed;
+    for (size_t i = 0; i < g_.dumps().size(); ++i) {
+      const int d = static_cast<int>(i);
+      const Dump& dm = g_.dumps()[i];
+      if (!g_.Is(d, trace::DumpReason::Postmortem) || g_.IsStopped(d) || dm.gone_before_teardown) continue;
+      if (dm.summary.detail.rfind("killed by the kernel's OOM killer", 0) == 0) continue;
+      killed.push_back(d);
+    }
+    if (killed.size() < 2) return;
+    const double within_ms = SpreadMs(killed);
+    if (within_ms > kKilledTogetherMs) return;
+    std::set<int> ranks;
+    for (int d : killed) ranks.insert(g_.dumps()[d].summary.rank);
+    const std::string host = g_.dumps()[killed.front()].summary.host;
+    const bool whole = killed.size() == g_.dumps().size() && set_.world_size() == static_cast<int>(killed.size());
+    if (!whole) {  // one host's ranks, all of them, while ranks elsewhere live
+      bool others_live = false;
+      for (size_t i = 0; i < g_.dumps().size(); ++i) {
+        const Dump& dm = g_.dumps()[i];
+        if (ranks.count(dm.summary.rank)) continue;
+        if (dm.summary.host == host) return;  // a rank of that host did not end so
+        others_live = others_live || !g_.IsDead(static_cast<int>(i));
+      }
+      for (int d : killed)
+        if (g_.dumps()[d].summary.host != host) return;
+      if (!others_live) return;
+    }
+    auto folded = [&](const Draft& d) {
+      if (d.v.cause != Cause::RankDead || d.culprits.empty()) return false;
+      for (const auto& c : d.culprits)
+        if (c.global < 0 || !ranks.count(c.global)) return false;
+      return true;
+    };
+    Draft story;
+    story.v.cause = whole ? Cause::JobKilled : Cause::HostLost;
+    for (const auto& d : *drafts) {  // host_lost: on the operation most ranks wait in
+      if (whole || !folded(d) || d.roots.empty()) continue;
+      if (story.roots.empty() || d.v.waiting_ranks.size() > story.v.waiting_ranks.size()) {
+        story.v = d.v;
+        story.v.cause = Cause::HostLost;
+        story.roots.insert(story.roots.begin(), d.roots.front());
+      } else {
+        story.roots.push_back(d.roots.front());
+      }
+    }
+    drafts->erase(std::remove_if(drafts->begin(), drafts->end(), folded), drafts->end());
+    story.v.killed_ranks.assign(ranks.begin(), ranks.end());
+    story.v.killed_within_ms = within_ms;
+    if (!whole) {
+      story.v.killed_host = host;
+      for (int d : killed) AddCulprit(&story, g_.dumps()[d].summary.rank, -1, d);
+    }
+    story.merge_key = std::string(CauseName(story.v.cause)) + ":" + host;
+    drafts->push_back(std::move(story));
+  }
+
   Draft MismatchDraft(int bi) {
     const BlockedOp& blocked = g_.blocked_ops()[bi];
     Draft d;
@@ -533,6 +667,7 @@ class Attributor {
 
   size_t Impact(const Draft& d) const {
     std::set<int> ranks(d.v.waiting_ranks.begin(), d.v.waiting_ranks.end());
+    if (d.v.cause == Cause::JobKilled) ranks.insert(d.v.killed_ranks.begin(), d.v.killed_ranks.end());
     for (const auto& q : d.v.consequences) ranks.insert(q.waiting_ranks.begin(), q.waiting_ranks.end());
     return ranks.size();
   }

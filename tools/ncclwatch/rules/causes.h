@@ -29,7 +29,8 @@ enum class Blames : uint8_t {
   kNotJoined, // the members that never joined a communicator being created (none: all inside)
   kMinority,  // the smaller group of a mismatching sequence number
   kCycle,     // every rank on a wait cycle
-  kNobody,    // no rank is to blame (the transport; no hang at all)
+  kNobody,    // no rank is to blame (the transport; no hang at all; a job killed from outside)
+  kWaiting,   // the waiting ranks: they issued what the members that ended normally never would
 };
 
 struct CauseRule {
@@ -59,6 +60,15 @@ constexpr CauseRule kCauseRules[] = {
     {Cause::RankDead, Terminal::kDead, Applies::kBoth, Blames::kBlockers, false, 0},
     // Stopped (SIGSTOP, a debugger, a frozen cgroup) as its host saw it: it cannot answer.
     {Cause::RankStopped, Terminal::kStopped, Applies::kBoth, Blames::kBlockers, false, 0},
+    // The others ended normally after completing everything; the waiting ranks issued one more
+    // (a final metric, a last barrier on one rank). When the ended ranks are fewer than the
+    // waiting ones, they are the odd ones (uneven inputs): rank_exited names them instead.
+    {Cause::ExtraCall, Terminal::kEnded, Applies::kCollective, Blames::kWaiting, false, 2},
+    // Every rank ended without a word within a moment (the launcher, the scheduler): one story.
+    {Cause::JobKilled, Terminal::kNone, Applies::kNone, Blames::kNobody, false, 0},
+    // Every rank of one host ended without a word within a moment while others wait: the host
+    // was lost (a node failure) or its ranks killed together.
+    {Cause::HostLost, Terminal::kNone, Applies::kNone, Blames::kBlockers, false, 0},
     {Cause::NoHang, Terminal::kNone, Applies::kNone, Blames::kNobody, false, 10},
 };
 

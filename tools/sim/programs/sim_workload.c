@@ -59,6 +59,9 @@ static const char kUsage[] =
     "  --abort-after-ms T        watchdog thread (as PyTorch's): if an iteration's stream work\n"
     "                            is not finished T ms after it was issued, ncclCommAbort every\n"
     "                            communicator and exit(6)\n"
+    "  --final-from R             after the loop, every rank >= R issues one more all-reduce (its\n"
+    "                            final metrics, which the others never issue) and waits for it;\n"
+    "                            the others destroy their communicators and exit 0\n"
     "  --exit-rank R --exit-at I rank R leaves the loop before iteration I and returns from main\n"
     "                            with status 0 (uneven inputs); the others wait\n"
     "  --quick-exit              with --exit-rank: leave through _exit(0), as a multiprocessing\n"
@@ -113,6 +116,7 @@ struct Options {
   int straggler_rank, straggler_ms, straggler_max_ms, jitter_ms, seed;
   int slow_kernel_rank, slow_kernel_at, slow_kernel_ms;
   int linger_ms;
+  int final_from;
   int cpu_wait;
   int extra_rank, extra_at;
   int mismatch_rank, mismatch_at;
@@ -336,6 +340,7 @@ static void parse(int argc, char** argv) {
   opt.new_comm_groups = 1;
   opt.new_comm_kind = "init";
   opt.straggler_rank = -1;
+  opt.final_from = -1;
   opt.deadlock_at = 1;
   for (i = 1; i < argc; ++i) {
     const char* a = argv[i];
@@ -362,7 +367,7 @@ static void parse(int argc, char** argv) {
     INT_OPT("--sync-every", sync_every) INT_OPT("--busy-rank", busy_rank) INT_OPT("--busy-at", busy_at)
     INT_OPT("--busy-ms", busy_ms) INT_OPT("--extra-rank", extra_rank) INT_OPT("--extra-at", extra_at)
     INT_OPT("--slow-kernel-rank", slow_kernel_rank) INT_OPT("--slow-kernel-at", slow_kernel_at)
-    INT_OPT("--slow-kernel-ms", slow_kernel_ms) INT_OPT("--linger-ms", linger_ms)
+    INT_OPT("--slow-kernel-ms", slow_kernel_ms) INT_OPT("--linger-ms", linger_ms) INT_OPT("--final-from", final_from)
     INT_OPT("--mismatch-rank", mismatch_rank) INT_OPT("--mismatch-at", mismatch_at)
     INT_OPT("--deadlock-at", deadlock_at) INT_OPT("--abort-after-ms", abort_after_ms)
     FLAG_OPT("--p2p-deadlock", p2p_deadlock) FLAG_OPT("--cross-comm-deadlock", cross_comm_deadlock)
@@ -582,6 +587,12 @@ int main(int argc, char** argv) {
     printf("ok\n");
     fflush(stdout);
     exit(0);
+  }
+  if (opt.final_from >= 0 && g_rank >= opt.final_from) {
+    struct Comm* w = &g_comms[0];
+    call(ncclAllReduce((void*)w->send, (void*)w->recv, 1, ncclFloat32, ncclSum, w->comm, stream), w->comm,
+         "final ncclAllReduce");
+    sync_stream(stream); /* nobody else issues it: it waits until the launcher's timeout */
   }
   for (k = 0; k < g_ncomms; ++k) NCCLCHECK(ncclCommDestroy(g_comms[k].comm));
   if (g_extra_comm) NCCLCHECK(ncclCommDestroy(g_extra_comm));
