@@ -118,6 +118,8 @@ int WaitGraph::CommOf(const std::string& id) const {
 bool WaitGraph::Is(int dump, trace::DumpReason r) const { return dumps_[dump].summary.reason == trace::DumpReasonName(r); }
 
 bool WaitGraph::IsDead(int dump) const {
+  // A process its framework ended after it aborted its wait did not die on its own account.
+  if (dump >= 0 && dumps_[dump].framework_ending) return false;
   return dump < 0 || Is(dump, trace::DumpReason::FatalSignal) || IsKilled(dump);
 }
 
