@@ -162,6 +162,60 @@ TEST_CASE("an NCCL error on a communicator the rank itself aborted is part of it
   }
 }
 
+TEST_CASE("the culprit back just after the framework gave up is still the one that never came", "[endings]") {
+  // Ranks 1-3 wait in #8 until their framework aborts at T; rank 0, back from its checkpoint,
+  // issues #8 at T + 0.3 s (same host) and waits in it alone until its own framework aborts.
+  // Every member is then inside #8, but for those who waited rank 0 never came: rank_missing,
+  // not stuck_in_collective. Issued before T, it is what it was (every member inside: stuck).
+  for (double entered_after_s : {0.3, -0.5}) {
+    INFO("rank 0 issued #8 " << entered_after_s << " s after the others' abort");
+    TempDir dir;
+    std::vector<Document> dumps = AbortAfterVerdict(R::FatalSignal, false, true);
+    dumps.erase(dumps.begin(), dumps.begin() + 2);  // rank 0's own dumps, made again below
+    const int64_t abort_unix = dumps[1].summary.time_unix_ns;  // rank 1's abort
+    for (auto& d : dumps) d.summary.host = "h0";
+    trace::Op op = Op(kWorld, 8, "AllReduce", "gpu_reached", 5);
+    Document late = Dump(0, 4, {Comm(kWorld, 4, 0, 8, 8, 7)}, {op}, Name(R::Abort));
+    late.summary.host = "h0";
+    late.summary.comms[0].state = trace::CommStateName(trace::CommState::Aborted);
+    late.summary.time_unix_ns = abort_unix + static_cast<int64_t>((entered_after_s + 5) * 1e9);
+    late.summary.in_flight[0].enqueue_ns = late.summary.time_mono_ns - 5'000'000'000LL;
+    dumps.push_back(late);
+    dumps.push_back(Then(late, R::FatalSignal));
+    auto report = Analyze(dir, dumps);
+    INFO(analysis::ReportToJson(report).dump());
+    REQUIRE(report.verdicts.size() == 1);
+    if (entered_after_s > 0) {
+      CHECK(report.verdicts[0].cause == Cause::RankMissing);
+      CHECK(report.verdicts[0].seq == 8);
+      CHECK(report.verdicts[0].culprit_ranks == Ranks({0}));
+      CHECK(report.verdicts[0].waiting_ranks == Ranks({1, 2, 3}));
+    } else {
+      CHECK(report.verdicts[0].cause == Cause::StuckInCollective);
+    }
+  }
+}
+
+TEST_CASE("the culprit that completed the collective the others had aborted came too late for them", "[endings]") {
+  // As above, but rank 0's side of #8 completed (from what the others had posted before their
+  // abort, or as their abort happened) and it waits in #9 alone.
+  TempDir dir;
+  std::vector<Document> dumps = AbortAfterVerdict(R::FatalSignal, false, true);
+  dumps.erase(dumps.begin(), dumps.begin() + 2);
+  Document late = Dump(0, 4, {Comm(kWorld, 4, 0, 9, 9, 8)}, {Op(kWorld, 9, "AllReduce", "gpu_reached", 5)},
+                       Name(R::Abort));
+  late.summary.comms[0].state = trace::CommStateName(trace::CommState::Aborted);
+  dumps.push_back(late);
+  dumps.push_back(Then(late, R::FatalSignal));
+  auto report = Analyze(dir, dumps);
+  INFO(analysis::ReportToJson(report).dump());
+  REQUIRE(report.verdicts.size() == 1);
+  CHECK(report.verdicts[0].cause == Cause::RankMissing);
+  CHECK(report.verdicts[0].culprit_ranks == Ranks({0}));
+  CHECK(report.verdicts[0].seq == 8);
+  CHECK(report.verdicts[0].ended_by_framework.size() == 3);
+}
+
 TEST_CASE("a rank its framework ended mid-wait is no crash, even with no stall or abort dump", "[endings]") {
   // The framework's timeout came before ncclwatch's deadline, and the abort wrote no dump: the
   // SIGABRT's dump alone shows the communicator aborted with #8 issued and not completed.

@@ -14,9 +14,9 @@ from ncclwatch_testing import (check, temp_dir)
 BUSY, WAITING, SEQ = 3, [0, 1, 2], 21
 
 
-def run_under_ncclwatch(workload, timeout_s, launcher_s):
+def run_under_ncclwatch(workload, timeout_s, launcher_s, busy_ms=-1):
     """`ncclwatch run --timeout T` around 4 ranks of sim_workload, rank 3 busy for good from
-    #21; the launcher ends it (SIGTERM) after `launcher_s`, once the others are gone. Returns
+    #21 (or for `busy_ms`); the launcher ends it (SIGTERM) after `launcher_s`. Returns
     (the command's result, the dump directory)."""
     tmp = temp_dir("ncclwatch-e2e-")
     base = {k: v for k, v in os.environ.items() if not k.startswith("NCCLWATCH_") and k != "LD_PRELOAD"}
@@ -26,7 +26,7 @@ def run_under_ncclwatch(workload, timeout_s, launcher_s):
     r = subprocess.run([built("bin", "ncclwatch"), "run", "--dir", dumps, "--timeout", str(timeout_s),
                         "--set", "PEER_POLL_MS=200", "--", built("bin", "simlaunch"), "-n", "4", "--timeout",
                         str(launcher_s), "--", built("bin", "sim_workload"), "--iters", "40", "--busy-rank", str(BUSY),
-                        "--busy-at", str(SEQ - 1), "--busy-ms", "-1"] + workload,
+                        "--busy-at", str(SEQ - 1), "--busy-ms", str(busy_ms)] + workload,
                        env=base, cwd=tmp, capture_output=True, text=True, timeout=launcher_s + 120)
     return r, dumps
 
@@ -127,3 +127,14 @@ def framework_abort_while_ops_complete():
         last = by_rank[w][-1]
         seqs = sorted(op["seq"] for op in ring_entries(last) if op["state"] == "aborted")
         check(seqs == list(range(SEQ, 31)), f"rank {w}'s {last['_name']}: #{SEQ}-#30 aborted: {seqs}")
+
+
+@case
+def framework_abort_just_before_the_culprit_returns():
+    # Rank 3's checkpoint takes 7 s, the framework's timeout is 6 s: the others abort #21 and
+    # end; rank 3 issues #21 a moment later and waits in it alone until its own framework
+    # aborts. Every rank's dumps then show #21 issued, but for those who waited rank 3 never
+    # came: it stays the one verdict (not stuck_in_collective).
+    r, dumps = run_under_ncclwatch(["--abort-after-ms", "6000", "--abort-signal"], 3, 22, busy_ms=7000)
+    by_rank, _ = check_the_ending(r, dumps, "SIGABRT", "the culprit back after the abort")
+    check("abort" in [d["summary"]["reason"] for d in by_rank[BUSY]], f"rank {BUSY} aborted in the end too")
