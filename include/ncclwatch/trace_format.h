@@ -135,6 +135,9 @@ inline bool ParseOpKind(const char* s, OpKind* out) {
 //   Unmonitored:   no GPU markers (no CUDA driver, or marker resources exhausted)
 //   Unknown:       (version 3, postmortem dumps) issued after the last watchdog poll its black
 //                  box holds: what its GPU did with it is not known
+//   Aborted:       (added within version 3) its communicator was aborted (ncclCommAbort) before
+//                  its end marker was seen: the abort ended it, it did not complete. A reader
+//                  that does not know it reads it from the ring as `unknown`, never completed
 #define NCCLWATCH_FOR_EACH_OP_STATE(X) \
   X(PendingLaunch, "pending_launch")   \
   X(Enqueued, "enqueued")              \
@@ -143,7 +146,8 @@ inline bool ParseOpKind(const char* s, OpKind* out) {
   X(Error, "error")                    \
   X(Captured, "captured")              \
   X(Unmonitored, "unmonitored")        \
-  X(Unknown, "unknown")
+  X(Unknown, "unknown")                \
+  X(Aborted, "aborted")
 
 NCCLWATCH_DEFINE_VOCABULARY(OpState, kOpStateNames, OpStateName, ParseOpState, NCCLWATCH_FOR_EACH_OP_STATE)
 

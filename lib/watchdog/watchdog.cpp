@@ -232,6 +232,14 @@ void Watchdog::Advance(StreamTrack& track, uint64_t now_ns) {
 
 void Watchdog::Complete(Tracked& t, uint64_t now_ns) {
   const OpSnapshot& o = t.op;
+  // Its communicator was aborted before this poll saw the end marker: the abort ended it (its
+  // GPU work returns after an ncclCommAbort), it did not complete. Nothing is learned from it:
+  // no completion count, no healthy duration, no recovery.
+  if (t.comm && t.comm->live().state.load(std::memory_order_acquire) == CommState::Aborted) {
+    ring_->SetState(o.index, trace::OpState::Aborted, now_ns);
+    markers_->Release(t.marker);
+    return;
+  }
   ring_->SetState(o.index, trace::OpState::Completed, now_ns);
   if (markers_->timing()) ring_->SetGpuMs(o.index, markers_->ElapsedMs(t.marker));
   if (CommInfo* c = t.comm) {

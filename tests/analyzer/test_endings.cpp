@@ -66,6 +66,168 @@ TEST_CASE("the framework aborts first: the abort is the evidence, not the SIGABR
   }
 }
 
+// ncclwatch's deadline (5 s) names rank 0, busy in a checkpoint; minutes later the framework's
+// watchdog aborts ranks 1-3's communicators, then ends them: exit(6) or abort() (SIGABRT). Each
+// waiting rank: a stall dump, an abort dump, its end. `old_library`: a library before the
+// `aborted` state counted the operations the abort released as completed: a recovery dump, and
+// an end whose last_completed moved on. `abort_dump`: false when the abort wrote none (its dump
+// budget spent): only the later dumps show the communicator aborted.
+namespace {
+std::vector<Document> AbortAfterVerdict(R ending, bool old_library, bool abort_dump, bool stall_dump = true,
+                                        bool error_after_abort = false) {
+  Document busy = Dump(0, 4, {Comm(kWorld, 4, 0, 7, 7, 7)}, {}, Name(R::PeerRequest));
+  busy.summary.answered->reason = Name(R::Stall);
+  std::vector<Document> dumps = {busy, Then(busy, R::Signal)};
+  for (int r = 1; r < 4; ++r) {
+    trace::Op op = Op(kWorld, 8, "AllReduce", "gpu_reached", 5.2);
+    op.deadline_s = 5;
+    Document stall = Dump(r, 4, {Comm(kWorld, 4, r, 8, 8, 7)}, {op}, Name(R::Stall));
+    stall.summary.stalled = op;
+    if (stall_dump) dumps.push_back(stall);
+    Document d = stall;
+    d.summary.stalled.reset();
+    d.summary.in_flight[0].age_s = 600;
+    d.summary.comms[0].state = trace::CommStateName(trace::CommState::Aborted);
+    d = Then(d, R::Abort);
+    if (abort_dump) dumps.push_back(d);
+    if (old_library) {
+      d.summary.comms[0].last_completed = 8;
+      d.summary.in_flight.clear();
+      dumps.push_back(d = Then(d, R::Recovery));
+    }
+    d.summary.in_flight.clear();
+    if (error_after_abort) {  // the training thread's next collective, on the aborted communicator
+      Document error = Then(d, R::NcclError);
+      error.summary.comms[0].last_enqueued = 9;
+      error.summary.failed = Op(kWorld, 9, "AllReduce", "error", 0.001);
+      error.summary.failed->result = 5;  // ncclInvalidUsage
+      error.summary.error_result = 5;
+      dumps.push_back(d = error);
+    }
+    Document end = Then(d, ending);
+    end.summary.failed.reset();
+    end.summary.error_result = 0;
+    if (ending == R::Exit) {
+      end.summary.exit_status = 6;
+      end.summary.detail = "exit status 6";
+    } else {
+      end.summary.detail = "signal SIGABRT (Aborted)";
+    }
+    dumps.push_back(end);
+  }
+  return dumps;
+}
+}  // namespace
+
+TEST_CASE("the framework's abort after the verdict keeps it: the aborting ranks ended after the wait", "[endings]") {
+  for (R ending : {R::Exit, R::FatalSignal})
+    for (bool old_library : {false, true})
+      for (bool abort_dump : {true, false}) {
+        INFO("ending " << Name(ending) << ", old library " << old_library << ", abort dump " << abort_dump);
+        TempDir dir;
+        auto report = Analyze(dir, AbortAfterVerdict(ending, old_library, abort_dump));
+        INFO(analysis::ReportToJson(report).dump());
+        REQUIRE(report.verdicts.size() == 1);
+        const auto& v = report.verdicts[0];
+        CHECK(v.cause == Cause::RankMissing);
+        CHECK(v.culprit_ranks == Ranks({0}));
+        CHECK(v.seq == 8);
+        CHECK(v.waiting_ranks == Ranks({1, 2, 3}));
+        REQUIRE(v.ended_by_framework.size() == 3);
+        for (const auto& e : v.ended_by_framework) {
+          CHECK(e.reason == Name(ending));
+          CHECK(analysis::FrameworkEndingText(e) ==
+                (ending == R::Exit ? "ncclCommAbort, then exit status 6" : "ncclCommAbort, then SIGABRT"));
+        }
+        CHECK(report.recovered_stalls.empty());
+        const std::string text = analysis::RenderReportText(report, {});
+        CHECK(text.find("ranks 1-3: ended by their framework after the wait (ncclCommAbort, then ") != std::string::npos);
+        CHECK(text.find("rank_dead") == std::string::npos);
+      }
+}
+
+TEST_CASE("an NCCL error on a communicator the rank itself aborted is part of its teardown", "[endings]") {
+  // The framework's thread aborts; the training thread's next collective on that communicator
+  // returns ncclInvalidUsage (an nccl_error dump) before the SIGABRT: no nccl_error verdict.
+  for (bool abort_dump : {true, false}) {
+    INFO("abort dump " << abort_dump);
+    TempDir dir;
+    auto report = Analyze(dir, AbortAfterVerdict(R::FatalSignal, false, abort_dump, true, /*error_after_abort=*/true));
+    INFO(analysis::ReportToJson(report).dump());
+    REQUIRE(report.verdicts.size() == 1);
+    CHECK(report.verdicts[0].cause == Cause::RankMissing);
+    CHECK(report.verdicts[0].culprit_ranks == Ranks({0}));
+    CHECK(report.verdicts[0].waiting_ranks == Ranks({1, 2, 3}));
+    CHECK(report.verdicts[0].ended_by_framework.size() == 3);
+  }
+}
+
+TEST_CASE("the culprit back just after the framework gave up is still the one that never came", "[endings]") {
+  // Ranks 1-3 wait in #8 until their framework aborts at T; rank 0, back from its checkpoint,
+  // issues #8 at T + 0.3 s (same host) and waits in it alone until its own framework aborts.
+  // Every member is then inside #8, but for those who waited rank 0 never came: rank_missing,
+  // not stuck_in_collective. Issued before T, it is what it was (every member inside: stuck).
+  for (double entered_after_s : {0.3, -0.5}) {
+    INFO("rank 0 issued #8 " << entered_after_s << " s after the others' abort");
+    TempDir dir;
+    std::vector<Document> dumps = AbortAfterVerdict(R::FatalSignal, false, true);
+    dumps.erase(dumps.begin(), dumps.begin() + 2);  // rank 0's own dumps, made again below
+    const int64_t abort_unix = dumps[1].summary.time_unix_ns;  // rank 1's abort
+    for (auto& d : dumps) d.summary.host = "h0";
+    trace::Op op = Op(kWorld, 8, "AllReduce", "gpu_reached", 5);
+    Document late = Dump(0, 4, {Comm(kWorld, 4, 0, 8, 8, 7)}, {op}, Name(R::Abort));
+    late.summary.host = "h0";
+    late.summary.comms[0].state = trace::CommStateName(trace::CommState::Aborted);
+    late.summary.time_unix_ns = abort_unix + static_cast<int64_t>((entered_after_s + 5) * 1e9);
+    late.summary.in_flight[0].enqueue_ns = late.summary.time_mono_ns - 5'000'000'000LL;
+    dumps.push_back(late);
+    dumps.push_back(Then(late, R::FatalSignal));
+    auto report = Analyze(dir, dumps);
+    INFO(analysis::ReportToJson(report).dump());
+    REQUIRE(report.verdicts.size() == 1);
+    if (entered_after_s > 0) {
+      CHECK(report.verdicts[0].cause == Cause::RankMissing);
+      CHECK(report.verdicts[0].seq == 8);
+      CHECK(report.verdicts[0].culprit_ranks == Ranks({0}));
+      CHECK(report.verdicts[0].waiting_ranks == Ranks({1, 2, 3}));
+    } else {
+      CHECK(report.verdicts[0].cause == Cause::StuckInCollective);
+    }
+  }
+}
+
+TEST_CASE("the culprit that completed the collective the others had aborted came too late for them", "[endings]") {
+  // As above, but rank 0's side of #8 completed (from what the others had posted before their
+  // abort, or as their abort happened) and it waits in #9 alone.
+  TempDir dir;
+  std::vector<Document> dumps = AbortAfterVerdict(R::FatalSignal, false, true);
+  dumps.erase(dumps.begin(), dumps.begin() + 2);
+  Document late = Dump(0, 4, {Comm(kWorld, 4, 0, 9, 9, 8)}, {Op(kWorld, 9, "AllReduce", "gpu_reached", 5)},
+                       Name(R::Abort));
+  late.summary.comms[0].state = trace::CommStateName(trace::CommState::Aborted);
+  dumps.push_back(late);
+  dumps.push_back(Then(late, R::FatalSignal));
+  auto report = Analyze(dir, dumps);
+  INFO(analysis::ReportToJson(report).dump());
+  REQUIRE(report.verdicts.size() == 1);
+  CHECK(report.verdicts[0].cause == Cause::RankMissing);
+  CHECK(report.verdicts[0].culprit_ranks == Ranks({0}));
+  CHECK(report.verdicts[0].seq == 8);
+  CHECK(report.verdicts[0].ended_by_framework.size() == 3);
+}
+
+TEST_CASE("a rank its framework ended mid-wait is no crash, even with no stall or abort dump", "[endings]") {
+  // The framework's timeout came before ncclwatch's deadline, and the abort wrote no dump: the
+  // SIGABRT's dump alone shows the communicator aborted with #8 issued and not completed.
+  TempDir dir;
+  auto report = Analyze(dir, AbortAfterVerdict(R::FatalSignal, false, false, /*stall_dump=*/false));
+  INFO(analysis::ReportToJson(report).dump());
+  REQUIRE(report.verdicts.size() == 1);
+  CHECK(report.verdicts[0].cause == Cause::RankMissing);
+  CHECK(report.verdicts[0].culprit_ranks == Ranks({0}));
+  CHECK(report.verdicts[0].ended_by_framework.size() == 3);
+}
+
 TEST_CASE("a crash with no abort before it is still rank_dead", "[endings]") {
   TempDir dir;
   std::vector<Document> dumps = {Dump(0, 2, {Comm(kWorld, 2, 0, 5, 5, 4)}, {}, Name(R::FatalSignal)),

@@ -103,7 +103,8 @@ def ring_entries(d):
     ring = d["ring"]
     if "entries" in ring:
         return ring["entries"]
-    states = ["pending_launch", "enqueued", "gpu_reached", "completed", "error", "captured", "unmonitored", "unknown"]
+    states = ["pending_launch", "enqueued", "gpu_reached", "completed", "error", "captured", "unmonitored", "unknown",
+              "aborted"]
     at = {name: i for i, name in enumerate(ring["columns"])}
     slots, defined, enqueue, out = {}, 0, 0, []
     for row in ring["rows"]:

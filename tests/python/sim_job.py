@@ -12,6 +12,9 @@ context, which ends it with os._exit (as launchers built on multiprocessing do).
 at step END_STEP by ENDING: `raise` (a DataError from read_sample: a data bug), `raise_builtin` (a
 ValueError), `sysexit` (sys.exit(3)) or `osexit` (os._exit(4)); with ABORT_IN_FINALLY=1 every rank
 aborts its communicator in a `finally:` on its way out (as dist.destroy_process_group() does).
+WATCHDOG_S=T starts a framework-like watchdog thread on every rank, as PyTorch's ProcessGroupNCCL
+has: a step's collective not finished after T seconds aborts the communicator (ncclCommAbort),
+then the process (abort(): SIGABRT; WATCHDOG_ENDING=exit: sys-level exit status 6 instead).
 Rank HOLD_RANK at step HOLD_STEP waits 4 s without the GIL, then in C code that keeps it
 (HOLD_HOW=spin: in a pure-Python loop that no other thread can take the GIL from).
 """
@@ -20,6 +23,7 @@ import ctypes
 import os
 import signal
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
@@ -32,6 +36,7 @@ EXIT_RANK, EXIT_STEP = int(os.environ.get("EXIT_RANK", "-1")), int(os.environ.ge
 END_RANK, END_STEP = int(os.environ.get("END_RANK", "-1")), int(os.environ.get("END_STEP", "-1"))
 ENDING = os.environ.get("ENDING", "")
 HOLD_RANK, HOLD_STEP = int(os.environ.get("HOLD_RANK", "-1")), int(os.environ.get("HOLD_STEP", "-1"))
+WATCHDOG_S = float(os.environ.get("WATCHDOG_S", "0"))
 
 ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
 ctypes.CDLL("libnccl.so.2", mode=ctypes.RTLD_GLOBAL)
@@ -117,13 +122,33 @@ def spin_in_python():
         n += 1  # GIL-SPIN-LINE
 
 
+step_started = [None]  # when the current step's collective was issued; None between steps
+
+
+def framework_watchdog(comm):
+    """The framework's watchdog thread: a collective past WATCHDOG_S aborts the communicator,
+    then the process, as PyTorch's does (TORCH_NCCL_ASYNC_ERROR_HANDLING)."""
+    while True:
+        time.sleep(0.05)
+        since = step_started[0]
+        if since is None or time.monotonic() - since < WATCHDOG_S:
+            continue
+        print(f"rank {RANK}: watchdog: collective timed out after {WATCHDOG_S} s; aborting", file=sys.stderr, flush=True)
+        sync_api.ncclCommAbort(comm)  # WATCHDOG-ABORT-LINE
+        if os.environ.get("WATCHDOG_ENDING") == "exit":
+            os._exit(6)
+        os.abort()
+
+
 def train_step(comm, buf, count, stream):
+    step_started[0] = time.monotonic()  # for the framework's watchdog (WATCHDOG_S)
     if NATIVE_ISSUER is not None:  # the all-reduce comes from a C thread; this one waits for it
         check(native_all_reduce(comm, buf, ctypes.c_size_t(count), stream),  # DRIVER-LINE
               "all-reduce on a native thread")
         return
     check(api.ncclAllReduce(buf, buf, ctypes.c_size_t(count), 7, 0, comm, stream), "ncclAllReduce")  # CALL-LINE
     check(sync_api.cuStreamSynchronize(stream), "cuStreamSynchronize")
+    step_started[0] = None
 
 
 def main():
@@ -138,6 +163,8 @@ def main():
     uid = UniqueId.from_buffer_copy(exchange_id().raw)
     comm = ctypes.c_void_p()
     check(api.ncclCommInitRank(ctypes.byref(comm), WORLD, uid, RANK), "ncclCommInitRank")
+    if WATCHDOG_S > 0:
+        threading.Thread(target=framework_watchdog, args=(comm,), daemon=True).start()
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=1) if os.environ.get("POOL") == "1" else None
     try:
         for step in range(50):

@@ -113,6 +113,34 @@ TEST_CASE("a stall is reported once, with where the operation is, and its recove
   CHECK(b.recoveries[0].recovered_after_s == Approx(10.0));
 }
 
+TEST_CASE("an operation that ends after its communicator was aborted is aborted, not completed or recovered") {
+  // The framework's watchdog aborts a communicator whose collective stalled: the abort releases
+  // its GPU work, so the end marker completes afterwards (on real hardware too). Whether the
+  // abort came before the end marker completed, or while it did (between the poll's search and
+  // its reading of the comm), the operation is aborted: no completion count, no recovery.
+  for (bool during : {false, true}) {
+    Bench b;
+    Marker* m = b.Launch(1, 100 * S);
+    Marker* behind = b.Launch(2, 100 * S);  // queued behind it on the same stream
+    FakeCuda::Reach(m->start);
+    b.wd->PollOnce(106 * S);
+    REQUIRE(b.stalls.size() == 1);
+    if (!during) b.comm.live().state.store(CommState::Aborted);
+    FakeCuda::Reach(m->end);
+    FakeCuda::Reach(behind->start);
+    FakeCuda::Reach(behind->end);
+    if (during) b.comm.live().state.store(CommState::Aborted);
+    b.wd->PollOnce(110 * S);
+    CHECK(b.StateOf(0) == trace::OpState::Aborted);
+    CHECK(b.StateOf(1) == trace::OpState::Aborted);
+    CHECK(b.comm.live().last_completed == 0);
+    CHECK(b.comm.live().last_gpu_reached == 1);  // it had reached #1, never #2
+    CHECK(b.recoveries.empty());
+    CHECK(b.wd->Recoveries().empty());
+    CHECK(b.wd->Inflight(100, 110 * S).empty());
+  }
+}
+
 TEST_CASE("an operation whose GPU never reached it is reported as such") {
   Bench b;
   b.Launch(1, 100 * S);

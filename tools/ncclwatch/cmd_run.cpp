@@ -301,7 +301,11 @@ class LiveWatch {
   void Finish() {
     Poll();
     const bool news = files_ > 0 && Report(true);
-    if (!news && printed_files_ > 0 && print_) std::fprintf(stderr, "ncclwatch: no change since the report above\n");
+    if (!news && printed_files_ > 0 && print_) {
+      std::fprintf(stderr, "ncclwatch: no change since the report above\n");
+      // The same story, told to its end: the waiting ranks' framework ended them afterwards.
+      for (const auto& line : ended_after_) std::fprintf(stderr, "ncclwatch: then %s\n", line.c_str());
+    }
     Summary();
   }
 
@@ -373,6 +377,7 @@ class LiveWatch {
   // news. Returns whether it printed.
   bool Report(bool at_end, analysis::DumpSet* loaded = nullptr) {
     reported_files_ = files_;
+    ended_after_.clear();
     if (!print_) return false;
     analysis::DumpSet set = loaded ? std::move(*loaded) : Load();
     if (set.dumps().empty()) return false;
@@ -388,7 +393,11 @@ class LiveWatch {
       for (int r : v.waiting_ranks) key += std::to_string(r) + ",";
       key += ";";
     }
-    if (key == last_key_) return false;  // the same story: no second copy
+    if (key == last_key_) {  // the same story: no second copy
+      for (const auto& v : report.verdicts)
+        for (const auto& line : analysis::FrameworkEndingLines(v)) ended_after_.push_back(trace::Printable(line));
+      return false;
+    }
     if (!at_end && !report.Hang()) return false;  // while running, only hangs are news
     if (!at_end && StallsAllRecovered(set)) return false;  // over before it could be told: the end tells it
     // The analysis takes a while on a loaded machine: a recovery that came in meanwhile ends the
@@ -479,6 +488,7 @@ class LiveWatch {
   std::chrono::steady_clock::time_point first_new_;
   std::chrono::steady_clock::time_point last_fallback_look_;
   std::string last_key_;
+  std::vector<std::string> ended_after_;  // the same story's end: FrameworkEndingLines
 };
 
 pid_t g_child = -1;

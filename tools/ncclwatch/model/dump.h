@@ -2,6 +2,7 @@
 // by their own names, plus where the dump came from and how it relates to the others.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,6 +27,16 @@ struct Dump : trace::LoadedDump {
   // dist.destroy_process_group()) with nothing waiting: the exit is the evidence, the abort
   // part of it.
   bool aborted_before_exit = false;
+  // Its process aborted its communicators while it waited in a hang (the framework's watchdog:
+  // PyTorch's ncclCommAbort) and then ended (exit, a signal, or without a word): the framework
+  // ended it after the wait. It is no culprit on its own account, and its end no crash. How it
+  // ended: the reason of its last dump, the exit status, the signal's detail as that dump says.
+  struct FrameworkEnding {
+    std::string reason;
+    int64_t exit_status = -1;
+    std::string detail;
+  };
+  std::optional<FrameworkEnding> framework_ending;
   int attempt = 0;  // the attempt of the job it belongs to (DumpSet::attempts)
   // Its process answered no SIGTERM of the job's teardown that every other rank answered, and
   // this, its latest dump, is older than that teardown: the process was gone before it (killed

@@ -206,6 +206,48 @@ bool AbortOfAHang(const Dump& d) {
                      [](const trace::Op& op) { return op.age_s >= kFrameworkTimeoutMinS; });
 }
 
+// An NCCL error of a call on a communicator its own process had aborted (the framework's
+// thread aborts while the training thread goes on to its next collective): a consequence of the
+// abort, part of the teardown, never a cause. Only the process's own ncclCommAbort makes a
+// communicator `aborted` in its dumps.
+bool ErrorAfterOwnAbort(const Dump& d) {
+  if (!d.summary.reason.Is(trace::DumpReason::NcclError) && !d.summary.reason.Is(trace::DumpReason::AsyncError)) return false;
+  const std::string aborted = trace::CommStateName(trace::CommState::Aborted);
+  if (d.summary.failed) {
+    const trace::CommSummary* c = d.summary.Comm(d.summary.failed->comm);
+    return c && c->state == aborted;
+  }
+  return !d.summary.comms.empty() &&
+         std::all_of(d.summary.comms.begin(), d.summary.comms.end(),
+                     [&](const trace::CommSummary& c) { return c.state == aborted; });
+}
+
+// Whether `later` (a dump of the same process: `waiting` itself, or one after it) shows aborted
+// a communicator that `waiting` shows waited on: operations issued and not completed, or in flight.
+bool AbortedItsWait(const Dump& waiting, const Dump& later) {
+  const std::string aborted = trace::CommStateName(trace::CommState::Aborted);
+  auto aborted_later = [&](const std::string& id) {
+    const trace::CommSummary* c = later.summary.Comm(id);
+    return c && c->state == aborted;
+  };
+  for (const auto& c : waiting.summary.comms)
+    if (c.last_enqueued > c.last_completed && aborted_later(c.id)) return true;
+  for (const auto& op : waiting.summary.in_flight)
+    if (aborted_later(op.comm)) return true;
+  return false;
+}
+
+// A recovery dump written while its process had a communicator aborted: libraries before the
+// `aborted` operation state counted the operations an abort released as completed, and wrote
+// that as a recovery. It is the teardown, not a recovery. (Its list of recoveries is read later:
+// the communicators' states tell.)
+bool RecoveryOfAnAbort(const Dump& d) {
+  const std::string aborted = trace::CommStateName(trace::CommState::Aborted);
+  return d.summary.reason.Is(trace::DumpReason::Recovery) &&
+         std::any_of(d.summary.comms.begin(), d.summary.comms.end(),
+                     [&](const trace::CommSummary& c) { return c.state == aborted; });
+}
+
 class UnionFind {
  public:
   explicit UnionFind(size_t n) : parent_(n) {
@@ -406,9 +448,10 @@ void DumpSet::Select(std::vector<Dump> usable, int attempt) {
     while (evidence > begin && duplicate[evidence - begin]) --evidence;
     // Back over a teardown's later dumps, and over answers to other ranks' requests written
     // while it went on (a busy machine can take one between an abort and the SIGABRT after it).
-    if (FollowsTeardown(at(evidence)))
-      while (evidence > begin &&
-             (FollowsTeardown(at(evidence)) || at(evidence).summary.reason.Is(trace::DumpReason::PeerRequest)))
+    if (FollowsTeardown(at(evidence)) || ErrorAfterOwnAbort(at(evidence)))
+      while (evidence > begin && (FollowsTeardown(at(evidence)) || RecoveryOfAnAbort(at(evidence)) ||
+                                  ErrorAfterOwnAbort(at(evidence)) ||
+                                  at(evidence).summary.reason.Is(trace::DumpReason::PeerRequest)))
         --evidence;
     // Its own way out: an abort with nothing waiting (a `finally:` that destroys the process
     // group as an exception passes, a shutdown), then its exit: the exit says how it ended.
@@ -435,6 +478,21 @@ void DumpSet::Select(std::vector<Dump> usable, int attempt) {
         else if (!at(i - 1).summary.reason.Is(trace::DumpReason::PeerRequest)) break;
       }
     }
+    // Ended by its framework after the wait: it aborted a communicator it waited on in a hang
+    // (its abort, or any dump from its evidence on, shows it aborted mid-wait), then ended.
+    std::optional<Dump::FrameworkEnding> framework_ending;
+    if (FollowsTeardown(at(end - 1)) && !aborted_before_exit) {
+      const Dump& e = at(evidence);
+      bool hang = (e.summary.reason.Is(trace::DumpReason::Abort) && AbortOfAHang(e)) ||
+                  (StartsTeardown(e) && !e.summary.reason.Is(trace::DumpReason::Abort)) || AbortedItsWait(e, e);
+      bool aborted = false;
+      for (size_t i = evidence; i < end && !aborted; ++i)
+        aborted = at(i).summary.reason.Is(trace::DumpReason::Abort) || AbortedItsWait(e, at(i));
+      if (hang && aborted) {
+        const trace::Summary& last = at(end - 1).summary;
+        framework_ending = Dump::FrameworkEnding{last.reason.Name(), last.exit_status, last.detail};
+      }
+    }
     std::vector<std::string> then;
     for (size_t i = evidence + 1; i < end; ++i) then.push_back(at(i).summary.reason.Name());
     at(evidence).last_reason = at(end - 1).summary.reason.Name();
@@ -443,6 +501,7 @@ void DumpSet::Select(std::vector<Dump> usable, int attempt) {
       if (i != evidence && !duplicate[i - begin]) history_.push_back(std::move(at(i)));
     at(evidence).then = std::move(then);
     at(evidence).aborted_before_exit = aborted_before_exit;
+    at(evidence).framework_ending = std::move(framework_ending);
     latest_per_process.push_back(order[evidence]);
     begin = end;
   }

@@ -115,9 +115,16 @@ int WaitGraph::CommOf(const std::string& id) const {
   return it == comm_by_id_.end() ? -1 : it->second;
 }
 
+namespace {
+// Wall clocks of two hosts agree to within this (NTP); closer times are not ordered.
+constexpr int64_t kCrossHostClockMarginNs = 1'000'000'000;
+}  // namespace
+
 bool WaitGraph::Is(int dump, trace::DumpReason r) const { return dumps_[dump].summary.reason.Is(r); }
 
 bool WaitGraph::IsDead(int dump) const {
+  // A process its framework ended after it aborted its wait did not die on its own account.
+  if (dump >= 0 && dumps_[dump].framework_ending) return false;
   return dump < 0 || Is(dump, trace::DumpReason::FatalSignal) || IsKilled(dump);
 }
 
@@ -245,6 +252,31 @@ void WaitGraph::BuildCollectiveBlockedOp(int ci) {
     const trace::CommSummary* cs = StateOf(DumpOfMember(c, r), ci);
     someone_completed = someone_completed || (cs && cs->last_completed >= s);
   }
+  // When the members waiting in #s gave up: the first abort of the communicator by one of them
+  // with #s in flight for longer than a shutdown takes (the framework's timeout). A member that
+  // issued #s only after that, or completed it, came too late for them: to them it never entered
+  // (the culprit back from its checkpoint just after PyTorch's timeout), whatever its own wait
+  // says after. Wall clocks of two hosts are compared only past a margin.
+  const std::string aborted = trace::CommStateName(trace::CommState::Aborted);
+  int64_t gave_up_unix = 0;
+  std::string gave_up_host;
+  auto entered_unix = [&](int d, const trace::Op& op) -> int64_t {
+    const trace::Summary& sm = dumps_[d].summary;
+    if (sm.time_unix_ns <= 0 || sm.time_mono_ns <= 0 || op.enqueue_ns <= 0) return 0;
+    return sm.time_unix_ns - (sm.time_mono_ns - op.enqueue_ns);
+  };
+  for (int r = 0; r < c.size; ++r) {
+    int d = DumpOfMember(c, r);
+    const trace::CommSummary* cs = StateOf(d, ci);
+    if (!cs || cs->state != aborted || !Is(d, trace::DumpReason::Abort)) continue;
+    int oi = FindInFlight(d, c.id, s);
+    if (oi < 0 || dumps_[d].summary.in_flight[oi].age_s < kFrameworkTimeoutMinS) continue;
+    const int64_t t = dumps_[d].summary.time_unix_ns;
+    if (t > 0 && (gave_up_unix == 0 || t < gave_up_unix)) {
+      gave_up_unix = t;
+      gave_up_host = dumps_[d].summary.host;
+    }
+  }
   for (int r = 0; r < c.size; ++r) {
     int d = DumpOfMember(c, r);
     const trace::CommSummary* cs = StateOf(d, ci);
@@ -252,7 +284,16 @@ void WaitGraph::BuildCollectiveBlockedOp(int ci) {
     b.comm_rank = r;
     b.global = c.global[r];
     b.dump = d;
-    if (cs && cs->last_completed >= s) continue;  // a member that completed it (see BlockedSeq)
+    if (cs && cs->last_completed >= s) {  // a member that completed it (see BlockedSeq)
+      // ... while others had given up waiting in it: it came last, after their abort or as it
+      // happened (a simulator completes its side from what they had posted; hardware ends it
+      // with theirs), so to them it never came.
+      if (gave_up_unix > 0) {
+        b.kind = BlockKind::kHostMissing;
+        blocked.blockers.push_back(b);
+      }
+      continue;
+    }
     // One that ended after issuing it owes nothing if it completed anywhere (its own record
     // may predate its watchdog's last look).
     if (cs && d >= 0 && KindFromDump(d) != BlockKind::kGpuLag && cs->last_enqueued >= s && someone_completed) continue;
@@ -268,6 +309,15 @@ void WaitGraph::BuildCollectiveBlockedOp(int ci) {
     }
     int oi = FindInFlight(d, c.id, s);
     const trace::Op* op = oi >= 0 ? &dumps_[d].summary.in_flight[oi] : nullptr;
+    if (op && gave_up_unix > 0) {
+      const int64_t entered = entered_unix(d, *op);
+      const int64_t margin = dumps_[d].summary.host == gave_up_host ? 0 : kCrossHostClockMarginNs;
+      if (entered > 0 && entered > gave_up_unix + margin) {
+        b.kind = BlockKind::kHostMissing;
+        blocked.blockers.push_back(b);
+        continue;
+      }
+    }
     if (op) {
       by_signature[{op->OpName(), op->count, op->dtype, op->root, op->redop}].push_back(b.global);
       if (!blocked.op) blocked.op = op;

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -256,6 +257,7 @@ void RenderVerdict(std::ostream& out, const Style& st, const Report& report, con
     if (v.bytes >= 0) out << "  (" << v.op << ", " << FormatBytes(v.bytes) << ")";
     out << "\n";
   }
+  for (const auto& line : FrameworkEndingLines(v)) out << "   " << Printable(line) << "\n";
   for (const auto& g : v.id_groups)
     out << "   " << FormatRanks(g.ranks) << ": inside " << v.op << " of communicator "
         << Printable(CommLabel(g.comm, g.comm_name)) << "\n";
@@ -409,6 +411,30 @@ std::string ExceptionText(const trace::UncaughtException& e) {
             (e.function.empty() ? "" : " in " + e.function) + ")";
   }
   return text;
+}
+
+std::string FrameworkEndingText(const FrameworkEnded& e) {
+  using R = trace::DumpReason;
+  std::string how;
+  if (e.reason == trace::DumpReasonName(R::Exit) || e.reason == trace::DumpReasonName(R::ExitInFlight))
+    how = e.exit_status >= 0 ? "exit status " + std::to_string(e.exit_status) : std::string("its exit");
+  else if (e.reason == trace::DumpReasonName(R::FatalSignal))
+    how = e.signal.empty() ? std::string("a fatal signal") : e.signal;
+  else if (e.reason == trace::DumpReasonName(R::Signal))
+    how = e.signal.empty() ? std::string("a signal") : e.signal;
+  else
+    how = "an end without a word";
+  return "ncclCommAbort, then " + how;
+}
+
+std::vector<std::string> FrameworkEndingLines(const Verdict& v) {
+  std::map<std::string, std::vector<int>> ended;  // one line per way it ended them
+  for (const auto& e : v.ended_by_framework) ended[FrameworkEndingText(e)].push_back(e.rank);
+  std::vector<std::string> lines;
+  for (const auto& [how, ranks] : ended)
+    lines.push_back(FormatRanks(ranks) + (ranks.size() == 1 ? ": ended by its" : ": ended by their") +
+                    " framework after the wait (" + how + ")");
+  return lines;
 }
 
 std::string PositionText(const CulpritPosition& p) {
@@ -772,6 +798,12 @@ json ReportToJson(const Report& report) {
     j[rk::kCulpritCommRanks] = v.culprit_comm_ranks;
     j[rk::kWaitingRanks] = v.waiting_ranks;
     j[rk::kWaitedS] = v.waited_s < 0 ? json(nullptr) : json(v.waited_s);
+    json ended = json::array();
+    for (const auto& e : v.ended_by_framework)
+      ended.push_back({{rk::kRank, e.rank}, {rk::kReason, e.reason}, {rk::kExitStatus, OrNull(e.exit_status)},
+                       {rk::kSignal, e.signal.empty() ? json(nullptr) : json(e.signal)},
+                       {rk::kHow, FrameworkEndingText(e)}});
+    j[rk::kEndedByFramework] = std::move(ended);
     if (v.cause == Cause::NoHang) {
       json not_yet = json::array();
       for (const auto& n : v.not_yet)

@@ -25,6 +25,11 @@ nlohmann::json ReportToJson(const Report& report);
 // Where a culprit is, as one line: "inside ncclGroupEnd for 612 s (tid 7); its GPU has not
 // reached #42 (issued 610 s ago)".
 std::string PositionText(const CulpritPosition& p);
+// How a framework ended a waiting rank after the wait: "ncclCommAbort, then SIGABRT".
+std::string FrameworkEndingText(const FrameworkEnded& e);
+// The verdict's waiting ranks their framework ended after the wait, one line per way:
+// "ranks 0-2: ended by their framework after the wait (ncclCommAbort, then SIGABRT)".
+std::vector<std::string> FrameworkEndingLines(const Verdict& v);
 std::string WhereText(const CulpritEvidence& e);
 // A problem with a file of the set: its sentence, and the line commands print on stderr.
 std::string ProblemText(const Problem& p);

@@ -141,6 +141,16 @@ struct NotYet {
   double deadline_s = -1;  // the waiting ranks' deadline for it; -1 unknown
 };
 
+// A waiting rank whose process its framework ended after the wait: it aborted its
+// communicators (ncclCommAbort, as PyTorch's watchdog does on a timeout), then ended. How, as
+// its last dump says.
+struct FrameworkEnded {
+  int rank = -1;
+  std::string reason;       // its last dump's: exit, exit_in_flight, fatal_signal, signal, postmortem
+  int64_t exit_status = -1;  // exit, exit_in_flight: the status; -1 unknown
+  std::string signal;       // fatal_signal, signal: the signal's name (SIGABRT); "" unknown
+};
+
 struct Verdict {
   analysis::Cause cause = analysis::Cause::NoHang;
   std::string comm;  // empty: none (no_hang, a dead rank nobody waits for yet)
@@ -155,6 +165,7 @@ struct Verdict {
   std::vector<int> culprit_comm_ranks;  // culprits whose global rank cannot be inferred
   std::vector<int> waiting_ranks;
   double waited_s = -1;
+  std::vector<FrameworkEnded> ended_by_framework;  // of waiting_ranks, by rank
   std::vector<CulpritEvidence> evidence;  // for the first few culprits
   std::vector<int> cycle;                 // deadlocks: ranks in wait order, first repeated last
   std::vector<CycleStep> cycle_steps;     // one per wait in the cycle

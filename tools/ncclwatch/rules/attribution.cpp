@@ -154,6 +154,7 @@ class Attributor {
     });
     for (auto& d : merged) {
       FillCulpritLists(&d);
+      AddFrameworkEndings(&d);
       AddEvidence(&d);
       AddAdviceFacts(&d);
       verdicts_.push_back(std::move(d.v));
@@ -583,6 +584,24 @@ class Attributor {
       step.p2p_dst = c.global[blocked.dst];
     }
     return step;
+  }
+
+  // The waiting ranks whose framework ended them after the wait (DumpSet: an abort mid-wait,
+  // then the end): said with the verdict, never a verdict of their own.
+  void AddFrameworkEndings(Draft* d) const {
+    for (int w : d->v.waiting_ranks) {
+      const int i = set_.IndexOfRank(w);
+      if (i < 0 || !g_.dumps()[i].framework_ending) continue;
+      const Dump::FrameworkEnding& how = *g_.dumps()[i].framework_ending;
+      FrameworkEnded e;
+      e.rank = w;
+      e.reason = how.reason;
+      e.exit_status = how.exit_status;
+      // A signal's dump says "signal SIGABRT (Aborted)".
+      const std::string prefix = "signal ";
+      if (how.detail.rfind(prefix, 0) == 0) e.signal = how.detail.substr(prefix.size(), how.detail.find(' ', prefix.size()) - prefix.size());
+      d->v.ended_by_framework.push_back(std::move(e));
+    }
   }
 
   // A crash dump nobody waits on (yet) is still a verdict: the job cannot go on without it.
