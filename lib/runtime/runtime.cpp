@@ -188,7 +188,7 @@ void Runtime::StartPieces(const std::string& start_dir) {
   if (box_keeper_) dp.dump_written = [keeper = box_keeper_.get()](const std::string& dir) { keeper->DumpWritten(dir); };
   policy_ = std::make_unique<DumpPolicy>(std::move(dp));
   ExitPath::Parts ep{&config_, &identity_, watchdog_.get(), relay_.get(), policy_.get(), metrics_.get(), box_.get(),
-                     &PassThrough};
+                     &PassThrough, {}};
   if (caretaker_) ep.tidy_host = [this] { caretaker_->Tend(OwnBoxName(), identity_.job_instance); };
   exit_ = std::make_unique<ExitPath>(std::move(ep));
   pending_ = std::make_unique<PendingLaunches>(ring_.get(), markers_.get(), watchdog_.get());
