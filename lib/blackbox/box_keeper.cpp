@@ -13,12 +13,20 @@ namespace {
 
 // A new call site's Python frames may wait for the GIL: tried at this many ticks.
 constexpr int kCallsiteRetries = 3;
+// How long the thread that interned a new Python call site waits for the GIL to name it (it
+// holds the GIL, or released it for its NCCL call: normally no wait at all).
+constexpr int kFirstSightGilWaitMs = 20;
 
 // The black box that new call sites' raw addresses go to (stacks::NewCallsiteHook).
 std::atomic<BlackBox*> g_sites_box{nullptr};
 void RecordBoxCallsite(int32_t id, const uintptr_t* ips, int native_depth, int python_depth) {
   if (BlackBox* box = g_sites_box.load(std::memory_order_acquire))
     box->RecordRawCallsite(id, ips, native_depth, python_depth);
+}
+// The keeper that names new Python call sites (stacks::NewPythonCallsiteHook).
+std::atomic<BoxKeeper*> g_sites_keeper{nullptr};
+void NameBoxCallsite(int32_t id) {
+  if (BoxKeeper* keeper = g_sites_keeper.load(std::memory_order_acquire)) keeper->NameAtFirstSight(id);
 }
 
 }  // namespace
@@ -32,9 +40,27 @@ BoxKeeper::BoxKeeper(BlackBox* box, ThreadRegistry* threads, const RequestRelay*
   WriteModules();
   g_sites_box.store(box_, std::memory_order_release);
   stacks::SetNewCallsiteHook(&RecordBoxCallsite);
+  g_sites_keeper.store(this, std::memory_order_release);
+  stacks::SetNewPythonCallsiteHook(&NameBoxCallsite);
 }
 
-void BoxKeeper::ForgetInChild() { g_sites_box.store(nullptr, std::memory_order_release); }
+void BoxKeeper::ForgetInChild() {
+  g_sites_box.store(nullptr, std::memory_order_release);
+  g_sites_keeper.store(nullptr, std::memory_order_release);
+}
+
+void BoxKeeper::NameAtFirstSight(int32_t id) {
+  stacks::Callsite cs;
+  // Unnamed (the GIL not had in time, the code gone): the watchdog's tick tries again.
+  if (!stacks::GetCallsite(id, &cs, kFirstSightGilWaitMs) || !cs.note.empty() || cs.python.empty()) return;
+  // Its Python frames alone: the native ones are the box's raw addresses until the watchdog
+  // writes the whole call site (the caretaker symbolizes them for a process gone before that).
+  trace::Document one;
+  one.detail.callsites.push_back({id, {{}, std::move(cs.python)}, std::string(), cs.driven_from});
+  const std::string text = trace::WriteDocument(one);
+  std::lock_guard<std::mutex> lock(sites_mu_);
+  box_->AppendCallsite(text);
+}
 
 void BoxKeeper::WriteIdentity() { box_->SetIdentity(IdentityJson(identity_)); }
 
@@ -82,7 +108,9 @@ void BoxKeeper::Tend(uint64_t now, uint64_t poll_ns, uint64_t poll_recorded) {
     if (!known) continue;  // an id that lost an interning race: never published
     trace::Document one;
     one.detail.callsites.push_back({id, {Symbolized(cs.ips), std::move(cs.python)}, cs.note, cs.driven_from});
-    if (!box_->AppendCallsite(trace::WriteDocument(one))) {
+    const std::string text = trace::WriteDocument(one);
+    std::unique_lock<std::mutex> lock(sites_mu_);
+    if (!box_->AppendCallsite(text)) {
       if (!full_logged_) LogInfo("black box: no room for call sites past %d", id);
       full_logged_ = true;
       sites_next_ = count;

@@ -28,6 +28,11 @@ class BoxKeeper {
   BoxKeeper(BlackBox* box, ThreadRegistry* threads, const RequestRelay* relay, BoxIdentity identity);
   // A forked child's mapping is its parent's box: no call site goes into it.
   static void ForgetInChild();
+  // A new call site with Python frames (stacks::NewPythonCallsiteHook, on the thread that
+  // interned it, once per call site): its Python frames named now and written into the box, so
+  // that a process killed before its watchdog's next tick keeps its Python line (its native
+  // frames are in the box as raw addresses already). Left to Tend when the GIL is not had soon.
+  void NameAtFirstSight(int32_t id);
 
   // Each tick: `poll_ns`/`poll_recorded`, the watchdog's last poll that mirrored op states.
   void Tend(uint64_t now_ns, uint64_t poll_ns, uint64_t poll_recorded);
@@ -42,6 +47,7 @@ class BoxKeeper {
   ThreadRegistry* threads_;
   const RequestRelay* relay_;
   std::mutex id_mu_;
+  std::mutex sites_mu_;  // the box's call-site area has one writer at a time
   BoxIdentity identity_;  // under id_mu_
   size_t sites_next_ = 0;  // call sites resolved into the box so far
   int site_retries_ = 0;

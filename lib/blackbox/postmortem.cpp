@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -25,6 +26,7 @@
 #include "common/timing.h"
 #include "dump/dump_files.h"
 #include "dump/dump_writer.h"
+#include "dump/request_relay.h"
 #include "format/display.h"
 #include "format/dump_reader.h"
 #include "record/flight_ring.h"
@@ -130,9 +132,23 @@ std::string DumpDirOf(const BoxIdentity& id) {
   return id.cwd.empty() ? id.dump_fallback : id.cwd + "/" + id.dump_fallback;
 }
 
-// The call sites the process resolved, as the format's records.
+// A later record of call site `into`'s id over an earlier one: the thread that interned it wrote
+// its Python frames first (BoxKeeper::NameAtFirstSight), the watchdog the whole site later;
+// what the later one lacks (its Python frames not named in time) the earlier one keeps.
+void MergeCallsite(trace::Callsite&& later, trace::Callsite* into) {
+  if (later.stack.python.empty() && !into->stack.python.empty()) {
+    later.stack.python = std::move(into->stack.python);
+    later.note = std::move(into->note);
+    if (later.python_driven_from.empty()) later.python_driven_from = std::move(into->python_driven_from);
+  }
+  if (later.stack.native.empty()) later.stack.native = std::move(into->stack.native);
+  *into = std::move(later);
+}
+
+// The call sites the process resolved, as the format's records (one per id).
 std::vector<trace::Callsite> CallsitesOf(const BoxCopy& box) {
   std::vector<trace::Callsite> out;
+  std::map<int64_t, size_t> at_id;
   const Layout& l = box.header->layout;
   const uint64_t used = std::min(box.header->sites_bytes.load(), l.sites_capacity);
   for (uint64_t at = 0; at + sizeof(uint32_t) <= used;) {
@@ -144,7 +160,11 @@ std::vector<trace::Callsite> CallsitesOf(const BoxCopy& box) {
     const std::string_view text(box.At<const char>(l.sites_offset + at), len);
     at += len;
     if (trace::ReadDumpBuffer(text, trace::ReadDepth::kFull, &one).usable && one.detail)
-      for (const auto& c : one.detail->callsites) out.push_back(c);
+      for (trace::Callsite c : one.detail->callsites) {
+        auto [it, added] = at_id.emplace(c.id, out.size());
+        if (added) out.push_back(std::move(c));
+        else MergeCallsite(std::move(c), &out[it->second]);
+      }
   }
   return out;
 }
@@ -162,8 +182,14 @@ void AddRawCallsites(const BoxCopy& box, const std::string& exe, std::vector<tra
       if (ip - 1 >= m.lo && ip - 1 < m.hi) return &m;
     return nullptr;
   };
+  // Sites resolved whole, and sites whose Python frames alone were written (at first sight).
   std::set<int> have;
-  for (const auto& c : *sites) have.insert(static_cast<int>(c.id));
+  std::map<int, const trace::Callsite*> python_only;
+  std::set<int> moved;  // Python-only records that come back whole among `added`
+  for (auto& c : *sites) {
+    if (c.stack.native.empty()) python_only[static_cast<int>(c.id)] = &c;
+    else have.insert(static_cast<int>(c.id));
+  }
   const RawCallsite* raw = box.At<const RawCallsite>(l.raw_sites_offset);
   std::vector<trace::Callsite> added;
   std::map<const BoxModule*, std::vector<uint64_t>> wanted;  // module -> addresses in its own terms
@@ -172,6 +198,12 @@ void AddRawCallsites(const BoxCopy& box, const std::string& exe, std::vector<tra
     if (!r.published.load(std::memory_order_acquire) || have.count(static_cast<int>(id))) continue;
     trace::Callsite cs;
     cs.id = static_cast<int64_t>(id);
+    auto named = python_only.find(static_cast<int>(id));
+    const bool python_named = named != python_only.end();
+    if (python_named) {
+      cs = *named->second;
+      moved.insert(static_cast<int>(id));
+    }
     bool top = true;
     for (int i = 0; i < std::min<int>(r.native_depth, kRawCallsiteFrames); ++i) {
       const uint64_t ip = r.ips[i];
@@ -189,9 +221,15 @@ void AddRawCallsites(const BoxCopy& box, const std::string& exe, std::vector<tra
       }
       cs.stack.native.push_back(std::move(f));
     }
-    if (r.python_depth > 0) cs.note = "python frames not named: the process died before its watchdog named them";
+    if (r.python_depth > 0 && !python_named)
+      cs.note = "python frames not named: the process died before its watchdog named them";
     added.push_back(std::move(cs));
   }
+  sites->erase(std::remove_if(sites->begin(), sites->end(),
+                              [&](const trace::Callsite& c) {
+                                return c.stack.native.empty() && moved.count(static_cast<int>(c.id));
+                              }),
+               sites->end());
   std::map<const BoxModule*, std::map<uint64_t, ElfFunction>> named;
   for (auto& [m, addresses] : wanted)
     named[m] = FunctionsAt(m->path.empty() ? exe : m->path, m->build_id, std::move(addresses));
@@ -406,6 +444,22 @@ class MappedHeader {
   void* base_;
 };
 
+// The relay file a process opens (RequestRelay): the one of its dump directory's request file
+// and its host, in `relay_dir`.
+std::string RelayOf(const BoxIdentity& id, const std::string& relay_dir) {
+  DumpDirectory dir(id.dump_dir, id.dump_fallback, 0, id.cwd);
+  std::string request = dir.RequestPath();
+  if (!request.empty() && request[0] != '/' && !id.cwd.empty()) request = id.cwd + "/" + request;
+  return relay_dir + "/" + RelayFileName(request, id.host);
+}
+
+// When a live process was last seen running: its watchdog's last poll, else (it has not polled
+// yet: stopped or killed in its first moments) its start.
+int64_t LastSignOfLife(const Header& h, const BoxIdentity& id) {
+  const int64_t alive = h.alive_mono_ns.load();
+  return alive != 0 ? alive : id.start_mono_ns;
+}
+
 // A live process (its box locked) that cannot run: its stop is marked in its box; once a
 // job-wide request written after its last sign of life waits for it, or it has been silent past
 // its deadline, a stand-in dump is written for it from its box, once per stop. Nothing when it
@@ -413,9 +467,9 @@ class MappedHeader {
 std::optional<Conversion> CareForStopped(int fd, const std::string& path, const BoxIdentity& id) {
   Header h;
   if (pread(fd, static_cast<void*>(&h), sizeof h, 0) != static_cast<ssize_t>(sizeof h)) return std::nullopt;
-  const int64_t alive = h.alive_mono_ns.load();
+  const int64_t alive = LastSignOfLife(h, id);
   const int64_t now = static_cast<int64_t>(MonoNs());
-  if (alive == 0 || now - alive < kStoppedLookAfterNs) return std::nullopt;
+  if (now - alive < kStoppedLookAfterNs) return std::nullopt;
   // The lock's holder as this process's PID namespace numbers it (the box's pid is its own).
   const pid_t holder = BoxLockHolder(fd);
   if (holder <= 0) return std::nullopt;
@@ -441,7 +495,7 @@ std::optional<Conversion> CareForStopped(int fd, const std::string& path, const 
     DumpDirectory dir(id.dump_dir, id.dump_fallback, 0, id.cwd);
     const std::optional<trace::DumpRequest> r = dir.CurrentRequest();
     asked = r && (r->job_instance.empty() || id.job_instance.empty() || r->job_instance == id.job_instance) &&
-            r->time_unix_ns > h.alive_unix_ns.load();
+            r->time_unix_ns > (h.alive_unix_ns.load() != 0 ? h.alive_unix_ns.load() : id.start_unix_ns);
   }
   int64_t unclaimed = 0;
   if ((!past_deadline && !asked) || !mark.stand_in_mono_ns.compare_exchange_strong(unclaimed, now)) return std::nullopt;
@@ -687,10 +741,13 @@ std::vector<Conversion> CareForStoppedBoxes(const std::string& box_dir, const st
     if (fd < 0) continue;
     Header h;
     BoxIdentity id;
-    const bool quiet = pread(fd, static_cast<void*>(&h), sizeof h, 0) == static_cast<ssize_t>(sizeof h) &&
-                       h.alive_mono_ns.load() != 0 && now - h.alive_mono_ns.load() >= kStoppedLookAfterNs;
+    // A process whose watchdog has not polled yet is quiet since its start (its identity says).
+    const bool read = pread(fd, static_cast<void*>(&h), sizeof h, 0) == static_cast<ssize_t>(sizeof h);
+    const bool polled = read && h.alive_mono_ns.load() != 0;
+    const bool quiet = read && (polled ? now - h.alive_mono_ns.load() >= kStoppedLookAfterNs
+                                       : ReadLiveIdentity(fd, &id) && now - id.start_mono_ns >= kStoppedLookAfterNs);
     // Only a live box (its lock held; a dead one is the caretaker's) of a process gone quiet.
-    if (quiet && BoxLockHolder(fd) > 0 && ReadLiveIdentity(fd, &id))
+    if (quiet && BoxLockHolder(fd) > 0 && (!polled || ReadLiveIdentity(fd, &id)))
       if (std::optional<Conversion> c = CareForStopped(fd, path, id)) out.push_back(std::move(*c));
     close(fd);
   }
@@ -704,9 +761,11 @@ CaretakerPass ConvertDeadBoxes(const std::string& box_dir, const std::string& re
   const std::string prefix = BoxPrefix(uid);
   std::set<std::string> watched_relays;  // named by a live process
   // A live process that names no relay yet may be opening one right now (its lock file created,
-  // not yet locked): relay files younger than kLeftoverMinAgeS are then left alone. When every
-  // live process names its relay, an unwatched relay is a leftover however young (a job killed
-  // seconds after it started, the next one gone before they age).
+  // not yet locked): the relay it opens is the one of its dump directory and host, which its
+  // identity says, and that one is left alone. Only a process whose identity cannot be read yet
+  // (its box being created) leaves every relay younger than kLeftoverMinAgeS alone. Any other
+  // unwatched relay is a leftover however young (a job killed seconds after it started, the next
+  // one gone before they age).
   bool someone_starting = false;
   for (const std::string& name : Names(box_dir)) {
     const bool hidden = StartsWith(name, "." + prefix);
@@ -720,6 +779,7 @@ CaretakerPass ConvertDeadBoxes(const std::string& box_dir, const std::string& re
       BoxIdentity id;
       const bool known = !hidden && ReadLiveIdentity(fd, &id);
       if (known && !id.relay.empty()) watched_relays.insert(id.relay);
+      else if (known && relay_dir != "none") watched_relays.insert(RelayOf(id, relay_dir));
       else someone_starting = true;
       if (known)
         if (std::optional<Conversion> c = CareForStopped(fd, path, id)) pass.converted.push_back(std::move(*c));
@@ -789,6 +849,18 @@ CaretakerPass ConvertDeadBoxes(const std::string& box_dir, const std::string& re
   const int64_t min_age_s = someone_starting ? kLeftoverMinAgeS : 0;
   const std::vector<std::string> relay_names = Names(relay_dir);
   for (const std::string& name : relay_names) {
+    if (StartsWith(name, ".tmp-" + relay_prefix)) {
+      // A relay being written (WriteFileReplacing: ".tmp-NAME-PID", renamed within microseconds)
+      // by a process killed meanwhile: its writer is gone, or it is old.
+      struct stat st;
+      const std::string path = relay_dir + "/" + name;
+      const int writer = atoi(name.substr(name.rfind('-') + 1).c_str());
+      if (lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == uid &&
+          (AgeS(st) >= kLeftoverMinAgeS || (writer > 0 && kill(writer, 0) != 0 && errno == ESRCH)) &&
+          unlink(path.c_str()) == 0)
+        ++pass.removed_leftovers;
+      continue;
+    }
     if (!StartsWith(name, relay_prefix)) continue;
     const std::string base = Base(name, ".lock");
     if (base.empty()) {

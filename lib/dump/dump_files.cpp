@@ -66,10 +66,10 @@ bool SafeSharedDir(const std::string& path, std::string* why) {
 
 // Creates `path` for writing, exclusively and without following a link planted under its name
 // (a temporary name is predictable); a leftover of this very pid (a crash) is replaced.
-int CreateExclusive(const std::string& path) {
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+int CreateExclusive(const std::string& path, int mode = 0644) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
   if (fd < 0 && errno == EEXIST && unlink(path.c_str()) == 0)  // unlink removes a link, never its target
-    fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
   return fd;
 }
 
@@ -83,9 +83,9 @@ std::string TempPathFor(const std::string& path) {
 
 }  // namespace
 
-int WriteFileReplacing(const std::string& path, const std::string& content) {
+int WriteFileReplacing(const std::string& path, const std::string& content, int mode) {
   std::string tmp = TempPathFor(path);
-  int fd = CreateExclusive(tmp);
+  int fd = CreateExclusive(tmp, mode);
   if (fd < 0) return errno;
   bool ok = write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size());
   int e = ok ? 0 : errno;

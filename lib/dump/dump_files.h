@@ -96,8 +96,8 @@ class DumpDirectory {
 };
 
 // Writes `content` to `path` atomically, replacing it (a temporary file created exclusively,
-// never through a link, then renamed). errno-style result.
-int WriteFileReplacing(const std::string& path, const std::string& content);
+// never through a link, then renamed) with permissions `mode`. errno-style result.
+int WriteFileReplacing(const std::string& path, const std::string& content, int mode = 0644);
 
 // Writes `content` to `path` atomically without replacing an existing file. errno-style
 // result: 0, or the error of the failing step (EEXIST when `path` exists).

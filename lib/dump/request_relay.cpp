@@ -35,10 +35,18 @@ RequestRelay::~RequestRelay() = default;  // closing the lock's descriptor relea
 void RequestRelay::Leave() {
   // The watcher tidies the node-local directory at a normal exit. A rank still running keeps
   // the old lock and may take it over; one starting later makes a new one: two watchers at
-  // worst, until the job ends, never none.
-  if (watcher_ && lock_fd_.StillOurs()) {
+  // worst, until the job ends, never none. A rank whose watcher was killed takes the watch
+  // over to tidy it (the last one to leave does): a job whose watcher died leaves nothing.
+  if (usable_ && !watcher_ && lock_fd_.StillOurs()) watcher_ = flock(lock_fd_.fd(), LOCK_EX | LOCK_NB) == 0;
+  // Not while the lock file there is another one than it holds (a later process made it again:
+  // the watch is that one's now).
+  struct stat st;
+  const std::string lock_path = relay_path_ + ".lock";
+  const bool lock_there = watcher_ && stat(lock_path.c_str(), &st) == 0;
+  const bool ours = lock_there && st.st_dev == lock_fd_.dev() && st.st_ino == lock_fd_.ino();
+  if (watcher_ && lock_fd_.StillOurs() && (ours || (!lock_there && errno == ENOENT))) {
     unlink(relay_path_.c_str());
-    unlink((relay_path_ + ".lock").c_str());
+    if (ours) unlink(lock_path.c_str());
   }
   lock_fd_.Close();
   watcher_ = false;
@@ -89,7 +97,8 @@ std::optional<trace::DumpRequest> RequestRelay::Poll(DumpDirectory* shared, cons
     std::optional<trace::DumpRequest> r = shared->PollRequest(own_instance, own_start_unix_ns);
     // Relayed before it is served here, so the host's other ranks dump as soon as this one.
     if (r && usable_) {
-      int e = WriteFileReplacing(relay_path_, trace::WriteRequest(*r));
+      // The user's own, as its lock: the host's other users have no business reading it.
+      int e = WriteFileReplacing(relay_path_, trace::WriteRequest(*r), 0600);
       if (e != 0) LogInfo("cannot relay the job-wide dump request to %s: %s", relay_path_.c_str(), strerror(e));
     }
     return r;

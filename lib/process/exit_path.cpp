@@ -68,6 +68,7 @@ void ExitPath::FinishQuickExit() {
     Finish(quick_exit_status_.load(), quick_exit_site_.load(), quick_exit_tid_.load(), /*on_watchdog=*/true);
   });
   quick_exit_.store(kQuickExitDone, std::memory_order_release);
+  TidyHost();  // the record is out: the exit goes on meanwhile (bounded by the watchdog's stop)
 }
 
 uint64_t ExitPath::DumpPendingSignal(uint64_t now) {
@@ -127,6 +128,12 @@ void ExitPath::Finish(int status, int32_t exiting_site, int32_t exiting_tid, boo
   }
   // It left its own word: nothing for the host's caretaker to convert.
   if (p_.box) p_.box->Remove();
+  // On the watchdog, once the exiting thread no longer waits (FinishQuickExit).
+  if (!on_watchdog && !watchdog.running()) TidyHost();
+}
+
+void ExitPath::TidyHost() {
+  if (p_.tidy_host) Quietly("the host's caretaker", [&] { p_.tidy_host(); });
 }
 
 }  // namespace ncclwatch

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 
 #include "blackbox/black_box.h"
 #include "common/config.h"
@@ -29,6 +30,10 @@ class ExitPath {
     MetricsWriter* metrics = nullptr;
     blackbox::BlackBox* box = nullptr;
     void (*pass_through)() = nullptr;  // from the exit on, NCCL calls pass straight through
+    // At a normal exit, once the relay is left: the host's caretaker's pass, when this process
+    // is (or now becomes) the caretaker, so that a job shorter than a caretaker's poll still
+    // converts what a killed one left and removes its relay files. Null: none.
+    std::function<void()> tidy_host;
   };
   explicit ExitPath(Parts parts) : p_(parts) {}
 
@@ -52,6 +57,8 @@ class ExitPath {
   bool finished() const { return finished_.load(std::memory_order_acquire); }
 
  private:
+  // The caretaker's pass at a normal exit (Parts::tidy_host), after the exit record.
+  void TidyHost();
   // Once: waits briefly for operations still finishing, stops the watchdog, leaves the relay,
   // writes the exit record (or the operations in flight), removes the node-local files.
   // `on_watchdog`: called on the watchdog thread (_exit).

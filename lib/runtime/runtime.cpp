@@ -185,8 +185,10 @@ void Runtime::StartPieces(const std::string& start_dir) {
   dp.relay = relay_.get();
   if (box_keeper_) dp.dump_written = [keeper = box_keeper_.get()](const std::string& dir) { keeper->DumpWritten(dir); };
   policy_ = std::make_unique<DumpPolicy>(std::move(dp));
-  exit_ = std::make_unique<ExitPath>(ExitPath::Parts{&config_, &identity_, watchdog_.get(), relay_.get(), policy_.get(),
-                                                     metrics_.get(), box_.get(), &PassThrough});
+  ExitPath::Parts ep{&config_, &identity_, watchdog_.get(), relay_.get(), policy_.get(), metrics_.get(), box_.get(),
+                     &PassThrough, {}};
+  if (caretaker_) ep.tidy_host = [this] { caretaker_->Tend(OwnBoxName(), identity_.job_instance); };
+  exit_ = std::make_unique<ExitPath>(std::move(ep));
   pending_ = std::make_unique<PendingLaunches>(ring_.get(), markers_.get(), watchdog_.get());
   recorder_ = std::make_unique<Recorder>(Recorder::Parts{&config_, &identity_, &rank_, ring_.get(), markers_.get(),
                                                          watchdog_.get(), &comms_, &threads_, policy_.get(),
@@ -194,6 +196,10 @@ void Runtime::StartPieces(const std::string& start_dir) {
 }
 
 // The watchdog thread's duties after each poll, in this order; each says when it is next due.
+std::string Runtime::OwnBoxName() const {
+  return box_ ? box_->path().substr(box_->path().rfind('/') + 1) : std::string();
+}
+
 void Runtime::ScheduleDuties() {
   duties_.Add("a signal's dump", [this](uint64_t now) { return exit_->DumpPendingSignal(now); });
   if (box_keeper_)
@@ -226,7 +232,7 @@ void Runtime::ScheduleDuties() {
   duties_.Add("the job-wide request", [this](uint64_t now) { return policy_->AnswerPeers(now); });
   if (caretaker_)
     duties_.Add("the host's caretaker", [this](uint64_t now) {
-      caretaker_->Tend(box_ ? box_->path().substr(box_->path().rfind('/') + 1) : std::string(), identity_.job_instance);
+      caretaker_->Tend(OwnBoxName(), identity_.job_instance);
       return now + config_.peer_poll_ms * 1000000ull;
     });
 }

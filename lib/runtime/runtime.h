@@ -56,6 +56,8 @@ class Runtime {
   // Starts the pieces a dump and the duties need, after the configuration and the black box.
   void StartPieces(const std::string& start_dir);
   void ScheduleDuties();
+  // This process's black box file name ("" none): the caretaker never touches it.
+  std::string OwnBoxName() const;
   void OnTick();
   static void OnExitThunk(int status, void*);
   static void OnSignalEnding(void* runtime);

@@ -163,8 +163,13 @@ class PythonFrameCache {
 };
 
 std::atomic<NewCallsiteHook> g_new_callsite_hook{nullptr};
+std::atomic<NewPythonCallsiteHook> g_new_python_callsite_hook{nullptr};
 
 }  // namespace
+
+void SetNewPythonCallsiteHook(NewPythonCallsiteHook hook) {
+  g_new_python_callsite_hook.store(hook, std::memory_order_release);
+}
 
 void SetNewCallsiteHook(NewCallsiteHook hook) {
   g_new_callsite_hook.store(hook, std::memory_order_release);
@@ -242,6 +247,8 @@ __attribute__((noinline)) int32_t CaptureCallsite(int skip, int max_depth) {
   if (result.inserted)
     if (NewCallsiteHook hook = g_new_callsite_hook.load(std::memory_order_acquire))
       hook(result.id, key.ips, key.native_depth, key.python_depth);
+  if (result.inserted && key.python_depth > 0)
+    if (NewPythonCallsiteHook hook = g_new_python_callsite_hook.load(std::memory_order_acquire)) hook(result.id);
   if (paths && !known && detail::ShouldLearn(*paths)) {
     unw_context_t context;  // taken here: frame 0 of the path is this function
     unw_getcontext(&context);

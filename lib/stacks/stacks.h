@@ -47,6 +47,13 @@ using NewCallsiteHook = void (*)(int32_t id, const uintptr_t* ips, int native_de
 // Sets the hook and calls it for every call site interned so far (not the hot path).
 void SetNewCallsiteHook(NewCallsiteHook hook);
 
+// Called once per new call site that has Python frames, on the thread that interned it, right
+// after the NewCallsiteHook: where a process killed moments later must keep its Python line,
+// the frames can be named now (GetCallsite with a short GIL wait: the thread holds the GIL, or
+// released it for its NCCL call). Once per distinct call site, never in steady state. Null: none.
+using NewPythonCallsiteHook = void (*)(int32_t id);
+void SetNewPythonCallsiteHook(NewPythonCallsiteHook hook);
+
 // Python frames in call sites on (the default) or off (NCCLWATCH_PYTHON=0), for the process.
 void SetPythonCallsites(bool enabled);
 // Why call sites get Python frames only where the caller holds the GIL (this CPython's frame

@@ -103,7 +103,12 @@ void Watchdog::Run() {
   pthread_setname_np(pthread_self(), "ncclwatch");
   if (markers_) markers_->PrepareThread();
   const uint64_t poll_ns = config_.poll_ms * 1000000;
-  uint64_t wait_ns = poll_ns, last_ns = MonoNs();
+  const uint64_t started_ns = MonoNs();
+  uint64_t first_op_ns = 0;  // when a poll first took an operation (0: none yet)
+  auto young = [&](uint64_t now) {
+    return now - started_ns < kYoungNs || (first_op_ns != 0 && now - first_op_ns < kYoungNs);
+  };
+  uint64_t wait_ns = std::min(poll_ns, kYoungPollNs), last_ns = started_ns;
   while (!stop_.load(std::memory_order_acquire)) {
     // Sleeps until the wait is over or Wake() (a wake since the last look returns at once).
     timespec wait{static_cast<time_t>(wait_ns / 1000000000), static_cast<long>(wait_ns % 1000000000)};
@@ -117,7 +122,9 @@ void Watchdog::Run() {
     size_t taken = 0;
     // Out of memory here ends this round only: the thread, and the process, go on.
     Quietly("the watchdog", [&] { taken = PollOnce(now); });
+    if (taken != 0 && first_op_ns == 0) first_op_ns = now;
     wait_ns = PaceNs(taken, now - last_ns, poll_ns);
+    if (young(now)) wait_ns = std::min(wait_ns, kYoungPollNs);
     last_ns = now;
     if (callbacks_.on_tick) Quietly("the watchdog", [&] { callbacks_.on_tick(); });
   }

@@ -109,6 +109,14 @@ class Watchdog {
   // gives the marker back and the operation stays unmonitored).
   bool Submit(const InflightItem& item) {
     if (!queue_.TryPush(item)) return false;
+    // A process's first operations each wake it (a futex wake at most; then one load per call):
+    // a rank killed or stopped after a few quick calls leaves a box that says what its GPU
+    // completed of them, not only that they were issued.
+    if (eager_wakes_left_.load(std::memory_order_relaxed) > 0 &&
+        eager_wakes_left_.fetch_sub(1, std::memory_order_relaxed) > 0) {
+      Wake();
+      return true;
+    }
     // The watchdog paces its polls to the operation rate (PaceNs), so the application's thread
     // makes no system call in steady state. A burst the pace has not caught up with yet wakes
     // it from here (one futex wake per kWakeBacklog operations at most).
@@ -129,6 +137,13 @@ class Watchdog {
   // The wait before the next poll, given that the last poll took `taken` operations off the
   // queue `elapsed_ns` after the one before: the poll interval at low rates, shorter at high.
   static uint64_t PaceNs(size_t taken, uint64_t elapsed_ns, uint64_t poll_ns);
+  // A young process polls at least this often, for kYoungNs after the watchdog starts and after
+  // the first operation it takes: one killed or stopped in its first moments still leaves a
+  // black box whose op states say what its GPU completed (the first poll would otherwise come a
+  // whole poll interval after its first calls; a quick job's first second is a few polls).
+  static constexpr uint64_t kYoungPollNs = 10 * 1000000ull;
+  static constexpr uint64_t kYoungNs = 2 * 1000000000ull;
+  static constexpr int kEagerWakes = 256;  // the first operations that wake the watchdog
   // Async-signal-safe. A futex on a word of ours, not a descriptor: an application that closes
   // every descriptor and opens its own files could be handed a wake-up write otherwise.
   void Wake();
@@ -199,6 +214,7 @@ class Watchdog {
   std::atomic<std::thread::id> thread_id_{};
   std::atomic<bool> stop_{false};
   std::atomic<bool> wake_requested_{false};
+  std::atomic<int> eager_wakes_left_{kEagerWakes};
   std::atomic<uint64_t> submit_wakes_{0};
   std::atomic<bool> running_{false};
   std::atomic<uint64_t> last_poll_ns_{0};

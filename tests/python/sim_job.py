@@ -6,7 +6,8 @@ bindings do; POOL=1 runs each training step on a worker of a ThreadPoolExecutor.
 ncclwatch records this file's line as each operation's Python call site. Rank BUSY_RANK "saves a
 checkpoint" at step BUSY_STEP; the other ranks wait in an all-reduce.
 Endings: rank DIE_RANK is SIGKILLed at step DIE_STEP (the OOM killer's way; half a second after
-its last step, or right after it with DIE_NOW=1); rank EXIT_RANK leaves
+its last step, or right after it with DIE_NOW=1; DIE_SIGNAL=STOP: SIGSTOPped instead, as a
+debugger or Ctrl-Z stops it); rank EXIT_RANK leaves
 the loop at step EXIT_STEP; FORK=1 runs the job in a child started by multiprocessing's fork
 context, which ends it with os._exit (as launchers built on multiprocessing do). Rank END_RANK ends
 at step END_STEP by ENDING: `raise` (a DataError from read_sample: a data bug), `raise_builtin` (a
@@ -179,7 +180,7 @@ def main():
             if step == DIE_STEP and RANK == DIE_RANK:
                 if os.environ.get("DIE_NOW") != "1":
                     time.sleep(0.5)  # long enough for ncclwatch's watchdog to have seen this step's call site
-                os.kill(os.getpid(), signal.SIGKILL)
+                os.kill(os.getpid(), signal.SIGSTOP if os.environ.get("DIE_SIGNAL") == "STOP" else signal.SIGKILL)
             if pool:
                 pool.submit(train_step, comm, ctypes.c_void_p(buf.value), count, stream).result()
             else:

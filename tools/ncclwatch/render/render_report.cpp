@@ -482,7 +482,20 @@ std::string PositionText(const CulpritPosition& p) {
   const std::string age = p.issued_age_s < 0 ? std::string()
                           : " (issued " + FormatSeconds(p.issued_age_s) +
                                 (p.box_age_s >= 0 || p.states_never ? " before its last sign of life)" : " before its dump)");
-  switch (p.comm_state) {
+  // A black box with several calls after the last one its GPU had finished: its last call,
+  // and how far its GPU had got at the box's last update.
+  const bool from_last_call = p.finished_through_seq >= 0 &&
+                              (p.comm_state == CommPosition::GpuBehind || p.comm_state == CommPosition::GpuUnknown);
+  if (from_last_call) {
+    where += "; last call on this communicator " + seq;
+    if (!p.states_never) {  // else said above: what its GPU did is unknown
+      where += "; its GPU had finished " +
+               (p.finished_through_seq > 0 ? "#" + std::to_string(p.finished_through_seq) : std::string("none of them")) +
+               " at its black box's last update";
+      if (p.comm_state == CommPosition::GpuUnknown) where += "; whether it finished " + seq + " is unknown (issued after that update)";
+    }
+  }
+  if (!from_last_call) switch (p.comm_state) {
     case CommPosition::Unknown: break;
     case CommPosition::NotCreated: where += "; it has not created this communicator"; break;
     case CommPosition::GpuBehind:

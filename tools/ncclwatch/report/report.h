@@ -43,6 +43,10 @@ struct CulpritPosition {
   // Where it is on the verdict's communicator (Unknown: no collective in the verdict).
   CommPosition comm_state = CommPosition::Unknown;
   int64_t comm_seq = -1;       // the sequence number comm_state is about; -1 none
+  // GpuBehind, GpuUnknown from a black box that holds several calls its GPU had not finished
+  // (or may not have): comm_seq is its last call, and this the last one its GPU had finished at
+  // the box's last update (0: none); -1 otherwise.
+  int64_t finished_through_seq = -1;
   double issued_age_s = -1;    // GpuInside, GpuNotReached: how long ago it issued comm_seq
   std::vector<std::string> then;  // reasons of the later dumps of its teardown
   // NoDump: it did not answer the newest job-wide request; its latest dump (not used) is this

@@ -226,6 +226,13 @@ CulpritPosition Evidence::PositionOf(const BlockedOp* blocked, int dump) const {
     } else if (cs->last_enqueued < blocked->seq && cs->last_completed < cs->last_enqueued) {
       p.comm_seq = cs->last_completed + 1;
       p.comm_state = unknown_to_box(p.comm_seq) ? Position::GpuUnknown : Position::GpuBehind;
+      // A box with several calls after the last one its GPU finished: told by its last call
+      // (the first unfinished one, long before its end, says little of where it was).
+      if (from_box && cs->last_enqueued > p.comm_seq) {
+        p.finished_through_seq = cs->last_completed;
+        p.comm_seq = cs->last_enqueued;
+        p.comm_state = unknown_to_box(p.comm_seq) ? Position::GpuUnknown : Position::GpuBehind;
+      }
     } else if (cs->last_enqueued < blocked->seq) {
       p.comm_state = Position::NotCalled;
       p.comm_seq = cs->last_enqueued;

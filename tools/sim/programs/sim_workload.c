@@ -68,6 +68,8 @@ static const char kUsage[] =
     "                            child or os._exit does (no exit() handlers)\n"
     "  --kill-self               with --exit-rank: SIGKILL itself instead (the OOM killer's way),\n"
     "                            right after synchronizing the last iteration's work\n"
+    "  --stop-self               with --exit-rank: SIGSTOP itself there instead (a debugger's\n"
+    "                            stop, Ctrl-Z); continued, it leaves the loop as --exit-rank does\n"
     "  --fork                    the rank forks at start; the child runs the job (and leaves\n"
     "                            through _exit with --exit-rank), the parent waits and exits with\n"
     "                            its status (ranks started by fork, as Python's multiprocessing\n"
@@ -125,7 +127,7 @@ struct Options {
   int late_init_rank, late_init_ms;
   int new_comm_at, new_comm_groups, new_comm_skip_rank;
   const char* new_comm_kind;
-  int exit_rank, exit_at, no_init_rank, abort_signal, graph_then_loop, quick_exit, fork_rank, kill_self;
+  int exit_rank, exit_at, no_init_rank, abort_signal, graph_then_loop, quick_exit, fork_rank, kill_self, stop_self;
   const char* busy_after;
 };
 
@@ -379,7 +381,7 @@ static void parse(int argc, char** argv) {
     INT_OPT("--new-comm-skip-rank", new_comm_skip_rank)
     else if (strcmp(a, "--new-comm-kind") == 0 && i + 1 < argc) opt.new_comm_kind = argv[++i];
     INT_OPT("--late-init-rank", late_init_rank) INT_OPT("--late-init-ms", late_init_ms) FLAG_OPT("--abort-signal", abort_signal)
-    FLAG_OPT("--graph-then-loop", graph_then_loop) FLAG_OPT("--quick-exit", quick_exit) FLAG_OPT("--kill-self", kill_self) FLAG_OPT("--fork", fork_rank) INT_OPT("--straggler-rank", straggler_rank)
+    FLAG_OPT("--graph-then-loop", graph_then_loop) FLAG_OPT("--quick-exit", quick_exit) FLAG_OPT("--kill-self", kill_self) FLAG_OPT("--stop-self", stop_self) FLAG_OPT("--fork", fork_rank) INT_OPT("--straggler-rank", straggler_rank)
     INT_OPT("--straggler-ms", straggler_ms) INT_OPT("--straggler-max-ms", straggler_max_ms)
     INT_OPT("--jitter-ms", jitter_ms) INT_OPT("--seed", seed) FLAG_OPT("--cpu-wait", cpu_wait)
     else {
@@ -527,6 +529,7 @@ int main(int argc, char** argv) {
       if (g_rank == opt.exit_rank && it == opt.exit_at) {
         sync_stream(stream);
         if (opt.kill_self) raise(SIGKILL);
+        if (opt.stop_self) raise(SIGSTOP);
         printf("ok (left before iteration %d)\n", it);
         fflush(stdout);
         if (opt.quick_exit || opt.fork_rank) _exit(0);
