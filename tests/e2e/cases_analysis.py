@@ -14,19 +14,28 @@ from e2e_common import (analyze, analyze_dir, built, case, first_verdict, job, r
 from ncclwatch_testing import (blocked_in_syscall, check, temp_dir, wait_for, wait_for_ranks)
 
 
+def run_busy_then_on(n, busy_rank, workload_args, run_args=()):
+    """`ncclwatch run` (deadline 2 s) of `n` ranks of 30 iterations, rank `busy_rank` busy 6 s
+    at iteration 10, then on: a stall that recovers. Returns (the run, its directory, the dumps'
+    directory)."""
+    tmp = temp_dir("ncclwatch-e2e-")
+    dumps = os.path.join(tmp, "d")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("NCCLWATCH_") and k != "LD_PRELOAD"}
+    r = subprocess.run([built("bin", "ncclwatch"), "run", "--dir", dumps, "--timeout", "2", "--set", "PEER_POLL_MS=200",
+                        *run_args, "--", built("bin", "simlaunch"), "-n", str(n), "--timeout", "60", "--",
+                        built("bin", "sim_workload"), "--iters", "30", *workload_args, "--busy-rank", str(busy_rank),
+                        "--busy-at", "10", "--busy-ms", "6000"], env=base, cwd=tmp, capture_output=True, text=True,
+                       timeout=120)
+    return r, tmp, dumps
+
+
 @serial_case
 def recovered_stall_is_no_hang():
     # Rank 1 is busy 6 s at iteration 10, the deadline is 2 s: rank 0 stalls, rank 1 answers
     # its request, then the collective completes (a recovery dump) and the job finishes. No
     # verdict after the recovery, none at the end; the end tells the stall and whom it waited for.
     nw = built("bin", "ncclwatch")
-    tmp = temp_dir("ncclwatch-e2e-")
-    dumps = os.path.join(tmp, "d")
-    base = {k: v for k, v in os.environ.items() if not k.startswith("NCCLWATCH_") and k != "LD_PRELOAD"}
-    r = subprocess.run([nw, "run", "--dir", dumps, "--timeout", "2", "--set", "PEER_POLL_MS=200", "--",
-                        built("bin", "simlaunch"), "-n", "2", "--timeout", "60", "--",
-                        built("bin", "sim_workload"), "--iters", "30", "--busy-rank", "1", "--busy-at", "10",
-                        "--busy-ms", "6000"], env=base, cwd=tmp, capture_output=True, text=True, timeout=120)
+    r, tmp, dumps = run_busy_then_on(2, 1, [])
     out = r.stdout + r.stderr
     check(r.returncode == 0, f"the job finished: {r.returncode}\n{out[-3000:]}")
     names = [os.path.basename(p) for p in glob.glob(os.path.join(dumps, "rank*.json"))]
@@ -63,14 +72,7 @@ def recovered_stall_names_the_busy_rank_whoever_asked():
     # writes the job-wide request, rank 0 answers it and then goes on. The finding says the
     # stall waited for rank 0, busy, from its answer: never dead, never "left no dump".
     nw = built("bin", "ncclwatch")
-    tmp = temp_dir("ncclwatch-e2e-")
-    dumps = os.path.join(tmp, "d")
-    base = {k: v for k, v in os.environ.items() if not k.startswith("NCCLWATCH_") and k != "LD_PRELOAD"}
-    r = subprocess.run([nw, "run", "--dir", dumps, "--timeout", "2", "--set", "PEER_POLL_MS=200", "--no-analyze", "--",
-                        built("bin", "simlaunch"), "-n", "4", "--timeout", "60", "--",
-                        built("bin", "sim_workload"), "--iters", "30", "--jitter-ms", "3", "--busy-rank", "0",
-                        "--busy-at", "10", "--busy-ms", "6000"], env=base, cwd=tmp, capture_output=True, text=True,
-                       timeout=120)
+    r, tmp, dumps = run_busy_then_on(4, 0, ["--jitter-ms", "3"], ["--no-analyze"])
     check(r.returncode == 0, f"the job finished: {r.returncode}\n{r.stderr[-3000:]}")
     a = subprocess.run([nw, "analyze", "--json", dumps], capture_output=True, text=True)
     report = json.loads(a.stdout)
