@@ -140,8 +140,9 @@ def stalled(d):
     return s
 
 
-def signal_app(scenario, preload):
-    j = job(1, [scenario], env={"NCCLWATCH_TIMEOUT": "600"}, timeout=20, preload=preload, program="e2e_signal_app")
+def signal_app(scenario, preload, env=None):
+    j = job(1, [scenario], env={"NCCLWATCH_TIMEOUT": "600", **(env or {})}, timeout=20, preload=preload,
+            program="e2e_signal_app")
     ending = [l for l in j.err.splitlines() if l.startswith("simlaunch: rank 0 ")]
     return j, ending
 
