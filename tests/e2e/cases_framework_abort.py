@@ -8,7 +8,7 @@ import json
 import os
 import subprocess
 
-from e2e_common import (built, case, ring_entries)
+from e2e_common import (built, case, dumps_by_rank, ring_entries)
 from ncclwatch_testing import (check, temp_dir)
 
 BUSY, WAITING, SEQ = 3, [0, 1, 2], 21
@@ -31,24 +31,11 @@ def run_under_ncclwatch(workload, timeout_s, launcher_s, busy_ms=-1):
     return r, dumps
 
 
-def dumps_of(path):
-    by_rank = {}
-    for name in sorted(os.listdir(path)):
-        if name.startswith("rank") and name.endswith(".json"):
-            with open(os.path.join(path, name)) as f:
-                d = json.load(f)
-            d["_name"] = name
-            by_rank.setdefault(d["summary"]["rank"], []).append(d)
-    for v in by_rank.values():
-        v.sort(key=lambda d: d["summary"]["dump_seq"])
-    return by_rank
-
-
 def check_the_ending(r, dumps, how, what):
     """What must hold whatever the timing: the job's own dumps, the final report (JSON and the
     text `ncclwatch run` printed last)."""
     out = r.stdout + r.stderr
-    by_rank = dumps_of(dumps)
+    by_rank = dumps_by_rank(dumps)
     reasons = {k: [d["summary"]["reason"] for d in v] for k, v in by_rank.items()}
     for w in WAITING:
         check("abort" in reasons.get(w, []), f"{what}: rank {w} aborted its communicator: {reasons}\n{out[-3000:]}")
@@ -61,13 +48,13 @@ def check_the_ending(r, dumps, how, what):
             after_abort = after_abort or d["summary"]["reason"] == "abort"
             comm = d["summary"]["comms"][0]
             check(comm["last_completed"] < SEQ,
-                  f"{what}: rank {w}'s {d['_name']}: last_completed {comm['last_completed']} (#{SEQ} never completed)")
+                  f"{what}: rank {w}'s {os.path.basename(d['_path'])}: last_completed {comm['last_completed']} (#{SEQ} never completed)")
             for op in ring_entries(d):
                 if op["seq"] >= SEQ:
-                    check(op["state"] != "completed", f"{what}: rank {w}'s {d['_name']}: #{op['seq']} {op['state']}")
+                    check(op["state"] != "completed", f"{what}: rank {w}'s {os.path.basename(d['_path'])}: #{op['seq']} {op['state']}")
                     aborted_seen += op["state"] == "aborted"
             if after_abort and d["summary"]["reason"] != "abort":
-                check(comm["state"] == "aborted", f"{what}: rank {w}'s {d['_name']}: comm {comm['state']}")
+                check(comm["state"] == "aborted", f"{what}: rank {w}'s {os.path.basename(d['_path'])}: comm {comm['state']}")
     r2 = subprocess.run([built("bin", "ncclwatch"), "analyze", "--json", dumps], capture_output=True, text=True)
     report = json.loads(r2.stdout)
     verdicts = [(v["cause"], v["culprit_ranks"], v.get("seq")) for v in report["verdicts"]]
@@ -126,7 +113,7 @@ def framework_abort_while_ops_complete():
     for w in WAITING:
         last = by_rank[w][-1]
         seqs = sorted(op["seq"] for op in ring_entries(last) if op["state"] == "aborted")
-        check(seqs == list(range(SEQ, 31)), f"rank {w}'s {last['_name']}: #{SEQ}-#30 aborted: {seqs}")
+        check(seqs == list(range(SEQ, 31)), f"rank {w}'s {os.path.basename(last['_path'])}: #{SEQ}-#30 aborted: {seqs}")
 
 
 @case

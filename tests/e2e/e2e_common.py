@@ -33,6 +33,20 @@ def serial_case(fn):
     return case(fn)
 
 
+def dumps_by_rank(directory):
+    """The dumps in `directory` as {rank: [dump, ...]}, each ordered by dump_seq (its path in
+    "_path")."""
+    by_rank = {}
+    for path in sorted(glob.glob(os.path.join(directory, "rank*.json"))):
+        with open(path) as f:
+            d = json.load(f)
+        d["_path"] = path
+        by_rank.setdefault(d["summary"]["rank"], []).append(d)
+    for v in by_rank.values():
+        v.sort(key=lambda d: d["summary"]["dump_seq"])
+    return by_rank
+
+
 class Job:
     def __init__(self, rc, out, err, tmp):
         self.rc, self.out, self.err, self.tmp = rc, out, err, tmp
@@ -40,15 +54,7 @@ class Job:
 
     def dumps(self):
         """{rank: [dump, ...]} ordered by dump_seq."""
-        by_rank = {}
-        for path in sorted(glob.glob(os.path.join(self.dir, "rank*.json"))):
-            with open(path) as f:
-                d = json.load(f)
-            d["_path"] = path
-            by_rank.setdefault(d["summary"]["rank"], []).append(d)
-        for v in by_rank.values():
-            v.sort(key=lambda d: d["summary"]["dump_seq"])
-        return by_rank
+        return dumps_by_rank(self.dir)
 
     def reasons(self, rank):
         return [d["summary"]["reason"] for d in self.dumps().get(rank, [])]

@@ -1,5 +1,6 @@
 """What the Python tests share: sim_job.py run as a job over the simulator, libncclwatch.so
 preloaded, its dumps and black boxes in a temporary directory of its own."""
+import json
 import os
 import subprocess
 import sys
@@ -30,3 +31,14 @@ def run_sim_job(build, n, timeout, **env):
     p = subprocess.run([os.path.join(build, "bin", "simlaunch"), "-n", str(n), "--timeout", str(timeout), "--",
                         sys.executable, SCRIPT], env=job_env, capture_output=True, text=True, timeout=timeout + 80)
     return p, dumps, boxes
+
+
+def analyze_json(build, dumps, boxes):
+    """`ncclwatch analyze --json` of a job's dumps, reading its dead ranks' black boxes in `boxes`:
+    the report, or one without verdicts when the command printed no JSON."""
+    a = subprocess.run([os.path.join(build, "bin", "ncclwatch"), "analyze", "--json", dumps],
+                       capture_output=True, text=True, env=dict(os.environ, NCCLWATCH_BLACKBOX_DIR=boxes))
+    try:
+        return json.loads(a.stdout)
+    except ValueError:
+        return {"verdicts": []}

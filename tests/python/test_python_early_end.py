@@ -12,12 +12,11 @@ import glob
 import json
 import os
 import re
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
 from ncclwatch_testing import Checks  # noqa: E402
-from python_jobs import marker_line, run_sim_job  # noqa: E402
+from python_jobs import analyze_json, marker_line, run_sim_job  # noqa: E402
 
 build = os.path.abspath(sys.argv[1])
 call_line = marker_line("CALL-LINE")
@@ -41,12 +40,7 @@ for api in ("pydll", "cdll"):
             boxed = [json.load(open(f)) for f in glob.glob(os.path.join(dumps, "rank00001-*-postmortem.json"))]
             if all(d["summary"].get("states_as_of_mono_ns", 0) > 0 for d in boxed):
                 break
-        a = subprocess.run([os.path.join(build, "bin", "ncclwatch"), "analyze", "--json", dumps],
-                           capture_output=True, text=True, env=dict(os.environ, NCCLWATCH_BLACKBOX_DIR=boxes))
-        try:
-            report = json.loads(a.stdout)
-        except ValueError:
-            report = {"verdicts": []}
+        report = analyze_json(build, dumps, boxes)
         v = report["verdicts"][0] if report["verdicts"] else {}
         cause = "rank_stopped" if how == "STOP" else "rank_dead"
         check(v.get("cause") == cause and v.get("culprit_ranks") == [1],

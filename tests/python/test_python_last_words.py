@@ -11,12 +11,11 @@ import glob
 import json
 import os
 import re
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
 from ncclwatch_testing import Checks  # noqa: E402
-from python_jobs import marker_line, run_sim_job  # noqa: E402
+from python_jobs import analyze_json, marker_line, run_sim_job  # noqa: E402
 
 build = os.path.abspath(sys.argv[1])
 call_line = marker_line("CALL-LINE")
@@ -25,12 +24,7 @@ check = Checks(verbose=True)
 
 def run_job(extra_env, timeout=10):
     p, dumps, boxes = run_sim_job(build, 2, timeout, BUSY_RANK="-1", NCCL_API="cdll", **extra_env)
-    a = subprocess.run([os.path.join(build, "bin", "ncclwatch"), "analyze", "--json", dumps],
-                       capture_output=True, text=True, env=dict(os.environ, NCCLWATCH_BLACKBOX_DIR=boxes))
-    try:
-        report = json.loads(a.stdout)
-    except ValueError:
-        report = {"verdicts": []}
+    report = analyze_json(build, dumps, boxes)
     reasons = {}
     for f in sorted(glob.glob(os.path.join(dumps, "rank*.json"))):
         d = json.load(open(f))
