@@ -585,14 +585,15 @@ bool ReadElement(const json& j, CommSummary* c) {
 
 template <typename Record>
 void ReadObjects(const json& j, const char* k, std::vector<Record>* out) {
+  if (const json* arr = Find(j, k); arr && arr->is_array()) out->reserve(arr->size());  // exact: 131,072 summaries stay in memory
   ForEachObject(j, k, [&](const json& e) {
     Record r;
     if (ReadElement(e, &r)) out->push_back(std::move(r));
   });
 }
 
-template <typename Record>
-void ReadObject(const json& j, const char* k, std::optional<Record>* out) {
+template <typename OptionalRecord>  // std::optional or Boxed
+void ReadObject(const json& j, const char* k, OptionalRecord* out) {
   if (const json* v = Find(j, k); v && v->is_object()) ReadFields(*v, &out->emplace());
 }
 

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "format/boxed.h"
 #include "ncclwatch/trace_format.h"
 
 namespace ncclwatch {
@@ -215,7 +216,7 @@ struct StopRecord {
   X(int64_t, dump_seq, 0, kDumpSeq, Int)                                                               \
   X(DumpReasonValue, reason, {}, kReason, Reason)                                                      \
   X(std::string, detail, {}, kDetail, Text)                                                            \
-  X(std::optional<AnsweredRequest>, answered, {}, kTrigger, Object)                                    \
+  X(Boxed<AnsweredRequest>, answered, {}, kTrigger, Object)                                            \
   X(int64_t, time_unix_ns, 0, kTimeUnixNs, Int)                                                        \
   X(int64_t, time_mono_ns, 0, kTimeMonoNs, Int)                                                        \
   X(int64_t, start_mono_ns, 0, kStartMonoNs, Int)                                                      \
@@ -223,7 +224,7 @@ struct StopRecord {
   X(std::vector<InNcclThread>, in_nccl, {}, kInNccl, Objects)                                          \
   X(std::vector<CommSummary>, comms, {}, kComms, Objects)                                              \
   X(std::vector<Op>, in_flight, {}, kInFlight, Objects)                                                \
-  X(std::optional<Op>, stalled, {}, kStalled, Object)                                                  \
+  X(Boxed<Op>, stalled, {}, kStalled, Object)                                                          \
   X(int64_t, ring_overwritten, 0, kRingOverwritten, Int)                                               \
   /* Identity of this process in the job: unique even where host and pid are not (containers       \
      with their own PID namespaces); empty in dumps that predate it. */                               \
@@ -232,7 +233,7 @@ struct StopRecord {
   X(std::string, job_instance, {}, kJobInstance, Text)                                                 \
   X(int64_t, start_unix_ns, 0, kStartUnixNs, Int) /* wall clock when ncclwatch started in this process */ \
   X(int64_t, exit_status, -1, kExitStatus, Int) /* reason exit: the status passed to exit(); -1 unknown */ \
-  X(std::optional<Op>, failed, {}, kFailed, Object) /* reason nccl_error: the call that returned the error */ \
+  X(Boxed<Op>, failed, {}, kFailed, Object) /* reason nccl_error: the call that returned the error */  \
   /* Reasons nccl_error, async_error: the ncclResult_t reported, whichever call it came from       \
      (a group end, a communicator's creation or split have no `failed` operation); 0 absent. */       \
   X(int64_t, error_result, 0, kErrorResult, IntIfNonZero)                                              \
@@ -242,9 +243,9 @@ struct StopRecord {
      written by the process itself, whose states are as of its time). */                            \
   X(int64_t, states_as_of_mono_ns, -1, kStatesAsOfMonoNs, IntIfSet)                                    \
   /* Reason exit: the uncaught Python exception the process ended with, if any. */                   \
-  X(std::optional<UncaughtException>, exception, {}, kException, ObjectIfSet)                          \
+  X(Boxed<UncaughtException>, exception, {}, kException, ObjectIfSet)                                  \
   /* Reasons stopped and postmortem: its host saw it stopped, and it never ran again after. */       \
-  X(std::optional<StopRecord>, stopped, {}, kStopped, ObjectIfSet)
+  X(Boxed<StopRecord>, stopped, {}, kStopped, ObjectIfSet)
 
 struct Summary {
   NCCLWATCH_RECORD_FIELDS(Summary, NCCLWATCH_FOR_EACH_SUMMARY_FIELD)

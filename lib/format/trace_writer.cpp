@@ -35,15 +35,15 @@ void WriteObject(JsonWriter& w, const Record& r) {
   w.EndObject();
 }
 
-template <typename Record>
-void WriteObjectOrNull(JsonWriter& w, const char* key, const std::optional<Record>& r) {
+template <typename OptionalRecord>  // std::optional or Boxed
+void WriteObjectOrNull(JsonWriter& w, const char* key, const OptionalRecord& r) {
   w.Key(key);
   if (r) WriteObject(w, *r);
   else w.Null();
 }
 
-template <typename Record>
-void WriteObjectIfSet(JsonWriter& w, const char* key, const std::optional<Record>& r) {
+template <typename OptionalRecord>
+void WriteObjectIfSet(JsonWriter& w, const char* key, const OptionalRecord& r) {
   if (!r) return;
   w.Key(key);
   WriteObject(w, *r);

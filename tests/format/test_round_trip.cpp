@@ -244,6 +244,8 @@ void Change(Op* o, OpKind*) { o->SetKind(o->op == OpKind::Recv ? OpKind::AllRedu
 template <typename Record, typename T>
 void Change(Record*, std::optional<T>* v) { *v = Sample<T>(); }
 template <typename Record, typename T>
+void Change(Record*, Boxed<T>* v) { *v = Sample<T>(); }
+template <typename Record, typename T>
 void Change(Record*, std::vector<T>* v) { v->push_back(Sample<T>()); }
 template <typename Record>
 void Change(Record*, KeyValues* v) { v->emplace_back("k", "v"); }

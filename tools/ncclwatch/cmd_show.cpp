@@ -62,8 +62,8 @@ int Run(int argc, char** argv) {
 
   trace::DumpDocument doc = trace::ParseDocumentFromFile(file, trace::ReadDepth::kFull);
   Dump dump;
-  dump.path = file;
   const char* slash = std::strrchr(file, '/');
+  dump.dir = std::make_shared<const std::string>(slash ? std::string(file, slash) : std::string("."));
   dump.file_name = slash ? slash + 1 : file;
   trace::ReadResult r = trace::InterpretDocument(doc, trace::ReadDepth::kFull, &dump);
   if (!r.usable) {  // the path as given: the base name alone does not say which file

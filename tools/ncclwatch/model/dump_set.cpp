@@ -63,6 +63,7 @@ bool DumpSet::Load(const std::string& dir, const LoadOptions& options, std::stri
   std::vector<Dump> read(names.size());
   std::vector<trace::ReadResult> results(names.size());
   std::vector<char> fresh(names.size(), 1);  // read now, not taken from the cache
+  const auto shared_dir = std::make_shared<const std::string>(dir);
   SummaryCache* cache = options.cache;
   std::atomic<size_t> next{0};
   std::atomic<size_t> done{0};
@@ -75,8 +76,9 @@ bool DumpSet::Load(const std::string& dir, const LoadOptions& options, std::stri
         fresh[i] = 0;
       } else {
         read[i].file_name = names[i];
-        read[i].path = dir + "/" + names[i];
-        results[i] = trace::ReadDumpFile(read[i].path, trace::ReadDepth::kSummary, &read[i]);
+        if (!cache) std::string().swap(names[i]);  // one copy of 131,072 names (the cache keys them)
+        read[i].dir = shared_dir;
+        results[i] = trace::ReadDumpFile(read[i].Path(), trace::ReadDepth::kSummary, &read[i]);
       }
       done.fetch_add(1);
     }
@@ -608,9 +610,9 @@ void DumpSet::IndexProcesses() {
       if (!d.summary.reason.Is(trace::DumpReason::Recovery) || !d.recoveries.empty()) continue;
       if (d.detail) {
         d.recoveries = d.detail->recoveries;
-      } else if (!d.path.empty()) {
+      } else if (d.OnDisk()) {
         Dump full;
-        if (trace::ReadDumpFile(d.path, trace::ReadDepth::kFull, &full).usable && full.detail)
+        if (trace::ReadDumpFile(d.Path(), trace::ReadDepth::kFull, &full).usable && full.detail)
           d.recoveries = full.detail->recoveries;
       }
     }
@@ -694,10 +696,10 @@ std::vector<trace::PythonFrame> DumpSet::EarlierPythonFrames(const Dump& d, int6
   const auto& all = DumpsOfProcess(d);
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     const Dump* earlier = *it;
-    if (earlier->WriteOrder() >= d.WriteOrder() || earlier->path.empty()) continue;
+    if (earlier->WriteOrder() >= d.WriteOrder() || !earlier->OnDisk()) continue;
     if (!SameState(*earlier, d)) break;  // older ones are further from it still
     Dump full;
-    trace::ReadResult r = trace::ReadDumpFile(earlier->path, trace::ReadDepth::kFull, &full);
+    trace::ReadResult r = trace::ReadDumpFile(earlier->Path(), trace::ReadDepth::kFull, &full);
     detail_bytes_read_ += r.bytes_read;
     const trace::Thread* t = r.usable && full.detail ? full.detail->FindThread(tid) : nullptr;
     if (t && !t->stack.python.empty()) {
@@ -714,7 +716,7 @@ const trace::Detail* DumpSet::JoinedDetail(size_t index) {
   const Dump& evidence = dumps_[index];
   std::vector<const Dump*> all;  // the process's full dumps, in dump_seq order
   for (const Dump* d : DumpsOfProcess(evidence))
-    if (d == &evidence || (!d->path.empty() && !d->summary.reason.Is(trace::DumpReason::Recovery))) all.push_back(d);
+    if (d == &evidence || (d->OnDisk() && !d->summary.reason.Is(trace::DumpReason::Recovery))) all.push_back(d);
   if (all.size() < 2) return base;
   auto joined = std::make_shared<trace::Detail>(*base);
   // An operation is the same in every dump of its process: communicator, sequence numbers and
@@ -726,7 +728,7 @@ const trace::Detail* DumpSet::JoinedDetail(size_t index) {
     std::shared_ptr<const trace::Detail> detail = d->detail;
     if (d != &evidence && !detail) {
       Dump full;
-      trace::ReadResult r = trace::ReadDumpFile(d->path, trace::ReadDepth::kFull, &full);
+      trace::ReadResult r = trace::ReadDumpFile(d->Path(), trace::ReadDepth::kFull, &full);
       detail_bytes_read_ += r.bytes_read;
       if (!r.usable || !full.detail) continue;
       detail = full.detail;
@@ -781,9 +783,9 @@ const trace::Detail* DumpSet::Detail(size_t index) {
   if (index >= dumps_.size()) return nullptr;
   Dump& d = dumps_[index];
   if (d.detail) return d.detail.get();
-  if (!d.detail_problem.empty() || d.path.empty()) return nullptr;  // tried before, or in memory
+  if (!d.detail_problem.empty() || !d.OnDisk()) return nullptr;  // tried before, or in memory
   Dump full;
-  trace::ReadResult r = trace::ReadDumpFile(d.path, trace::ReadDepth::kFull, &full);
+  trace::ReadResult r = trace::ReadDumpFile(d.Path(), trace::ReadDepth::kFull, &full);
   detail_bytes_read_ += r.bytes_read;
   ++details_read_;
   if (!r.usable || !full.detail) {

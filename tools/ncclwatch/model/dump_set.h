@@ -140,7 +140,7 @@ class DumpSet {
   // Frees the full dump of dumps()[index] (read again on the next Detail): for passes over
   // every rank that keep one full dump in memory at a time.
   void DropDetail(size_t index) {
-    if (index < dumps_.size() && !dumps_[index].path.empty()) dumps_[index].detail.reset();
+    if (index < dumps_.size() && dumps_[index].OnDisk()) dumps_[index].detail.reset();
   }
 
 
