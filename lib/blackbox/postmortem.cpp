@@ -130,9 +130,16 @@ bool ReadHeader(int fd, Header* h) {
 // Whether a box is of this process's mount and PID namespaces: another container's (a /dev/shm
 // shared with --ipc=host) numbers its pid and names its dump directory in its own terms, so it is
 // left to a process of its own namespaces. A box that cannot say is taken as ours.
+// The namespaces a header records: none (0, taken as ours) unless it is a black box of layout 4
+// on (a damaged file is removed as one, not left as another namespace's).
+Namespaces NamespacesOf(const Header& h) {
+  const bool recorded = std::memcmp(h.layout.magic, kMagic, sizeof h.layout.magic) == 0 &&
+                        h.layout.layout_version >= 4 && h.layout.layout_version <= kLayoutVersion;
+  return recorded ? h.ns : Namespaces{};
+}
 bool OursByNamespace(int fd) {
   Header h;
-  return !ReadHeader(fd, &h) || SameNamespaces(h.ns, OwnNamespaces());
+  return !ReadHeader(fd, &h) || SameNamespaces(NamespacesOf(h), OwnNamespaces());
 }
 
 // How the process said it ended (EndingMark), read from its header.
@@ -725,7 +732,7 @@ std::vector<LeftBox> ReadDeadBoxes(const std::string& box_dir, const std::functi
     const Ending ending = known && ReadHeader(fd, &head) ? EndingOf(head) : Ending{};
     // Another namespace's (a container sharing /dev/shm): its pid and dump directory are not ours.
     // A process that execs another program, or exited with its record out: nothing to tell.
-    if ((known && (!SameNamespaces(head.ns, OwnNamespaces()) ||
+    if ((known && (!SameNamespaces(NamespacesOf(head), OwnNamespaces()) ||
                    OwnerOf(owner.pid, owner.start_ticks, st) != BoxOwner::kGone)) ||
         ending.how == EndingKind::kExec || (Exited(ending) && ending.record)) {
       close(fd);
@@ -825,7 +832,7 @@ std::vector<Conversion> CareForStoppedBoxes(const std::string& box_dir, const st
     const bool quiet = read && (polled ? now - h.alive_mono_ns.load() >= kStoppedLookAfterNs
                                        : ReadLiveIdentity(fd, &id) && now - id.start_mono_ns >= kStoppedLookAfterNs);
     // Only a live box (its lock held; a dead one is the caretaker's) of a process gone quiet.
-    if (quiet && SameNamespaces(h.ns, OwnNamespaces()) && BoxLockHolder(fd) > 0 && (!polled || ReadLiveIdentity(fd, &id)))
+    if (quiet && SameNamespaces(NamespacesOf(h), OwnNamespaces()) && BoxLockHolder(fd) > 0 && (!polled || ReadLiveIdentity(fd, &id)))
       if (std::optional<Conversion> c = CareForStopped(fd, path, id)) out.push_back(std::move(*c));
     close(fd);
   }
@@ -895,8 +902,8 @@ CaretakerPass ConvertDeadBoxes(const std::string& box_dir, const std::string& re
         c.job_instance = owner.job_instance;
         c.ended = false;
         c.line = "rank " + std::to_string(c.rank) + " (pid " + std::to_string(owner.pid) + ") " +
-                 (ending.how == EndingKind::kExec ? "replaced itself by exec of " + trace::PrintableCut(ending.program)
-                                                  : std::string("re-executed itself")) +
+                 "re-executed itself" +
+                 (ending.how == EndingKind::kExec ? " (exec of " + trace::PrintableCut(ending.program) + ")" : std::string()) +
                  ": removed the black box of its earlier program";
         unlink(path.c_str());
         close(fd);

@@ -38,6 +38,20 @@ int Exec(const char* program, Call call) {
 
 using ExecveFn = int (*)(const char*, char* const[], char* const[]);
 using ExecvFn = int (*)(const char*, char* const[]);
+using FexecveFn = int (*)(int, char* const[], char* const[]);
+using ExecveatFn = int (*)(int, const char*, char* const[], char* const[], int);
+
+// Resolved when the library loads: an exec from a vforked child (posix_spawn, Python's
+// subprocess) must not take the loader's lock, which another thread of the parent may hold.
+struct RealExec {
+  ExecveFn execve = Real<ExecveFn>("execve");
+  ExecvFn execv = Real<ExecvFn>("execv");
+  ExecvFn execvp = Real<ExecvFn>("execvp");
+  ExecveFn execvpe = Real<ExecveFn>("execvpe");
+  FexecveFn fexecve = Real<FexecveFn>("fexecve");
+  ExecveatFn execveat = Real<ExecveatFn>("execveat");
+};
+const RealExec g_real;
 
 int NoFunction() {
   errno = ENOSYS;
@@ -56,28 +70,27 @@ size_t CountArgs(const char* first, va_list* ap) {
 extern "C" {
 
 __attribute__((visibility("default"))) int execve(const char* path, char* const argv[], char* const envp[]) noexcept {
-  static const auto real = Real<ExecveFn>("execve");
+  const auto real = g_real.execve ? g_real.execve : Real<ExecveFn>("execve");  // before our constructor
   return Exec(path, [&] { return real ? real(path, argv, envp) : NoFunction(); });
 }
 
 __attribute__((visibility("default"))) int execv(const char* path, char* const argv[]) noexcept {
-  static const auto real = Real<ExecvFn>("execv");
+  const auto real = g_real.execv ? g_real.execv : Real<ExecvFn>("execv");  // before our constructor
   return Exec(path, [&] { return real ? real(path, argv) : NoFunction(); });
 }
 
 __attribute__((visibility("default"))) int execvp(const char* file, char* const argv[]) noexcept {
-  static const auto real = Real<ExecvFn>("execvp");
+  const auto real = g_real.execvp ? g_real.execvp : Real<ExecvFn>("execvp");  // before our constructor
   return Exec(file, [&] { return real ? real(file, argv) : NoFunction(); });
 }
 
 __attribute__((visibility("default"))) int execvpe(const char* file, char* const argv[], char* const envp[]) noexcept {
-  static const auto real = Real<ExecveFn>("execvpe");
+  const auto real = g_real.execvpe ? g_real.execvpe : Real<ExecveFn>("execvpe");  // before our constructor
   return Exec(file, [&] { return real ? real(file, argv, envp) : NoFunction(); });
 }
 
 __attribute__((visibility("default"))) int fexecve(int fd, char* const argv[], char* const envp[]) noexcept {
-  using Fn = int (*)(int, char* const[], char* const[]);
-  static const auto real = Real<Fn>("fexecve");
+  const auto real = g_real.fexecve ? g_real.fexecve : Real<FexecveFn>("fexecve");  // before our constructor
   char program[48];
   snprintf(program, sizeof program, "/proc/self/fd/%d", fd);
   return Exec(program, [&] { return real ? real(fd, argv, envp) : NoFunction(); });
@@ -85,8 +98,7 @@ __attribute__((visibility("default"))) int fexecve(int fd, char* const argv[], c
 
 __attribute__((visibility("default"))) int execveat(int dirfd, const char* path, char* const argv[],
                                                     char* const envp[], int flags) noexcept {
-  using Fn = int (*)(int, const char*, char* const[], char* const[], int);
-  static const auto real = Real<Fn>("execveat");
+  const auto real = g_real.execveat ? g_real.execveat : Real<ExecveatFn>("execveat");  // before our constructor
   return Exec(path, [&] { return real ? real(dirfd, path, argv, envp, flags) : NoFunction(); });
 }
 

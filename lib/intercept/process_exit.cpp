@@ -18,6 +18,10 @@ namespace {
   for (;;) syscall(SYS_exit_group, status);
 }
 
+// Resolved when the library loads: nothing to look up (or allocate) on the way out.
+using QuickExit = void (*)(int);
+const QuickExit g_quick_exit = reinterpret_cast<QuickExit>(dlsym(RTLD_NEXT, "quick_exit"));
+
 }  // namespace
 
 extern "C" {
@@ -27,8 +31,8 @@ __attribute__((visibility("default"))) void _Exit(int status) { EndProcess(statu
 
 __attribute__((visibility("default"))) void quick_exit(int status) noexcept {
   if (ncclwatch::Runtime* rt = ncclwatch::Runtime::IfActive()) rt->OnQuickExit(status);
-  using QuickExit = void (*)(int);
-  if (auto real = reinterpret_cast<QuickExit>(dlsym(RTLD_NEXT, "quick_exit"))) real(status);
+  QuickExit real = g_quick_exit ? g_quick_exit : reinterpret_cast<QuickExit>(dlsym(RTLD_NEXT, "quick_exit"));
+  if (real) real(status);  // the application's at_quick_exit handlers, then glibc's own _exit
   for (;;) syscall(SYS_exit_group, status);
 }
 
