@@ -249,6 +249,7 @@ DumpDirectory::DumpDirectory(std::string configured, std::string fallback_name, 
   if (configured_.empty() && !start_anchor.empty()) anchors_[1] = start_anchor;
   else if (!start_anchor.empty() && !base_.empty()) anchors_[1] = base_;
   else anchors_[1] = DeepestExisting(from_base(fallback_name_));
+  anchors_[2] = DeepestExisting("/tmp/" + fallback_name_);  // a chroot's /tmp is not created either
 }
 
 bool DumpDirectory::EnsureDirectory(std::string first_error, bool quiet) {
@@ -265,7 +266,8 @@ bool DumpDirectory::EnsureDirectory(std::string first_error, bool quiet) {
     if (!anchors_[i].empty() && !IsDirectory(anchors_[i])) {
       if (first_error.empty())
         first_error = "cannot write dump directory '" + trace::PrintableCut(c) + "': '" +
-                      trace::PrintableCut(anchors_[i]) + "', there when ncclwatch started, was removed (not created again)";
+                      trace::PrintableCut(anchors_[i]) +
+                      "', there when ncclwatch started, is gone (removed, or out of reach since: chroot); not created again";
       continue;
     }
     if ((c != shared || SafeSharedDir(c, &why)) && MakeDirs(c, &why) && (c != shared || SafeSharedDir(c, &why))) {

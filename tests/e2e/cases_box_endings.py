@@ -116,6 +116,10 @@ def box_knows_exit_after_setresuid_chroot_or_out_of_memory():
             no_death(scenario, lines, dumps, j)
             check(exit_with(dumps, status) or f"with status {status}" in lines,
                   f"{scenario}: its exit with status {status} is known:\n{lines}\n{[d['summary'] for d in dumps]}")
+            if scenario == "chroot":  # the application's new root is left as it made it: empty
+                roots = glob.glob(os.path.join(j.tmp, "chroot-root-*"))
+                check(roots and all(not os.listdir(r) for r in roots),
+                      f"chroot: nothing written into its new root: {[(r, os.listdir(r)) for r in roots]}")
             for left in glob.glob(f"/tmp/ncclwatch-{job_id}-*"):
                 shutil.rmtree(left, ignore_errors=True)
     else:
@@ -206,7 +210,7 @@ def removed_working_directory_not_created_again():
                 continue
             check(j.out == without.out, f"output {j.out!r} with ncclwatch, {without.out!r} without")
             check(not os.path.exists(work), f"the removed directory is not created again: {work} exists")
-            said = [l for l in j.ncclwatch_lines() if "was removed" in l]
+            said = [l for l in j.ncclwatch_lines() if "is gone" in l and "not created again" in l]
             check(said and fallback in said[0], f"one line says so, and where the record went:\n{j.err[-1500:]}")
             exits = glob.glob(os.path.join(fallback, "rank00000-*-exit.json"))
             check(exits, f"the exit record is in {fallback}: {os.listdir(fallback) if os.path.isdir(fallback) else '-'}")
