@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <algorithm>
 #include <new>
@@ -50,7 +51,25 @@ std::string BoxFileName(uint32_t uid, int pid, const std::string& process_uid) {
   return BoxPrefix(uid) + std::to_string(pid) + "-" + process_uid;
 }
 
-std::string CaretakerLockName(uint32_t uid) { return "ncclwatch-caretaker-" + std::to_string(uid) + ".lock"; }
+std::string CaretakerLockName(uint32_t uid, const Namespaces& ns) {
+  return "ncclwatch-caretaker-" + std::to_string(uid) + "-" + std::to_string(ns.mnt) + "-" + std::to_string(ns.pid) + ".lock";
+}
+
+namespace {
+uint64_t NamespaceInode(const char* path) {
+  struct stat st;
+  return stat(path, &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
+}
+}  // namespace
+
+Namespaces OwnNamespaces() {
+  static const Namespaces own{NamespaceInode("/proc/self/ns/mnt"), NamespaceInode("/proc/self/ns/pid")};
+  return own;
+}
+
+bool SameNamespaces(const Namespaces& a, const Namespaces& b) {
+  return (a.mnt == 0 || b.mnt == 0 || a.mnt == b.mnt) && (a.pid == 0 || b.pid == 0 || a.pid == b.pid);
+}
 
 Layout LayoutFor(uint64_t ring_capacity) {
   Layout h;
@@ -118,6 +137,7 @@ std::unique_ptr<BlackBox> BlackBox::Create(const std::string& dir, uint64_t ring
   h->default_deadline_s = default_deadline_s;
   h->global_rank.store(-1);
   h->world_size.store(-1);
+  h->ns = OwnNamespaces();
   OpSlot* slots = box->ring();
   for (uint64_t i = 0; i < ring_capacity; ++i) new (&slots[i]) OpSlot;
   CommRecord* comms = box->comms();
@@ -185,6 +205,20 @@ void BlackBox::Alive(int64_t unix_ns, int64_t mono_ns, int64_t states_mono_ns, u
 }
 
 void BlackBox::FinalDumpWritten(int64_t mono_ns) { header()->final_dump_mono_ns.store(mono_ns, std::memory_order_release); }
+
+void BlackBox::MarkEnding(EndingKind how, int status, const char* program) {
+  EndingMark& e = header()->ending;
+  size_t n = 0;
+  if (program)
+    for (; program[n] && n + 1 < sizeof e.program; ++n) e.program[n] = program[n];
+  e.program[n] = '\0';
+  e.status.store(status, std::memory_order_relaxed);
+  e.how.store(static_cast<uint32_t>(how), std::memory_order_release);
+}
+
+void BlackBox::MarkRecordWritten() { header()->ending.record.store(1, std::memory_order_release); }
+
+void BlackBox::ClearEnding() { header()->ending.how.store(static_cast<uint32_t>(EndingKind::kNone), std::memory_order_release); }
 
 void BlackBox::CountDump() { header()->dumps.fetch_add(1, std::memory_order_relaxed); }
 
@@ -280,6 +314,18 @@ ProcStat ReadProcStat(int pid) {
   out.state = state;
   out.ended = state == 'Z' || state == 'X';
   out.start_ticks = start;
+  // Field 52, exit_code (Linux 3.5 on): 50 fields after the state (field 3).
+  const char* p = at + 1;
+  int field = 2;
+  while (*p && field < 52) {
+    while (*p == ' ') ++p;
+    if (!*p) break;
+    if (++field == 52) {
+      out.exit_code = atoi(p);
+      break;
+    }
+    while (*p && *p != ' ') ++p;
+  }
   return out;
 }
 

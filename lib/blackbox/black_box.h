@@ -33,7 +33,10 @@ namespace blackbox {
 constexpr char kMagic[16] = "ncclwatch-bbox";
 // 2: when the watchdog last mirrored op states, raw call sites, the module list.
 // 3: the caretaker's record of the process seen stopped (Header::stop).
-constexpr uint32_t kLayoutVersion = 3;
+// 4: how the process ended, in its own word (Header::ending), and its namespaces (Header::ns).
+//    A version 3 box reads as one with neither (its header's page is zero past StopMark).
+constexpr uint32_t kLayoutVersion = 4;
+constexpr uint32_t kOldestReadableLayout = 3;
 constexpr size_t kCommRecords = 1024;
 constexpr size_t kCallsiteBytes = 256 * 1024;
 constexpr size_t kIdentityBytes = 64 * 1024;
@@ -77,6 +80,34 @@ struct StopMark {
   std::atomic<int64_t> stand_in_mono_ns;  // its stand-in dump was written (0: not this time)
 };
 
+// How the process ended, marked by the process itself on its way out, before anything that may
+// fail (an allocation under RLIMIT_AS, a dump directory it no longer reaches after setresuid or
+// chroot): the mapping is written, never the file system. A box whose process is gone with a
+// mark is no death without a word.
+enum class EndingKind : uint32_t {
+  kNone = 0,
+  kExit = 1,       // exit() or a return from main
+  kQuickExit = 2,  // _exit, _Exit, quick_exit
+  kExec = 3,       // execve and its family: the process runs another program now
+};
+struct EndingMark {
+  std::atomic<uint32_t> how;     // EndingKind, written last (release)
+  std::atomic<int32_t> status;   // kExit, kQuickExit: the exit status
+  std::atomic<uint32_t> record;  // 1: its exit record (or the operations in flight) was written
+  char program[256];             // kExec: the program, cut
+};
+
+// The mount and PID namespaces of the process (the inode numbers of /proc/self/ns/mnt and
+// ns/pid; 0 unknown): a box in a /dev/shm shared between containers (docker --ipc=host) is read
+// only by a process of its own namespaces, which sees its pid and its dump directory.
+struct Namespaces {
+  uint64_t mnt = 0, pid = 0;
+};
+// This process's (read once).
+Namespaces OwnNamespaces();
+// Whether a box's namespaces are this process's own (unknown on either side: yes).
+bool SameNamespaces(const Namespaces& a, const Namespaces& b);
+
 // The first page of the file.
 struct Header {
   Layout layout;
@@ -97,13 +128,18 @@ struct Header {
   std::atomic<uint64_t> dumps;              // dumps written so far
   std::atomic<uint32_t> modules_bytes;      // length of the modules text (0 while rewritten)
   StopMark stop;
+  EndingMark ending;  // version 4
+  Namespaces ns;      // version 4
 };
+static_assert(sizeof(Header) <= 4096, "the header is the file's first page");
 
 // The file name of a process's black box; `prefix`es the reader matches.
 std::string BoxFileName(uint32_t uid, int pid, const std::string& process_uid);
 std::string BoxPrefix(uint32_t uid);
 // The lock whose holder is the host's caretaker for this user (postmortem.h).
-std::string CaretakerLockName(uint32_t uid);
+// One caretaker per user and namespaces: a box is converted where its pid and dump directory mean
+// what they meant to its process.
+std::string CaretakerLockName(uint32_t uid, const Namespaces& ns = OwnNamespaces());
 
 // A box's lock: a write lock on its first byte, held by its process for its life; its release is
 // how readers know the process is gone (and postmortem.cpp whether the pid is still that process).
@@ -135,6 +171,11 @@ class BlackBox {
   // Each watchdog poll: alive now; op states mirrored as of `states_mono_ns`.
   void Alive(int64_t unix_ns, int64_t mono_ns, int64_t states_mono_ns, uint64_t states_recorded);
   void FinalDumpWritten(int64_t mono_ns);
+  // How the process ends (EndingMark): async-signal-safe, no allocation, the mapping only.
+  void MarkEnding(EndingKind how, int status, const char* program = nullptr);
+  void MarkRecordWritten();
+  // An execve that failed (the process goes on): no ending.
+  void ClearEnding();
   void CountDump();
   // The raw addresses of call site `id` (stacks::NewCallsiteHook): the hot path, once per
   // distinct call site; no locks, allocation or I/O (the file's space is reserved).
@@ -185,6 +226,9 @@ struct ProcStat {
   bool exists = false, ended = false;
   char state = 0;
   uint64_t start_ticks = 0;
+  // A zombie's exit status as waitpid would give it (field 52; -1 unknown): what a process that
+  // ended without a record (a raw exit_group) said, while its parent has not reaped it yet.
+  int exit_code = -1;
 };
 ProcStat ReadProcStat(int pid);
 

@@ -69,6 +69,7 @@ void BoxKeeper::DumpWritten(const std::string& dir) {
   std::lock_guard<std::mutex> lock(id_mu_);
   if (dir == identity_.dump_dir) return;
   identity_.dump_dir = dir;
+  identity_.dump_anchor = dir;  // it exists now
   WriteIdentity();
 }
 

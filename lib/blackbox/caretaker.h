@@ -1,6 +1,7 @@
-// The host's caretaker: one process per user and black-box directory, elected with flock on
-// ncclwatch-caretaker-<uid>.lock there, that converts the black boxes of processes gone without
-// a word (postmortem.h: ConvertDeadBoxes) about once a second. The lock is held for the life of
+// The host's caretaker: one process per user, black-box directory and namespaces (mount, PID:
+// containers sharing /dev/shm each have theirs), elected with flock on
+// ncclwatch-caretaker-<uid>-<mnt ns>-<pid ns>.lock there, that converts the black boxes of
+// processes gone without a word (postmortem.h: ConvertDeadBoxes) about once a second. The lock is held for the life of
 // the process; the kernel hands it to the next one when this one ends.
 #pragma once
 

@@ -6,6 +6,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -74,7 +75,7 @@ bool ReadLayout(int fd, Layout* out, std::string* why) {
     return *why = "too short to be a black box", false;
   if (std::memcmp(l.magic, kMagic, sizeof l.magic) != 0) return *why = "not a black box", false;
   const Layout mine = LayoutFor(l.ring_capacity);
-  if (l.layout_version != kLayoutVersion || l.op_slot_bytes != mine.op_slot_bytes ||
+  if (l.layout_version < kOldestReadableLayout || l.layout_version > kLayoutVersion || l.op_slot_bytes != mine.op_slot_bytes ||
       l.comm_record_bytes != mine.comm_record_bytes || l.thread_slot_bytes != mine.thread_slot_bytes)
     return *why = "written by another version of ncclwatch", false;
   const uint64_t total = l.file_bytes;
@@ -119,6 +120,63 @@ bool ReadLiveIdentity(int fd, BoxIdentity* out, int* rank = nullptr) {
   std::string text(std::min<uint64_t>(h.identity_bytes.load(), l.identity_capacity), '\0');
   return pread(fd, text.data(), text.size(), static_cast<off_t>(l.identity_offset)) == static_cast<ssize_t>(text.size()) &&
          ParseIdentity(text, out);
+}
+
+// The header of a box whose layout was checked (ReadLayout): its ending and namespaces.
+bool ReadHeader(int fd, Header* h) {
+  return pread(fd, static_cast<void*>(h), sizeof *h, 0) == static_cast<ssize_t>(sizeof *h);
+}
+
+// Whether a box is of this process's mount and PID namespaces: another container's (a /dev/shm
+// shared with --ipc=host) numbers its pid and names its dump directory in its own terms, so it is
+// left to a process of its own namespaces. A box that cannot say is taken as ours.
+// The namespaces a header records: none (0, taken as ours) unless it is a black box of layout 4
+// on (a damaged file is removed as one, not left as another namespace's).
+Namespaces NamespacesOf(const Header& h) {
+  const bool recorded = std::memcmp(h.layout.magic, kMagic, sizeof h.layout.magic) == 0 &&
+                        h.layout.layout_version >= 4 && h.layout.layout_version <= kLayoutVersion;
+  return recorded ? h.ns : Namespaces{};
+}
+bool OursByNamespace(int fd) {
+  Header h;
+  return !ReadHeader(fd, &h) || SameNamespaces(NamespacesOf(h), OwnNamespaces());
+}
+
+// How the process said it ended (EndingMark), read from its header.
+struct Ending {
+  EndingKind how = EndingKind::kNone;
+  int status = 0;
+  bool record = false;
+  std::string program;
+};
+Ending EndingOf(const Header& h) {
+  Ending e;
+  const uint32_t how = h.ending.how.load(std::memory_order_acquire);
+  if (how > static_cast<uint32_t>(EndingKind::kExec)) return e;
+  e.how = static_cast<EndingKind>(how);
+  e.status = h.ending.status.load();
+  e.record = h.ending.record.load() != 0;
+  e.program.assign(h.ending.program, strnlen(h.ending.program, sizeof h.ending.program));
+  return e;
+}
+bool Exited(const Ending& e) { return e.how == EndingKind::kExit || e.how == EndingKind::kQuickExit; }
+
+// A process gone without marking its box: what the kernel still says of its pid. A zombie not yet
+// reaped (its parent has not waited) gives its exit status; else nothing (-1).
+int ZombieStatus(int pid, uint64_t start_ticks) {
+  if (pid <= 0 || start_ticks == 0) return -1;
+  const ProcStat p = ReadProcStat(pid);
+  return p.exists && p.ended && p.start_ticks == start_ticks ? p.exit_code : -1;
+}
+
+std::string ExitRecordDetail(const Ending& e) {
+  return "exit status " + std::to_string(e.status) +
+         " (its exit record could not be written by the process; written by its host from its black box)";
+}
+
+std::string ExitWord(const Ending& e) {
+  return std::string(e.how == EndingKind::kQuickExit ? "left through _exit/quick_exit" : "exited") + " with status " +
+         std::to_string(e.status);
 }
 
 std::string TextAt(const BoxCopy& box, uint64_t offset, uint64_t capacity, uint64_t length) {
@@ -280,12 +338,13 @@ std::optional<trace::StopRecord> StopRecordOf(const Header& h) {
 // What its black box holds, as a dump of `reason` (postmortem, or a stopped process's stand-in)
 // in the process's own dump directory; with `text`, put there instead (a reader's copy).
 Converted WriteFromBox(const BoxCopy& box, const BoxIdentity& id, trace::DumpReason reason, const std::string& detail,
-                       std::string* text = nullptr) {
+                       std::string* text = nullptr, int exit_status = -1) {
   const Header& h = *box.header;
   const Layout& l = h.layout;
   DumpInput in;
   in.reason = reason;
   in.detail = detail;
+  in.exit_status = exit_status;
   in.stopped = StopRecordOf(h);
   in.identity.host = id.host;
   in.identity.pid = h.pid;
@@ -380,7 +439,8 @@ Converted WriteFromBox(const BoxCopy& box, const BoxIdentity& id, trace::DumpRea
   }
   // Where the process itself would have written: relative paths (and the default directory,
   // NCCLWATCH_DIR unset) from its own working directory at start, not the caretaker's.
-  DumpDirectory dir(id.dump_dir, id.dump_fallback, 0, id.cwd);
+  // A tree the process's application removed (its working directory) is not created again.
+  DumpDirectory dir(id.dump_dir, id.dump_fallback, 0, id.cwd, id.dump_anchor);
   result.dump = dir.Write(
       DumpFileStem(in), [&](const trace::TextSink& sink) { return StreamDump(in, sink); }, /*counted=*/false);
   if (result.dump.empty())
@@ -549,6 +609,7 @@ std::string IdentityJson(const BoxIdentity& id) {
             {"cmdline", id.cmdline},
             {"dump_dir", id.dump_dir},
             {"dump_fallback", id.dump_fallback},
+            {"dump_anchor", id.dump_anchor},
             {"relay", id.relay}};
   json env = json::array();
   for (const auto& kv : id.environment) env.push_back({kv.first, kv.second});
@@ -580,6 +641,7 @@ bool ParseIdentity(const std::string& text, BoxIdentity* out) {
   out->cwd = Str(j, "cwd");
   out->dump_dir = Str(j, "dump_dir");
   out->dump_fallback = Str(j, "dump_fallback");
+  out->dump_anchor = Str(j, "dump_anchor");
   out->relay = Str(j, "relay");
   if (auto it = j.find("cmdline"); it != j.end() && it->is_array())
     for (const auto& a : *it)
@@ -622,13 +684,27 @@ std::string KernelOomLine(int pid) {
   return FindOomLine(records, pid);
 }
 
-std::string HowItEnded(const std::string& oom_line, const std::optional<trace::StopKind>& stopped) {
+std::string HowItEnded(const std::string& oom_line, const std::optional<trace::StopKind>& stopped, int zombie_status) {
+  if (zombie_status >= 0 && !stopped) {
+    if (WIFSIGNALED(zombie_status)) {
+      const char* abbrev = sigabbrev_np(WTERMSIG(zombie_status));
+      const std::string sig = abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(WTERMSIG(zombie_status));
+      return "ended without a word: killed by " + sig +
+             (oom_line.empty() ? std::string(" (its kernel status, read before it was reaped)")
+                               : " by the kernel's OOM killer (" + oom_line + ")");
+    }
+    if (WIFEXITED(zombie_status))
+      return "ended without a word: exited with status " + std::to_string(WEXITSTATUS(zombie_status)) +
+             " without an exit record (an exit past the C library: a raw exit_group system call)";
+  }
   if (stopped)
     return "was " + trace::StopKindText(*stopped) + ", then killed while stopped" +
            (oom_line.empty() ? std::string(" (SIGKILL: its launcher's or a user's)")
                              : " by the kernel's OOM killer (" + oom_line + ")");
   if (!oom_line.empty()) return "killed by the kernel's OOM killer (" + oom_line + ")";
-  return "ended without a word: SIGKILL or the OOM killer";
+  // Nothing says which: an exit that bypasses the C library (a raw exit_group) leaves no more
+  // than a SIGKILL does, once its parent has reaped it.
+  return "ended without a word: SIGKILL, the OOM killer or a raw exit_group (no exit record; the cause is not known)";
 }
 
 std::vector<LeftBox> ReadDeadBoxes(const std::string& box_dir, const std::function<bool(const LeftBox&)>& wanted) {
@@ -652,7 +728,13 @@ std::vector<LeftBox> ReadDeadBoxes(const std::string& box_dir, const std::functi
     LeftBox left;
     left.box = path;
     const bool known = ReadLiveIdentity(fd, &owner, &left.rank);
-    if (known && OwnerOf(owner.pid, owner.start_ticks, st) != BoxOwner::kGone) {
+    Header head;
+    const Ending ending = known && ReadHeader(fd, &head) ? EndingOf(head) : Ending{};
+    // Another namespace's (a container sharing /dev/shm): its pid and dump directory are not ours.
+    // A process that execs another program, or exited with its record out: nothing to tell.
+    if ((known && (!SameNamespaces(NamespacesOf(head), OwnNamespaces()) ||
+                   OwnerOf(owner.pid, owner.start_ticks, st) != BoxOwner::kGone)) ||
+        ending.how == EndingKind::kExec || (Exited(ending) && ending.record)) {
       close(fd);
       continue;
     }
@@ -682,8 +764,11 @@ std::vector<LeftBox> ReadDeadBoxes(const std::string& box_dir, const std::functi
     left.job_instance = id.job_instance;
     left.dump_dir = DumpDirOf(id);
     const int64_t final_dump = h.final_dump_mono_ns.load();
-    if (!(final_dump && h.alive_mono_ns.load() - final_dump < kFinalDumpMarginNs))
-      WriteFromBox(box, id, trace::DumpReason::Postmortem, HowItEnded(KernelOomLine(h.pid), RecordedStop(h)), &left.dump);
+    if (Exited(ending))
+      WriteFromBox(box, id, trace::DumpReason::Exit, ExitRecordDetail(ending), &left.dump, ending.status);
+    else if (!(final_dump && h.alive_mono_ns.load() - final_dump < kFinalDumpMarginNs))
+      WriteFromBox(box, id, trace::DumpReason::Postmortem,
+                   HowItEnded(KernelOomLine(h.pid), RecordedStop(h), ZombieStatus(h.pid, id.start_ticks)), &left.dump);
     out.push_back(std::move(left));
   }
   return out;
@@ -747,7 +832,7 @@ std::vector<Conversion> CareForStoppedBoxes(const std::string& box_dir, const st
     const bool quiet = read && (polled ? now - h.alive_mono_ns.load() >= kStoppedLookAfterNs
                                        : ReadLiveIdentity(fd, &id) && now - id.start_mono_ns >= kStoppedLookAfterNs);
     // Only a live box (its lock held; a dead one is the caretaker's) of a process gone quiet.
-    if (quiet && BoxLockHolder(fd) > 0 && (!polled || ReadLiveIdentity(fd, &id)))
+    if (quiet && SameNamespaces(NamespacesOf(h), OwnNamespaces()) && BoxLockHolder(fd) > 0 && (!polled || ReadLiveIdentity(fd, &id)))
       if (std::optional<Conversion> c = CareForStopped(fd, path, id)) out.push_back(std::move(*c));
     close(fd);
   }
@@ -781,9 +866,13 @@ CaretakerPass ConvertDeadBoxes(const std::string& box_dir, const std::string& re
       if (known && !id.relay.empty()) watched_relays.insert(id.relay);
       else if (known && relay_dir != "none") watched_relays.insert(RelayOf(id, relay_dir));
       else someone_starting = true;
-      if (known)
+      if (known && OursByNamespace(fd))
         if (std::optional<Conversion> c = CareForStopped(fd, path, id)) pass.converted.push_back(std::move(*c));
       close(fd);
+      continue;
+    }
+    if (!hidden && !OursByNamespace(fd)) {  // another container's dead: its own caretaker's
+      close(fd);  // gives its lock back
       continue;
     }
     if (hidden) {  // killed while creating it: nothing in it yet
@@ -796,19 +885,26 @@ CaretakerPass ConvertDeadBoxes(const std::string& box_dir, const std::string& re
     // A free lock without a death: the process closed the box's descriptor (it takes the lock
     // again itself), or it re-executed itself and its new program has a box of its own.
     BoxIdentity owner;
+    Ending ending;
     if (ReadLiveIdentity(fd, &owner, &c.rank)) {
+      Header head;
+      if (ReadHeader(fd, &head)) ending = EndingOf(head);
       const BoxOwner now = OwnerOf(owner.pid, owner.start_ticks, st);
       if (now == BoxOwner::kRunning) {
         if (!owner.relay.empty()) watched_relays.insert(owner.relay);
         close(fd);  // gives its lock back
         continue;
       }
-      if (now == BoxOwner::kReexecuted) {
+      // An execve: the process went on in another program (running now, or ended since), which
+      // is no death of this one's.
+      if (now == BoxOwner::kReexecuted || ending.how == EndingKind::kExec) {
         c.pid = owner.pid;
         c.job_instance = owner.job_instance;
         c.ended = false;
-        c.line = "rank " + std::to_string(c.rank) + " (pid " + std::to_string(owner.pid) +
-                 ") re-executed itself: removed the black box of its earlier program";
+        c.line = "rank " + std::to_string(c.rank) + " (pid " + std::to_string(owner.pid) + ") " +
+                 "re-executed itself" +
+                 (ending.how == EndingKind::kExec ? " (exec of " + trace::PrintableCut(ending.program) + ")" : std::string()) +
+                 ": removed the black box of its earlier program";
         unlink(path.c_str());
         close(fd);
         pass.converted.push_back(std::move(c));
@@ -831,10 +927,23 @@ CaretakerPass ConvertDeadBoxes(const std::string& box_dir, const std::string& re
       const std::string who = Who(c.rank, h.pid, id.host) +
                               (stopped ? " was " + trace::StopKindText(*stopped) + ", then ended without a word"
                                        : std::string(" ended without a word"));
-      if (final_dump && h.alive_mono_ns.load() - final_dump < kFinalDumpMarginNs) {
+      if (Exited(ending) && ending.record) {
+        // Its box could not be removed (setresuid, chroot since): its record is out all the same.
+        c.ended = false;
+        c.line = Who(c.rank, h.pid, id.host) + " " + ExitWord(ending) + " and wrote its exit record: removed its black box";
+      } else if (Exited(ending)) {
+        // Its record could not be written (out of memory, a directory out of its reach): written
+        // here, from its box, with the status it exited with.
+        Converted w = WriteFromBox(box, id, trace::DumpReason::Exit, ExitRecordDetail(ending), nullptr, ending.status);
+        c.dump = w.dump;
+        const std::string said = Who(c.rank, h.pid, id.host) + " " + ExitWord(ending) + " without writing its exit record";
+        c.line = w.dump.empty() ? said + "; it could not be written from its black box either (" + w.problem + ")"
+                                : said + "; written from its black box: " + w.dump;
+      } else if (final_dump && h.alive_mono_ns.load() - final_dump < kFinalDumpMarginNs) {
         c.line = Who(c.rank, h.pid, id.host) + " dumped at its end: removed its black box";
       } else {
-        Converted w = WriteFromBox(box, id, trace::DumpReason::Postmortem, HowItEnded(KernelOomLine(h.pid), stopped));
+        Converted w = WriteFromBox(box, id, trace::DumpReason::Postmortem,
+                                   HowItEnded(KernelOomLine(h.pid), stopped, ZombieStatus(h.pid, id.start_ticks)));
         c.dump = w.dump;
         c.line = w.dump.empty() ? who + "; its black box could not be converted (" + w.problem + ")"
                                 : who + "; its black box is now " + w.dump;

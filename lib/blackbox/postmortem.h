@@ -37,6 +37,7 @@ struct BoxIdentity {
   std::vector<std::pair<std::string, std::string>> environment;
   std::string dump_dir;       // absolute: where its dumps go
   std::string dump_fallback;  // the fallback directory name (DumpDirectory)
+  std::string dump_anchor;    // what of its dump directory existed at its start (DumpDirectory::start_anchor)
   std::string relay;          // its host's relay file ("" none)
 };
 std::string IdentityJson(const BoxIdentity& id);
@@ -49,7 +50,7 @@ struct Conversion {
   bool stopped = false;   // a stand-in for a live process that cannot run: its box stays
   std::string line;       // one line saying what was done
   std::string job_instance;  // of the process, from its identity ("" unknown)
-  bool ended = true;         // false: the process lives on in another program (execve), no death to tell
+  bool ended = true;         // false: no death to tell (it lives on in another program, or exited with its record)
 };
 
 struct CaretakerPass {
@@ -98,8 +99,10 @@ std::string KernelOomLine(int pid);
 std::string FindOomLine(const std::vector<std::string>& records, int pid);
 
 // How a process without a word ended, as the postmortem dump's detail says it; `stopped`: its
-// host saw it stopped until its end (it was killed stopped, not by what killed a running one).
-std::string HowItEnded(const std::string& oom_line, const std::optional<trace::StopKind>& stopped = std::nullopt);
+// host saw it stopped until its end (it was killed stopped, not by what killed a running one);
+// `zombie_status`: its wait status while it was a zombie not yet reaped (-1 not seen).
+std::string HowItEnded(const std::string& oom_line, const std::optional<trace::StopKind>& stopped = std::nullopt,
+                       int zombie_status = -1);
 
 // A process that cannot run, as its host sees it: /proc/PID/stat's state (T stopped, t traced),
 // else its cgroup frozen. Nothing when it runs, or cannot be seen.

@@ -221,8 +221,36 @@ int WriteFileNoReplace(const std::string& path, const std::string& content) {
   return WriteFileNoReplace(path, WholeContent(content));
 }
 
-DumpDirectory::DumpDirectory(std::string configured, std::string fallback_name, uint64_t max_dumps, std::string base)
-    : configured_(std::move(configured)), fallback_name_(std::move(fallback_name)), base_(std::move(base)), max_dumps_(max_dumps) {}
+namespace {
+
+bool IsDirectory(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// The deepest directory of `path` (itself or one above it) that exists now; "" none.
+std::string DeepestExisting(std::string path) {
+  while (!path.empty()) {
+    if (IsDirectory(path)) return path;
+    const size_t slash = path.find_last_of('/');
+    if (slash == std::string::npos) return std::string();
+    path = slash == 0 ? (path == "/" ? std::string() : std::string("/")) : path.substr(0, slash);
+  }
+  return std::string();
+}
+
+}  // namespace
+
+DumpDirectory::DumpDirectory(std::string configured, std::string fallback_name, uint64_t max_dumps, std::string base,
+                             std::string start_anchor)
+    : configured_(std::move(configured)), fallback_name_(std::move(fallback_name)), base_(std::move(base)), max_dumps_(max_dumps) {
+  auto from_base = [&](const std::string& c) { return base_.empty() || c.empty() || c[0] == '/' ? c : base_ + "/" + c; };
+  if (!configured_.empty()) anchors_[0] = start_anchor.empty() ? DeepestExisting(from_base(configured_)) : start_anchor;
+  if (configured_.empty() && !start_anchor.empty()) anchors_[1] = start_anchor;
+  else if (!start_anchor.empty() && !base_.empty()) anchors_[1] = base_;
+  else anchors_[1] = DeepestExisting(from_base(fallback_name_));
+  anchors_[2] = DeepestExisting("/tmp/" + fallback_name_);  // a chroot's /tmp is not created either
+}
 
 bool DumpDirectory::EnsureDirectory(std::string first_error, bool quiet) {
   if (dir_ready_) return true;
@@ -233,6 +261,15 @@ bool DumpDirectory::EnsureDirectory(std::string first_error, bool quiet) {
     const std::string& c = candidates[i];
     if (c.empty()) continue;
     std::string why;
+    // A directory that existed at start and was removed since (the application's working
+    // directory, its run directory) is not created again: its tree is the application's.
+    if (!anchors_[i].empty() && !IsDirectory(anchors_[i])) {
+      if (first_error.empty())
+        first_error = "cannot write dump directory '" + trace::PrintableCut(c) + "': '" +
+                      trace::PrintableCut(anchors_[i]) +
+                      "', there when ncclwatch started, is gone (removed, or out of reach since: chroot); not created again";
+      continue;
+    }
     if ((c != shared || SafeSharedDir(c, &why)) && MakeDirs(c, &why) && (c != shared || SafeSharedDir(c, &why))) {
       if (!first_error.empty() && !quiet)
         LogWarn("%s; writing dumps to %s instead", first_error.c_str(), trace::PrintableCut(c).c_str());

@@ -46,7 +46,15 @@ class DumpDirectory {
  public:
   // `base`: the directory relative paths are taken from, fixed once (the working directory at
   // start: a job that changes directory later still writes where it started); "": the current one.
-  DumpDirectory(std::string configured, std::string fallback_name, uint64_t max_dumps, std::string base = "");
+  // What of each directory exists now (its deepest existing directory, its anchor) must still
+  // exist when a dump is written: a tree the application removed meanwhile (its working
+  // directory, a run directory) is never created again, the next directory is used, and one line
+  // says so. `start_anchor`: the first directory's anchor as it was at the process's start (a
+  // host's caretaker writing for a dead process; "": as now); the base is then the fallback's.
+  DumpDirectory(std::string configured, std::string fallback_name, uint64_t max_dumps, std::string base = "",
+                std::string start_anchor = "");
+  // The first directory's anchor (the configured one's, else the fallback's), for the black box.
+  const std::string& start_anchor() const { return configured_.empty() ? anchors_[1] : anchors_[0]; }
 
   // Writes `content` as `<dir>/<stem>.json`. Returns the path, or "" (with one line logged)
   // when the per-process bound is reached or nothing could be written. At the bound
@@ -83,6 +91,7 @@ class DumpDirectory {
   std::string configured_;
   std::string fallback_name_;
   std::string base_;
+  std::string anchors_[3];  // per candidate (configured, fallback, /tmp): what must exist ("" none)
   std::string dir_;
   bool dir_ready_ = false;
   size_t dir_index_ = 0;       // which candidate dir_ is

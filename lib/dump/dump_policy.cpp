@@ -14,16 +14,16 @@
 
 namespace ncclwatch {
 
-void DumpPolicy::Dump(trace::DumpReason reason, const std::string& detail,
+bool DumpPolicy::Dump(trace::DumpReason reason, const std::string& detail,
                       const std::optional<trace::DumpRequest>& answered, const std::optional<InflightView>& stalled,
                       const DumpExtra& extra) {
-  if (!LockWithin(dump_mu_, timing::Ms(timing::kDumpLockWait))) return;
+  if (!LockWithin(dump_mu_, timing::Ms(timing::kDumpLockWait))) return false;
   std::lock_guard<std::mutex> lock(dump_mu_, std::adopt_lock);
   DumpDirectory& dumps = *p_.dumps;
   if (!extra.exit_record && dumps.LimitReached()) {  // the event is still said (the bound's own line comes once)
     LogWarn("%s: %s (no dump: NCCLWATCH_MAX_DUMPS reached)", trace::DumpReasonName(reason),
             detail.empty() ? "-" : detail.c_str());
-    return;
+    return false;
   }
   DumpInput in = AssembleDumpInput(p_.sources, reason, detail, answered, stalled, extra);
   in.global_rank = p_.rank->global.load();
@@ -50,6 +50,7 @@ void DumpPolicy::Dump(trace::DumpReason reason, const std::string& detail,
   auto log = reason == trace::DumpReason::Exit || run_tells ? &LogInfo : &LogWarn;
   log("%s: %s (%s%s)", trace::DumpReasonName(reason), detail.empty() ? "-" : detail.c_str(),
       path.empty() ? "no dump written" : "dump ", path.substr(path.rfind('/') + 1).c_str());
+  return !path.empty();
 }
 
 void DumpPolicy::AskPeersToDump(trace::DumpReason reason, uint64_t stuck_since_unix_ns) {

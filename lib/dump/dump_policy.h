@@ -40,8 +40,8 @@ class DumpPolicy {
   explicit DumpPolicy(Parts parts) : p_(std::move(parts)) {}
 
   // Writes one dump now, on the calling thread (at most one at a time; a dump that waited past
-  // kDumpLockWait for another is dropped).
-  void Dump(trace::DumpReason reason, const std::string& detail,
+  // kDumpLockWait for another is dropped). True when it was written.
+  bool Dump(trace::DumpReason reason, const std::string& detail,
             const std::optional<trace::DumpRequest>& answered = std::nullopt,
             const std::optional<InflightView>& stalled = std::nullopt, const DumpExtra& extra = {});
 

@@ -20,6 +20,7 @@
 namespace ncclwatch {
 void ExitPath::AtExit(int status) {
   if (p_.identity->pid != getpid()) return;
+  MarkEnding(blackbox::EndingKind::kExit, status);
   Watchdog& watchdog = *p_.watchdog;
   // exit() may be called from a signal handler that interrupted the application inside malloc
   // (or any lock it holds): this thread takes none. The watchdog writes the record, as for
@@ -33,9 +34,25 @@ void ExitPath::AtExit(int status) {
   Finish(status, -1, 0, /*on_watchdog=*/false);
 }
 
+void ExitPath::MarkEnding(blackbox::EndingKind how, int status) {
+  // First, before anything that may fail (an allocation under RLIMIT_AS, a dump directory out of
+  // reach after setresuid or chroot): the box knows this was an exit, and its status.
+  if (p_.box && !finished() && !ending_marked_.exchange(true)) p_.box->MarkEnding(how, status);
+}
+
+void ExitPath::MarkExec(const char* program) {
+  if (p_.box && p_.identity->pid == static_cast<int>(getpid()) && !ending_marked_.load())
+    p_.box->MarkEnding(blackbox::EndingKind::kExec, 0, program);
+}
+
+void ExitPath::ExecFailed() {
+  if (p_.box && p_.identity->pid == static_cast<int>(getpid()) && !ending_marked_.load()) p_.box->ClearEnding();
+}
+
 void ExitPath::OnQuickExit(int status) {
   // A forked or vforked child (posix_spawn's exec failure) shares nothing of the rank's end.
   if (p_.identity->pid != static_cast<int>(getpid()) || finished()) return;
+  MarkEnding(blackbox::EndingKind::kQuickExit, status);
   if (!p_.watchdog->running() || p_.watchdog->OnWatchdogThread()) return;  // its black box tells instead
   if (!quick_exit_claimed_.exchange(true)) {
     quick_exit_status_.store(status, std::memory_order_relaxed);
@@ -114,20 +131,27 @@ void ExitPath::Finish(int status, int32_t exiting_site, int32_t exiting_tid, boo
   extra.exiting_tid = exiting_tid;
   trace::UncaughtException exception;
   if (stacks::LastUncaughtException(&exception)) extra.exception = std::move(exception);
+  bool written = false;
   if (!pending.empty()) {
     std::string detail = std::to_string(pending.size()) + " operation(s) still in flight at exit, oldest " +
                          trace::OpKindName(pending.front().op.kind) + " seq " +
                          std::to_string(pending.front().op.seq);
-    p_.policy->Dump(trace::DumpReason::ExitInFlight, detail, std::nullopt, std::nullopt, extra);
+    written = p_.policy->Dump(trace::DumpReason::ExitInFlight, detail, std::nullopt, std::nullopt, extra);
   } else if (p_.config->exit_record) {
     // Where this rank stopped, for the ranks that may still wait on it (uneven inputs): small
     // and cheap, outside NCCLWATCH_MAX_DUMPS.
     extra.exit_record = true;
-    p_.policy->Dump(trace::DumpReason::Exit, "exit status " + std::to_string(status), std::nullopt, std::nullopt,
-                    extra);
+    written = p_.policy->Dump(trace::DumpReason::Exit, "exit status " + std::to_string(status), std::nullopt,
+                              std::nullopt, extra);
+  } else {
+    written = true;  // none asked for: the mark is its word
   }
-  // It left its own word: nothing for the host's caretaker to convert.
-  if (p_.box) p_.box->Remove();
+  // A box that cannot be removed (setresuid, chroot since) says the record is out.
+  if (written && p_.box) p_.box->MarkRecordWritten();
+  // It left its own word: nothing for the host's caretaker to convert. Without it (no room, no
+  // memory, a directory it no longer reaches) the box stays, marked with this exit and its
+  // status: the caretaker writes the record from it.
+  if (p_.box && written) p_.box->Remove();
   // On the watchdog, once the exiting thread no longer waits (FinishQuickExit).
   if (!on_watchdog && !watchdog.running()) TidyHost();
 }

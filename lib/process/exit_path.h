@@ -47,6 +47,10 @@ class ExitPath {
   // Right before a signal's default action ends the process: its metrics file and its black
   // box (once the dump of that end is written) go. Unlinks only: async-signal-safe.
   void OnSignalEnding();
+  // An execve of `program` is about to replace the process (its box says so: no death to tell);
+  // ExecFailed when it returned. Async-signal-safe.
+  void MarkExec(const char* program);
+  void ExecFailed();
 
   // Watchdog thread, each tick before the duties: finishes an _exit that waits.
   void FinishQuickExit();
@@ -57,6 +61,8 @@ class ExitPath {
   bool finished() const { return finished_.load(std::memory_order_acquire); }
 
  private:
+  // The box's mark of this end (black_box.h EndingMark), once, before anything that may fail.
+  void MarkEnding(blackbox::EndingKind how, int status);
   // The caretaker's pass at a normal exit (Parts::tidy_host), after the exit record.
   void TidyHost();
   // Once: waits briefly for operations still finishing, stops the watchdog, leaves the relay,
@@ -72,6 +78,7 @@ class ExitPath {
   std::atomic<int32_t> quick_exit_site_{-1};
   std::atomic<int32_t> quick_exit_tid_{0};
   std::atomic<bool> finished_{false};
+  std::atomic<bool> ending_marked_{false};
 };
 
 }  // namespace ncclwatch

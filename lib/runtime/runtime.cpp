@@ -154,9 +154,10 @@ void Runtime::StartPieces(const std::string& start_dir) {
   if (box_) {
     // Who this process is, the modules, and call sites' raw frames from their first capture on:
     // a process killed before its watchdog's first poll still has its call sites' frames.
-    box_keeper_ = std::make_unique<blackbox::BoxKeeper>(
-        box_.get(), &threads_, relay_.get(),
-        blackbox::DescribeProcess(identity_, config_, start_mono_ns_, nccl_version_, driver_.version, start_dir));
+    blackbox::BoxIdentity described =
+        blackbox::DescribeProcess(identity_, config_, start_mono_ns_, nccl_version_, driver_.version, start_dir);
+    described.dump_anchor = dumps_->start_anchor();  // a tree removed later is not created again
+    box_keeper_ = std::make_unique<blackbox::BoxKeeper>(box_.get(), &threads_, relay_.get(), std::move(described));
   }
   // Without a box of its own (it could not be created), a process still converts dead ones.
   if (config_.blackbox_dir != "none") caretaker_ = std::make_unique<blackbox::Caretaker>(config_.blackbox_dir, config_.relay_dir);

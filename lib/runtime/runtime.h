@@ -49,6 +49,10 @@ class Runtime {
   Recorder& recorder() { return *recorder_; }
   // _exit/_Exit (intercept/process_exit.cpp). Async-signal-safe.
   void OnQuickExit(int status) { exit_->OnQuickExit(status); }
+  // execve and its family (intercept/process_exec.cpp): the box says the process runs another
+  // program from now on; ExecFailed when the call returned. Async-signal-safe.
+  void MarkExec(const char* program) { exit_->MarkExec(program); }
+  void ExecFailed() { exit_->ExecFailed(); }
 
  private:
   Runtime() = default;

@@ -292,8 +292,10 @@ def shared_dir_other_users_cannot_jam():
         return  # files of another user can only be made by root
     shared = temp_dir("ncclwatch-e2e-shared-")
     os.chmod(shared, 0o1777)
-    os.symlink("/etc/passwd", os.path.join(shared, f"ncclwatch-caretaker-{uid}.lock"))
-    os.lchown(os.path.join(shared, f"ncclwatch-caretaker-{uid}.lock"), other, other)
+    # The caretaker's lock is one per user and namespaces (mount, PID).
+    lock = f"ncclwatch-caretaker-{uid}-{os.stat('/proc/self/ns/mnt').st_ino}-{os.stat('/proc/self/ns/pid').st_ino}.lock"
+    os.symlink("/etc/passwd", os.path.join(shared, lock))
+    os.lchown(os.path.join(shared, lock), other, other)
     for name in (f"ncclwatch-relay-{uid}-0000000000000000.lock.tmp", f"ncclwatch-box-{uid}-1-x"):
         with open(os.path.join(shared, name), "w") as f:
             f.write("someone else's\n")
@@ -306,7 +308,7 @@ def shared_dir_other_users_cannot_jam():
     mine = os.path.join(shared, f"ncclwatch-{uid}")
     st = os.lstat(mine)
     check(stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o700, f"{mine}: {oct(st.st_mode)}")
-    check(os.path.islink(os.path.join(shared, f"ncclwatch-caretaker-{uid}.lock")), "the other user's link untouched")
+    check(os.path.islink(os.path.join(shared, lock)), "the other user's link untouched")
 
     # The subdirectory itself taken by another user: refused, said once per rank, job unharmed.
     taken = temp_dir("ncclwatch-e2e-shared-")

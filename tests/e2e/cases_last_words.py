@@ -25,7 +25,8 @@ def boxes(j):
 
 def caretaker_pid(p):
     """The pid of the job's host caretaker (the holder of its flock)."""
-    lock = os.path.join(os.path.realpath(f"/proc/{p.pid}/cwd"), "boxes", f"ncclwatch-caretaker-{os.getuid()}.lock")
+    ns = f"{os.stat('/proc/self/ns/mnt').st_ino}-{os.stat('/proc/self/ns/pid').st_ino}"  # one per namespaces
+    lock = os.path.join(os.path.realpath(f"/proc/{p.pid}/cwd"), "boxes", f"ncclwatch-caretaker-{os.getuid()}-{ns}.lock")
     wait_for(lambda: os.path.exists(lock), "the caretaker's lock")
     inode = os.stat(lock).st_ino
 

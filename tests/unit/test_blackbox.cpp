@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -51,7 +52,11 @@ std::vector<std::string> Boxes(const std::string& dir) {
 // A child that records what a rank in an all-reduce records, then ends as `how` says. kStopped:
 // it stops itself (SIGSTOP) and waits to be killed; kStoppedThenRuns: the same, and once
 // continued its watchdog polls again (it writes a byte to `ran_fd` then) before it waits.
-enum class Ending { kWithoutAWord, kAfterItsOwnDump, kNormalExit, kStopped, kStoppedThenRuns };
+enum class Ending {
+  kWithoutAWord, kAfterItsOwnDump, kNormalExit, kStopped, kStoppedThenRuns,
+  // Its own word on its end, in the box (EndingMark); the box stays (as after setresuid, chroot).
+  kExitedNoRecord, kExitedWithRecord, kExeced, kOtherNamespace,
+};
 
 pid_t RecordingChild(const std::string& boxes, const std::string& dumps, Ending how, int ran_fd = -1) {
   pid_t pid = fork();
@@ -112,6 +117,14 @@ pid_t RecordingChild(const std::string& boxes, const std::string& dumps, Ending 
   box->Alive(1'700'000'000'000'000'000, 5'000'000'000, 4'900'000'000, 0);
   if (how == Ending::kAfterItsOwnDump) box->FinalDumpWritten(4'999'000'000);
   if (how == Ending::kNormalExit) box->Remove();
+  if (how == Ending::kExitedNoRecord || how == Ending::kExitedWithRecord) box->MarkEnding(blackbox::EndingKind::kExit, 12);
+  if (how == Ending::kExitedWithRecord) box->MarkRecordWritten();
+  if (how == Ending::kExeced) box->MarkEnding(blackbox::EndingKind::kExec, 0, "/bin/true");
+  if (how == Ending::kOtherNamespace) {  // another container's: its mount namespace is not ours
+    auto* h = static_cast<blackbox::Header*>(
+        mmap(nullptr, sizeof(blackbox::Header), PROT_READ | PROT_WRITE, MAP_SHARED, open(box->path().c_str(), O_RDWR), 0));
+    h->ns.mnt = blackbox::OwnNamespaces().mnt + 1;
+  }
   if (how == Ending::kStopped || how == Ending::kStoppedThenRuns) {
     raise(SIGSTOP);
     if (how == Ending::kStoppedThenRuns) {
@@ -190,6 +203,43 @@ bool HoldBox(const std::string& boxes) {
 
 }  // namespace
 
+TEST_CASE("black box: a process that marked its end is told by its mark, never as a death") {
+  TempDir boxes, dumps;
+  // Exited, its record not written (out of memory, a directory out of reach): the record is
+  // written from the box, with its status.
+  Reap(RecordingChild(boxes.path(), dumps.path(), Ending::kExitedNoRecord));
+  blackbox::CaretakerPass pass = blackbox::ConvertDeadBoxes(boxes.path(), "none");
+  REQUIRE(pass.converted.size() == 1);
+  CHECK(pass.converted[0].line.find("exited with status 12 without writing its exit record") != std::string::npos);
+  REQUIRE(!pass.converted[0].dump.empty());
+  trace::LoadedDump d;
+  REQUIRE(trace::ReadDumpFile(pass.converted[0].dump, trace::ReadDepth::kFull, &d).usable);
+  CHECK(d.summary.reason.Is(trace::DumpReason::Exit));
+  CHECK(d.summary.exit_status == 12);
+  CHECK(Boxes(boxes.path()).empty());
+  // Exited with its record out, its box left (setresuid, chroot): removed, nothing written.
+  Reap(RecordingChild(boxes.path(), dumps.path(), Ending::kExitedWithRecord));
+  pass = blackbox::ConvertDeadBoxes(boxes.path(), "none");
+  REQUIRE(pass.converted.size() == 1);
+  CHECK(pass.converted[0].dump.empty());
+  CHECK(!pass.converted[0].ended);
+  CHECK(pass.converted[0].line.find("wrote its exit record") != std::string::npos);
+  // Exec'd into another program that has ended since: no death.
+  Reap(RecordingChild(boxes.path(), dumps.path(), Ending::kExeced));
+  CHECK(blackbox::ReadDeadBoxes(boxes.path()).empty());  // a reader tells nothing either
+  pass = blackbox::ConvertDeadBoxes(boxes.path(), "none");
+  REQUIRE(pass.converted.size() == 1);
+  CHECK(pass.converted[0].dump.empty());
+  CHECK(pass.converted[0].line.find("re-executed itself (exec of /bin/true)") != std::string::npos);
+  CHECK(Boxes(boxes.path()).empty());
+  // Another namespace's dead: neither read nor converted nor removed here.
+  Reap(RecordingChild(boxes.path(), dumps.path(), Ending::kOtherNamespace));
+  CHECK(blackbox::ReadDeadBoxes(boxes.path()).empty());
+  CHECK(blackbox::ConvertDeadBoxes(boxes.path(), "none").converted.empty());
+  CHECK(Boxes(boxes.path()).size() == 1);
+  CHECK(Listing(dumps.path()).size() == 1);  // the exit record above only
+}
+
 TEST_CASE("black box: a process gone without a word becomes a postmortem dump of what it knew") {
   TempDir boxes, dumps;
   Reap(RecordingChild(boxes.path(), dumps.path(), Ending::kWithoutAWord));
@@ -209,7 +259,7 @@ TEST_CASE("black box: a process gone without a word becomes a postmortem dump of
   CHECK(d.summary.rank == 3);
   CHECK(d.summary.world_size == 8);
   CHECK(d.summary.host == "node7");
-  CHECK(d.summary.detail.find("SIGKILL or the OOM killer") != std::string::npos);
+  CHECK(d.summary.detail.find("SIGKILL, the OOM killer or a raw exit_group") != std::string::npos);
   CHECK(d.summary.time_mono_ns == 5'000'000'000);  // as of its last sign of life
   REQUIRE(d.summary.in_nccl.size() == 1);
   CHECK(d.summary.in_nccl[0].function == "ncclAllReduce");
@@ -416,7 +466,7 @@ TEST_CASE("black box: a process that ran again after its stop is not said stoppe
   trace::LoadedDump pm = Read(pass.converted[0].dump);
   CHECK(pm.summary.reason.Is(trace::DumpReason::Postmortem));
   CHECK(!pm.summary.stopped);
-  CHECK(pm.summary.detail.find("SIGKILL or the OOM killer") != std::string::npos);
+  CHECK(pm.summary.detail.find("SIGKILL, the OOM killer or a raw exit_group") != std::string::npos);
   close(ran[0]);
   close(ran[1]);
 }
@@ -523,8 +573,13 @@ TEST_CASE("how a process without a word ended: the kernel's OOM-killer line for 
   CHECK(blackbox::FindOomLine(records, 4321) == "Out of memory: Killed process 4321 (python3) total-vm:9000kB, anon-rss:8000kB");
   CHECK(blackbox::FindOomLine({records[0]}, 4321).find("pid=4321,") != std::string::npos);
   CHECK(blackbox::FindOomLine(records, 432).empty());
-  CHECK(blackbox::HowItEnded("").find("SIGKILL or the OOM killer") != std::string::npos);
+  CHECK(blackbox::HowItEnded("").find("SIGKILL, the OOM killer or a raw exit_group") != std::string::npos);
   CHECK(blackbox::HowItEnded("Out of memory: Killed process 1").find("OOM killer (Out of memory") != std::string::npos);
+  // A zombie's status, read before its parent reaped it: what it says, and nothing more.
+  CHECK(blackbox::HowItEnded("", std::nullopt, 5 << 8) ==
+        "ended without a word: exited with status 5 without an exit record (an exit past the C library: a raw "
+        "exit_group system call)");
+  CHECK(blackbox::HowItEnded("", std::nullopt, 9).find("killed by SIGKILL") != std::string::npos);
 }
 
 TEST_CASE("black box identity round-trips, and a huge command line does not crowd out who it is") {

@@ -58,6 +58,7 @@ std::vector<analysis::Dump> ReadLeftBlackBoxes(const std::string& dir, std::stri
   const std::string box_dir = NodeLocalDir("NCCLWATCH_BLACKBOX_DIR", /*create=*/false);
   std::set<std::string> files;
   std::string who;
+  bool deaths = false;  // else every one exited without its record (out of memory, ...)
   // Only the boxes of the job whose directory this is: the others (every job that died on this
   // host) are not read.
   const auto of_this_job = [&](const blackbox::LeftBox& left) {
@@ -74,14 +75,16 @@ std::vector<analysis::Dump> ReadLeftBlackBoxes(const std::string& dir, std::stri
     auto at = files.lower_bound(stem);
     if (at != files.end() && at->compare(0, stem.size(), stem) == 0) continue;
     d.file_name = left.box;  // where this evidence lies: no file in the directory
+    deaths = deaths || !d.summary.reason.Is(trace::DumpReason::Exit);
     who += (who.empty() ? "" : ", ") + ("rank " + std::to_string(left.rank) + " (pid " + std::to_string(left.pid) + ")");
     out.push_back(std::move(d));
   }
   if (!out.empty())
     *line = "ncclwatch: " + std::to_string(out.size()) +
-            " process(es) of this job ended without a word and nobody turned their black boxes into dumps: "
+            (deaths ? " process(es) of this job ended without a word" : " process(es) of this job exited without their exit record") +
+            " and nobody turned their black boxes into dumps: "
             "read in memory from " + trace::PrintableCut(box_dir) + " (" + trace::PrintableCut(who, 200) +
-            "); `ncclwatch collect` on this host writes them as postmortem dumps";
+            "); `ncclwatch collect` on this host writes them as " + (deaths ? "postmortem dumps" : "exit records");
   return out;
 }
 
