@@ -3,18 +3,26 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <link.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <string>
 
 #include "stacks.h"
+#include "testing.h"
 
 // Opens libunwind.so.8 where the library is built self-contained (unwind_loader.cpp); absent
 // where libunwind is linked.
@@ -28,6 +36,145 @@ namespace {
 bool g_native_unwind_works = false;  // written once, under g_prepare_mu, before g_prepared
 std::atomic<bool> g_prepared{false};
 std::mutex g_prepare_mu;
+
+// How ReadOwnMemory reads, decided once before ncclwatch's first read (DecideReadPath).
+enum ReadPath : int {
+  kUndecided = 0,
+  kKernelCopy,   // process_vm_readv: the kernel checks every byte, nothing can fault
+  kCheckedCopy,  // the call is refused (a seccomp filter): each page's readability, then a copy
+  kNoRead,       // refused, and no check works here either: nothing is read
+};
+std::atomic<int> g_read_path{kUndecided};
+// What the filter does with the call, for MemoryReadProblem; written before g_read_path.
+char g_refusal[96];
+
+// The kernel's sigset_t (what rt_sigprocmask copies): 8 bytes where there are 64 signals.
+constexpr size_t kKernelSigsetBytes = (NSIG - 1) / 8;
+constexpr uintptr_t kCheckPage = 4096;  // the smallest page: a larger one is checked more often
+
+// Whether the kKernelSigsetBytes at `address` (aligned, inside one page) can be read, without
+// touching them: rt_sigprocmask copies its new set from the caller's memory before it looks at
+// `how` (the copy fails with EFAULT on an unmapped or PROT_NONE page, or one past the end of its
+// file), and an invalid `how` then fails with EINVAL and changes no mask. No file descriptor,
+// async-signal-safe; callers keep errno.
+bool WordReadable(uintptr_t address) {
+  return syscall(SYS_rt_sigprocmask, -1, address, nullptr, kKernelSigsetBytes) != 0 && errno == EINVAL;
+}
+
+// Copies after a readability check of each page of [address, address + size). The check and
+// the copy are two steps: a page unmapped between them by another thread would still fault,
+// so this is only used where process_vm_readv is refused.
+bool CheckedCopy(uintptr_t address, void* out, size_t size) {
+  if (size == 0) return true;
+  if (address + size < address) return false;
+  for (uintptr_t page = address & ~(kCheckPage - 1); page < address + size; page += kCheckPage) {
+    const uintptr_t word = std::max(page, address) & ~uintptr_t{7};
+    if (!WordReadable(word)) return false;
+  }
+  std::memcpy(out, reinterpret_cast<const void*>(address), size);
+  return true;
+}
+
+// Whether the check answers as it should here (a PROT_NONE page: no; a local: yes). Where it
+// does not (an emulated kernel), nothing is read.
+bool CheckWorks() {
+  void* none = mmap(nullptr, kCheckPage, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (none == MAP_FAILED) return false;
+  alignas(8) uint64_t local[1] = {0};
+  const bool works = !WordReadable(reinterpret_cast<uintptr_t>(none)) && WordReadable(reinterpret_cast<uintptr_t>(local));
+  munmap(none, kCheckPage);
+  return works;
+}
+
+constexpr int kChildTrapped = 250;  // the probe's exit status when the call raised SIGSYS
+
+void ChildOnSigsys(int) { syscall(SYS_exit_group, kChildTrapped); }
+
+// The probe's child (a copy of this process, see ProcessVmReadvWorks): system calls only, then
+// its end; the application's handlers never run in it, and killed it leaves no core file.
+[[noreturn]] void ProbeChild() {
+  sigset_t mask;
+  sigfillset(&mask);
+  sigdelset(&mask, SIGSYS);
+  syscall(SYS_rt_sigprocmask, SIG_SETMASK, &mask, nullptr, kKernelSigsetBytes);
+  struct sigaction on_sigsys;
+  std::memset(&on_sigsys, 0, sizeof on_sigsys);
+  on_sigsys.sa_handler = &ChildOnSigsys;
+  sigfillset(&on_sigsys.sa_mask);
+  sigaction(SIGSYS, &on_sigsys, nullptr);
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  uint64_t word = 0x5ecc0bb5ecc0bbull, copy = 0;
+  iovec local{&copy, sizeof copy};
+  iovec remote{&word, sizeof word};
+  const long n = syscall(SYS_process_vm_readv, syscall(SYS_getpid), &local, 1, &remote, 1, 0);
+  const int status = n == static_cast<long>(sizeof copy) && copy == word ? 0 : 1 + std::min(errno, 200);
+  syscall(SYS_exit_group, status);
+  __builtin_unreachable();
+}
+
+const char* ErrnoName(int e) {
+  switch (e) {
+    case EPERM: return "EPERM";
+    case EACCES: return "EACCES";
+    case ENOSYS: return "ENOSYS";
+    default: return "an error";
+  }
+}
+
+// Under a seccomp filter, whether process_vm_readv works, found out in a child: a copy of this
+// process made by a raw clone (no atfork handler of the application runs, and no SIGCHLD: only
+// a wait for clone children sees it) that makes the call once and reports. A filter that kills
+// or traps then kills or traps the child, never this process. `why` says what the filter does.
+bool ProcessVmReadvWorks(char* why, size_t why_size) {
+  const long pid = syscall(SYS_clone, 0L, nullptr, nullptr, nullptr, nullptr);
+  if (pid == 0) ProbeChild();
+  if (pid < 0) {
+    std::snprintf(why, why_size, "it could not be tried in a child");
+    return false;
+  }
+  int status = 0;
+  long waited = 0;
+  long nap_ns = 20000, slept_ns = 0;
+  while ((waited = waitpid(static_cast<pid_t>(pid), &status, __WALL | WNOHANG)) == 0) {
+    if (slept_ns > 2000000000L) {  // a filter that waits for a supervisor's answer
+      kill(static_cast<pid_t>(pid), SIGKILL);
+      while ((waited = waitpid(static_cast<pid_t>(pid), &status, __WALL)) < 0 && errno == EINTR) {
+      }
+      std::snprintf(why, why_size, "it did not return in a child within 2 s");
+      return false;
+    }
+    timespec nap{0, nap_ns};
+    nanosleep(&nap, nullptr);
+    slept_ns += nap_ns;
+    nap_ns = std::min(nap_ns * 2, 10000000L);
+  }
+  if (waited != pid) {
+    std::snprintf(why, why_size, "its child could not be waited for");
+    return false;
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return true;
+  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGSYS)
+    std::snprintf(why, why_size, "it kills the caller with SIGSYS");
+  else if (WIFSIGNALED(status))
+    std::snprintf(why, why_size, "the child trying it got signal %d", WTERMSIG(status));
+  else if (WEXITSTATUS(status) == kChildTrapped)
+    std::snprintf(why, why_size, "it raises SIGSYS");
+  else
+    std::snprintf(why, why_size, "it fails with %s", ErrnoName(WEXITSTATUS(status) - 1));
+  return false;
+}
+
+// Once, before the first read (PrepareUnwinder, at ncclwatch's start on the thread of the first
+// NCCL call, whose filters the threads started later inherit). Without a filter (the common
+// case) one prctl; with one, a child tries the call (about a millisecond, and a page-table copy).
+void DecideReadPath() {
+  const int saved_errno = errno;
+  int path = kKernelCopy;
+  if (prctl(PR_GET_SECCOMP, 0, 0, 0, 0) > 0 && !ProcessVmReadvWorks(g_refusal, sizeof g_refusal))
+    path = CheckWorks() ? kCheckedCopy : kNoRead;
+  g_read_path.store(path, std::memory_order_release);
+  errno = saved_errno;
+}
 
 using AccessMem = int (*)(unw_addr_space_t, unw_word_t, unw_word_t*, int, void*);
 AccessMem g_libunwind_access_mem = nullptr;
@@ -86,6 +233,8 @@ int FindValidationPipe(dl_phdr_info* info, size_t, void* data) {
 
 // Once, under g_prepare_mu.
 static void PrepareUnwinderOnce() {
+  // How memory is read, before anything reads it (unwinding, Python frames).
+  DecideReadPath();
   // Where libunwind is opened at run time, it is opened now: a process that never starts
   // ncclwatch maps no libunwind (nor its liblzma).
   if (ncclwatch_load_libunwind) ncclwatch_load_libunwind();
@@ -137,28 +286,40 @@ int UnwindContext(unw_context_t* context, bool signal_frame, uintptr_t* out, int
 // The kernel checks the addresses (process_vm_readv on ourselves), with no file descriptor:
 // libunwind's own check writes doubted addresses into a pipe it keeps open for good, and once the
 // application closed that pipe's descriptors and opened files of its own under the same
-// numbers, the check read from and wrote raw memory into the application's files.
+// numbers, the check read from and wrote raw memory into the application's files. Where a
+// seccomp filter refuses the call (DecideReadPath found it before the first read: a filter that
+// kills or traps is never called here), each page is checked before a plain copy.
 bool ReadOwnMemory(uintptr_t address, void* out, size_t size) {
-  iovec local{out, size};
-  iovec remote{reinterpret_cast<void*>(address), size};
   const int saved_errno = errno;
-  const ssize_t n = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
-  const int why = errno;
-  errno = saved_errno;
-  if (n == static_cast<ssize_t>(size)) return true;
-  if (n >= 0 || why == EFAULT) return false;
-  // Not allowed here (a seccomp filter): every page must at least be mapped; then a plain copy.
-  constexpr uintptr_t kPageMask = ~static_cast<uintptr_t>(4095);
-  for (uintptr_t page = address & kPageMask; page < address + size; page += 4096) {
-    if (msync(reinterpret_cast<void*>(page), 4096, MS_ASYNC) != 0) {
+  int path = g_read_path.load(std::memory_order_acquire);
+  if (path == kUndecided)  // read before PrepareUnwinder (tests): no child, a filter means checks
+    path = prctl(PR_GET_SECCOMP, 0, 0, 0, 0) > 0 ? kCheckedCopy : kKernelCopy;
+  bool ok = false;
+  if (path == kKernelCopy) {
+    iovec local{out, size};
+    iovec remote{reinterpret_cast<void*>(address), size};
+    const ssize_t n = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+    const int why = errno;
+    if (n == static_cast<ssize_t>(size)) {
       errno = saved_errno;
-      return false;
+      return true;
+    }
+    if (n < 0 && why != EFAULT) {
+      // Refused after all (a filter installed since, failing it with an errno): checks from
+      // now on.
+      if (why == EPERM || why == EACCES || why == ENOSYS) {
+        int expected = kKernelCopy;
+        g_read_path.compare_exchange_strong(expected, kCheckedCopy, std::memory_order_acq_rel);
+      }
+      path = kCheckedCopy;
     }
   }
+  if (path == kCheckedCopy) ok = CheckedCopy(address, out, size);
   errno = saved_errno;
-  std::memcpy(out, reinterpret_cast<const void*>(address), size);
-  return true;
+  return ok;
 }
+
+void DecideReadPathForTesting() { DecideReadPath(); }
 
 int FindFrame(const uintptr_t* ips, int count, uintptr_t ip, int window) {
   for (int i = 0; i < count && i < window; ++i) {
@@ -168,6 +329,19 @@ int FindFrame(const uintptr_t* ips, int count, uintptr_t ip, int window) {
 }
 
 }  // namespace detail
+
+std::string MemoryReadProblem() {
+  PrepareUnwinder();
+  const int path = detail::g_read_path.load(std::memory_order_acquire);
+  if (path == detail::kCheckedCopy)
+    return std::string("process_vm_readv is refused here (a seccomp filter: ") + detail::g_refusal +
+           "): memory for stacks is read after a readability check of each page";
+  if (path == detail::kNoRead)
+    return std::string("process_vm_readv is refused here (a seccomp filter: ") + detail::g_refusal +
+           ") and no readability check works: thread stacks in dumps keep their first frame only and other "
+           "threads' Python frames are left out";
+  return {};
+}
 
 std::string NativeStackProblem() {
   PrepareUnwinder();
