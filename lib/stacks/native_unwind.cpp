@@ -5,10 +5,13 @@
 #include <link.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sched.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -86,30 +89,65 @@ bool CheckWorks() {
   return works;
 }
 
-constexpr int kChildTrapped = 250;  // the probe's exit status when the call raised SIGSYS
+// A system call that leaves errno alone: the probe's child shares this process's memory, the
+// calling thread's errno included.
+#if defined(__x86_64__)
+constexpr bool kCanProbe = true;
+long RawSyscall(long n, long a = 0, long b = 0, long c = 0, long d = 0, long e = 0, long f = 0) {
+  register long r10 asm("r10") = d;
+  register long r8 asm("r8") = e;
+  register long r9 asm("r9") = f;
+  long ret;
+  asm volatile("syscall" : "=a"(ret) : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9) : "rcx", "r11", "memory");
+  return ret;
+}
+#elif defined(__aarch64__)
+constexpr bool kCanProbe = true;
+long RawSyscall(long n, long a = 0, long b = 0, long c = 0, long d = 0, long e = 0, long f = 0) {
+  register long x8 asm("x8") = n;
+  register long x0 asm("x0") = a;
+  register long x1 asm("x1") = b;
+  register long x2 asm("x2") = c;
+  register long x3 asm("x3") = d;
+  register long x4 asm("x4") = e;
+  register long x5 asm("x5") = f;
+  asm volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5) : "memory");
+  return x0;
+}
+#else
+constexpr bool kCanProbe = false;
+long RawSyscall(long, long = 0, long = 0, long = 0, long = 0, long = 0, long = 0) { return -ENOSYS; }
+#endif
 
-void ChildOnSigsys(int) { syscall(SYS_exit_group, kChildTrapped); }
+struct KernelSigaction {  // rt_sigaction's own layout
+  void (*handler)(int);
+  unsigned long flags;
+  void (*restorer)();
+  uint64_t mask;
+};
 
-// The probe's child (a copy of this process, see ProcessVmReadvWorks): system calls only, then
-// its end; the application's handlers never run in it, and killed it leaves no core file.
-[[noreturn]] void ProbeChild() {
-  sigset_t mask;
-  sigfillset(&mask);
-  sigdelset(&mask, SIGSYS);
-  syscall(SYS_rt_sigprocmask, SIG_SETMASK, &mask, nullptr, kKernelSigsetBytes);
-  struct sigaction on_sigsys;
-  std::memset(&on_sigsys, 0, sizeof on_sigsys);
-  on_sigsys.sa_handler = &ChildOnSigsys;
-  sigfillset(&on_sigsys.sa_mask);
-  sigaction(SIGSYS, &on_sigsys, nullptr);
-  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-  uint64_t word = 0x5ecc0bb5ecc0bbull, copy = 0;
+// The probe's child: a process of its own sharing this one's memory (no page-table copy, which
+// takes a fork about 150 ms per GiB resident), on its own stack, making raw system calls only:
+// SIGSYS to its default action and unblocked (the application's handlers are never run in
+// it), no core file (RLIMIT_CORE 1: the kernel then writes none, to a file or a pipe), then
+// the call once, and its end. Exit status 0: the call works; 1 + errno: refused with that errno.
+__attribute__((no_sanitize("address", "thread"))) int ProbeChild(void*) {
+  KernelSigaction dfl{};
+  dfl.handler = SIG_DFL;
+  RawSyscall(SYS_rt_sigaction, SIGSYS, reinterpret_cast<long>(&dfl), 0, kKernelSigsetBytes);
+  uint64_t mask = ~(uint64_t{1} << (SIGSYS - 1));
+  RawSyscall(SYS_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(&mask), 0, kKernelSigsetBytes);
+  const rlimit no_core{1, 1};
+  RawSyscall(SYS_prlimit64, 0, RLIMIT_CORE, reinterpret_cast<long>(&no_core), 0);
+  volatile uint64_t word = 0x5ecc0bb5ecc0bbull;
+  uint64_t copy = 0;
   iovec local{&copy, sizeof copy};
-  iovec remote{&word, sizeof word};
-  const long n = syscall(SYS_process_vm_readv, syscall(SYS_getpid), &local, 1, &remote, 1, 0);
-  const int status = n == static_cast<long>(sizeof copy) && copy == word ? 0 : 1 + std::min(errno, 200);
-  syscall(SYS_exit_group, status);
-  __builtin_unreachable();
+  iovec remote{const_cast<uint64_t*>(&word), sizeof word};
+  const long n = RawSyscall(SYS_process_vm_readv, RawSyscall(SYS_getpid), reinterpret_cast<long>(&local), 1,
+                            reinterpret_cast<long>(&remote), 1, 0);
+  const long status = n == static_cast<long>(sizeof copy) && copy == word ? 0 : n < 0 ? 1 + std::min(-n, 200L) : 1;
+  RawSyscall(SYS_exit_group, status);
+  return 0;
 }
 
 const char* ErrnoName(int e) {
@@ -121,44 +159,66 @@ const char* ErrnoName(int e) {
   }
 }
 
-// Under a seccomp filter, whether process_vm_readv works, found out in a child: a copy of this
-// process made by a raw clone (no atfork handler of the application runs, and no SIGCHLD: only
-// a wait for clone children sees it) that makes the call once and reports. A filter that kills
-// or traps then kills or traps the child, never this process. `why` says what the filter does.
+// Before Linux 5.16, a process killed with a core-dumping signal (a filter's SIGSYS) took every
+// process sharing its memory with it: the probe's child would take this one.
+bool ChildDiesAlone() {
+  utsname u;
+  int major = 0, minor = 0;
+  return uname(&u) == 0 && std::sscanf(u.release, "%d.%d", &major, &minor) == 2 &&
+         (major > 5 || (major == 5 && minor >= 16));
+}
+
+// Under a seccomp filter, whether process_vm_readv works, found out in a child that makes the
+// call once (ProbeChild): a filter that kills or traps then kills the child, never this process.
+// The child sends no SIGCHLD (only a wait for clone children sees it, not the application's
+// wait()), runs no atfork handler, and gets 2 s (a filter that waits for a supervisor's answer).
+// `why` says what the filter does.
 bool ProcessVmReadvWorks(char* why, size_t why_size) {
-  const long pid = syscall(SYS_clone, 0L, nullptr, nullptr, nullptr, nullptr);
-  if (pid == 0) ProbeChild();
+  if (!kCanProbe || !ChildDiesAlone()) {
+    std::snprintf(why, why_size, "whether it allows the call is not tried on this kernel");
+    return false;
+  }
+  constexpr size_t kStack = 64 * 1024;
+  void* stack = mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (stack == MAP_FAILED) {
+    std::snprintf(why, why_size, "it could not be tried in a child");
+    return false;
+  }
+  const pid_t pid = clone(&ProbeChild, static_cast<char*>(stack) + kStack, CLONE_VM, nullptr);
   if (pid < 0) {
+    munmap(stack, kStack);
     std::snprintf(why, why_size, "it could not be tried in a child");
     return false;
   }
   int status = 0;
-  long waited = 0;
+  pid_t waited = 0;
   long nap_ns = 20000, slept_ns = 0;
-  while ((waited = waitpid(static_cast<pid_t>(pid), &status, __WALL | WNOHANG)) == 0) {
-    if (slept_ns > 2000000000L) {  // a filter that waits for a supervisor's answer
-      kill(static_cast<pid_t>(pid), SIGKILL);
-      while ((waited = waitpid(static_cast<pid_t>(pid), &status, __WALL)) < 0 && errno == EINTR) {
-      }
-      std::snprintf(why, why_size, "it did not return in a child within 2 s");
-      return false;
-    }
+  while ((waited = waitpid(pid, &status, __WALL | WNOHANG)) == 0 && slept_ns < 2000000000L) {
     timespec nap{0, nap_ns};
     nanosleep(&nap, nullptr);
     slept_ns += nap_ns;
     nap_ns = std::min(nap_ns * 2, 10000000L);
   }
+  if (waited == 0) {
+    kill(pid, SIGKILL);
+    while ((waited = waitpid(pid, &status, __WALL)) < 0 && errno == EINTR) {
+    }
+    status = -1;
+  }
+  if (waited == pid) munmap(stack, kStack);  // else the child may still run on it: kept
   if (waited != pid) {
     std::snprintf(why, why_size, "its child could not be waited for");
     return false;
   }
+  if (status == -1) {
+    std::snprintf(why, why_size, "it did not return in a child within 2 s");
+    return false;
+  }
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return true;
   if (WIFSIGNALED(status) && WTERMSIG(status) == SIGSYS)
-    std::snprintf(why, why_size, "it kills the caller with SIGSYS");
+    std::snprintf(why, why_size, "it kills or traps the caller with SIGSYS");
   else if (WIFSIGNALED(status))
     std::snprintf(why, why_size, "the child trying it got signal %d", WTERMSIG(status));
-  else if (WEXITSTATUS(status) == kChildTrapped)
-    std::snprintf(why, why_size, "it raises SIGSYS");
   else
     std::snprintf(why, why_size, "it fails with %s", ErrnoName(WEXITSTATUS(status) - 1));
   return false;
@@ -166,7 +226,7 @@ bool ProcessVmReadvWorks(char* why, size_t why_size) {
 
 // Once, before the first read (PrepareUnwinder, at ncclwatch's start on the thread of the first
 // NCCL call, whose filters the threads started later inherit). Without a filter (the common
-// case) one prctl; with one, a child tries the call (about a millisecond, and a page-table copy).
+// case) one prctl; with one, a child tries the call (well under a millisecond).
 void DecideReadPath() {
   const int saved_errno = errno;
   int path = kKernelCopy;
