@@ -382,6 +382,15 @@ bool ReadOwnMemory(uintptr_t address, void* out, size_t size) {
   return ok;
 }
 
+bool OwnMemoryReadsAtomic() {
+  const int path = g_read_path.load(std::memory_order_acquire);
+  if (path != kUndecided) return path == kKernelCopy;
+  const int saved_errno = errno;
+  const bool unfiltered = prctl(PR_GET_SECCOMP, 0, 0, 0, 0) <= 0;
+  errno = saved_errno;
+  return unfiltered;
+}
+
 void DecideReadPathForTesting() { DecideReadPath(); }
 
 int FindFrame(const uintptr_t* ips, int count, uintptr_t ip, int window) {
@@ -398,7 +407,9 @@ std::string MemoryReadProblem() {
   const int path = detail::g_read_path.load(std::memory_order_acquire);
   if (path == detail::kCheckedCopy)
     return std::string("process_vm_readv is refused here (a seccomp filter: ") + detail::g_refusal +
-           "): memory for stacks is read after a readability check of each page";
+           "): memory for stacks is read after a readability check of each page, and a running thread's Python "
+           "frames are not read from another thread (native threads' call sites lack their driving thread's "
+           "line; dumps have other threads' Python frames only where the GIL could be had)";
   if (path == detail::kNoRead)
     return std::string("process_vm_readv is refused here (a seccomp filter: ") + detail::g_refusal +
            ") and no readability check works: thread stacks in dumps keep their first frame only and other "
