@@ -122,6 +122,8 @@ bool Runtime::Start() {
   if (config_.callsites || config_.stacks) {
     const std::string problem = stacks::NativeStackProblem();
     if (!problem.empty()) LogWarn("%s", problem.c_str());
+    const std::string reads = stacks::MemoryReadProblem();
+    if (!reads.empty()) LogInfo("%s", reads.c_str());
   }
   if (config_.callsites && config_.python) {
     const std::string problem = stacks::PythonCallsiteProblem();

@@ -25,6 +25,12 @@ int FindFrame(const uintptr_t* ips, int count, uintptr_t ip, int window);
 // not readable. No fault, no file descriptor, errno kept (signal handlers use it too).
 bool ReadOwnMemory(uintptr_t address, void* out, size_t size);
 
+// Whether ReadOwnMemory copies in one step (process_vm_readv): memory another thread unmaps
+// while it is read then fails the read. False where a seccomp filter refuses the call: a page
+// unmapped between the check and the copy would fault, so memory a running thread may unmap
+// (its Python frames' data stack) is not read.
+bool OwnMemoryReadsAtomic();
+
 }  // namespace detail
 }  // namespace stacks
 }  // namespace ncclwatch

@@ -1,5 +1,6 @@
 #include "python_api.h"
 
+#include "common/own_thread_mask.h"
 #include "common/timing.h"
 
 #include <dlfcn.h>
@@ -199,12 +200,12 @@ class GilHelper {
   }
 
  private:
-  // Starts the detached helper with every signal blocked except the stack signal:
-  // process-directed signals must go to the application's threads, but a dump should still
-  // see this thread's stack.
+  // Starts the detached helper with every signal blocked except the stack signal and the
+  // faults (OwnThreadMask says why): process-directed signals must go to the application's
+  // threads, but a dump should still see this thread's stack.
   bool Start() {
     sigset_t all, saved;
-    sigfillset(&all);
+    OwnThreadMask(&all);
     if (const int signo = ThreadStackSignal()) sigdelset(&all, signo);
     pthread_sigmask(SIG_SETMASK, &all, &saved);
     pthread_attr_t attr;

@@ -172,6 +172,8 @@ int WalkPythonFrames(const FrameWalker& walker, uintptr_t tstate, uintptr_t* cod
 }
 
 int WalkOtherThreadFrames(const FrameWalker& walker, uintptr_t tstate, uintptr_t* code, int32_t* offset, int max) {
+  // Its frames' memory may be unmapped as it runs: read only where a read cannot fault.
+  if (!OwnMemoryReadsAtomic()) return 0;
   return Walk(walker, GuardedReader{}, tstate, code, offset, max);
 }
 

@@ -62,7 +62,9 @@ int WalkPythonFrames(const FrameWalker& walker, uintptr_t tstate, uintptr_t* cod
 
 // ---- dump time, other threads (the GIL is held by someone else: what out-of-process samplers
 // do, in-process). The thread runs while we read, so every read goes through process_vm_readv:
-// a frame popped (and its memory unmapped) under us ends the walk, it does not fault.
+// a frame popped (and its memory unmapped) under us ends the walk, it does not fault. Where a
+// seccomp filter refuses that call, ReadOwnMemory checks each page before it copies, and a page
+// unmapped between the two would fault: frames are then not walked (OwnMemoryReadsAtomic).
 
 // As WalkPythonFrames, for the thread state of another, running thread.
 int WalkOtherThreadFrames(const FrameWalker& walker, uintptr_t tstate, uintptr_t* code, int32_t* offset, int max);

@@ -60,6 +60,9 @@ void SetPythonCallsites(bool enabled);
 // layout is not known), for one log line; empty when they get them always, or when the process
 // runs no CPython. Looks the interpreter up (a few dlsym) on first use.
 std::string PythonCallsiteProblem();
+// How this process reads its own memory when process_vm_readv is refused (a seccomp filter,
+// found before the first read), for one log line; empty when the call works.
+std::string MemoryReadProblem();
 // Why call sites and thread stacks get no native frames (libunwind.so.8 could not be loaded, or
 // it cannot walk this process's stack), for one log line; empty when native stacks work.
 std::string NativeStackProblem();

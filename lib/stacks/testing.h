@@ -14,6 +14,10 @@ void SetCheckSignalMaskForTesting(bool check);
 // unwinding.
 uint64_t CallPathHitsForTesting();
 
+// Decides again how ReadOwnMemory reads (as PrepareUnwinder does once, before the first read):
+// for a forked test process that has just installed a seccomp filter.
+void DecideReadPathForTesting();
+
 }  // namespace detail
 }  // namespace stacks
 }  // namespace ncclwatch

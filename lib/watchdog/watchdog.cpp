@@ -12,6 +12,7 @@
 
 #include "common/clock.h"
 #include "common/lock_within.h"
+#include "common/own_thread_mask.h"
 #include "format/display.h"
 #include "common/log.h"
 #include "common/quietly.h"
@@ -62,10 +63,11 @@ Watchdog::~Watchdog() {
 
 bool Watchdog::Start() {
   // The thread starts with every asynchronous signal blocked: SIGTERM/SIGINT/the dump signal
-  // must be handled by application threads, whose handlers ask this thread to dump.
+  // must be handled by application threads, whose handlers ask this thread to dump. The faults
+  // stay unblocked (OwnThreadMask says why), and SIGABRT (abort() in this thread).
   sigset_t all, old;
-  sigfillset(&all);
-  for (int s : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) sigdelset(&all, s);
+  OwnThreadMask(&all);
+  sigdelset(&all, SIGABRT);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   running_.store(true, std::memory_order_release);
   try {
