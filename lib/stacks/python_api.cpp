@@ -7,7 +7,6 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -101,7 +100,6 @@ void SetUpFrameWalker(PythonApi* api) {
   } else if (const auto version = reinterpret_cast<const char* (*)()>(dlsym(RTLD_DEFAULT, "Py_GetVersion"))) {
     if (std::sscanf(version(), "%d.%d", &major, &minor) != 2) major = minor = 0;
   }
-  if (major == 3) api->minor = minor;
   const size_t size = sizeof api->frames_problem;
   const FrameLayout* layout = FrameLayoutFor(major, minor);
   const uintptr_t code_type = reinterpret_cast<uintptr_t>(dlsym(RTLD_DEFAULT, "PyCode_Type"));
@@ -229,21 +227,6 @@ class GilHelper {
 
   void Serve() {
     for (;;) {
-      // A thread state of ours waiting in PyGILState_Ensure is one more thread for faulthandler,
-      // py-spy and sys._current_frames(), listed while the GIL is held elsewhere (a hang in C
-      // code that keeps it): where that can be seen, wait for the GIL to be free first, and
-      // leave once the requests gave up.
-      if (api_->InterpreterUsable() && api_->GilHeldElsewhere()) {
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          if (queue_.empty()) {
-            running_ = false;
-            return;
-          }
-        }
-        usleep(1000);
-        continue;
-      }
       const bool usable = api_->InterpreterUsable();
       const int gil_state = usable ? api_->PyGILState_Ensure() : 0;
       std::vector<std::shared_ptr<GilRequest>> batch;

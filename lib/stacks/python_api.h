@@ -65,13 +65,6 @@ struct PythonApi {
   FrameWalker walker;
   char frames_problem[192] = {};
   uintptr_t code_type = 0;  // &PyCode_Type
-  int minor = 0;            // 3.<minor>; 0 when unknown
-
-  // Whether another thread holds the GIL, where that can be seen without taking it: up to 3.11,
-  // whose current thread state is the runtime's, not the calling thread's (3.12+: false).
-  bool GilHeldElsewhere() const {
-    return minor > 0 && minor <= 11 && UncheckedThreadState != nullptr && UncheckedThreadState() != nullptr;
-  }
 
   // Where a frame is in its code, as stored in call sites: the byte offset of its current
   // instruction where the walker or the API gives it (cheap), else its line number (a scan of
@@ -144,11 +137,11 @@ const char* GilResultText(GilResult result);
 // Runs `work` with the GIL held, waiting at most timeout_ms. When the calling thread already
 // holds the GIL, `work` runs right here. Otherwise a helper thread takes the GIL with
 // PyGILState_Ensure and runs it; if that does not happen in time, the caller returns
-// kTimedOut and `work` never runs. Up to Python 3.11, where it can see that another thread
-// holds the GIL, the helper waits for it to be free before it asks for it (no thread state of
-// ours is listed meanwhile) and leaves when no request waits any more. A helper blocked on the
-// GIL stays blocked until the GIL is free, then serves whatever is queued by then and exits; while it waits, other requests wait
-// only until the GIL has been unavailable for their timeout. `work` that did start may outlive
+// kTimedOut and `work` never runs. A helper blocked on the GIL stays blocked until the GIL is
+// free, then serves whatever is queued by then and exits (meanwhile its thread state is one
+// more thread for faulthandler and sys._current_frames(): only while a thread keeps the GIL
+// from it); while it waits, other requests wait only until the GIL has been unavailable for
+// their timeout. `work` that did start may outlive
 // a timed-out caller: it must write only to state it owns (captured by value / shared_ptr).
 GilResult RunWithGil(std::function<void(const PythonApi&)> work, int timeout_ms);
 

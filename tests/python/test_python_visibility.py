@@ -96,15 +96,6 @@ says_exception(got, "look", "looked", "LOOK-RAISE-LINE")
 for api in ("cdll", "pydll"):
     got = same_as_without("gil_hog", NCCL_API=api, WAIT_S="0")
     check("faulthandler threads during a hang: 1" in got.out, f"gil_hog {api}: {got.out!r}")
-# The same hang while a dump asks for the GIL: up to 3.11, where ncclwatch can see that the GIL
-# is held, it asks for it only once it is free. (From 3.12 its helper is listed while it waits:
-# README, "How it works".)
-if sys.version_info < (3, 12):
-    got = same_as_without("gil_hog_dump", NCCL_API="cdll", WAIT_S="0.5", NCCLWATCH_PEER_POLL_MS="100",
-                          NCCLWATCH_BIN=os.path.join(build, "bin", "ncclwatch"))
-    check("faulthandler threads during a hang: 1" in got.out, f"gil_hog_dump: {got.out!r}")
-    check(any(f.endswith(".json") and "-exit" not in f for f in os.listdir(got.dumps)),
-          f"gil_hog_dump: the dump was written: {os.listdir(got.dumps)}")
 
 # The exception with other threads alive: a non-daemon worker calling NCCL (the interpreter
 # waits for it before it finalizes), one that then ends the process with os._exit (no atexit

@@ -14,7 +14,6 @@ GIL, cdll releases it) it does SCENARIO:
   gil_hog       after WAIT_S s, hangs 2.5 s in C code that keeps the GIL while faulthandler's
                 timer dumps every thread (dump_traceback_later, at 1.5 s), and prints how many
                 it listed.
-  gil_hog_dump  the same, with `ncclwatch dump` (NCCLWATCH_BIN) asking for a dump as it begins.
   worker_alive  starts a non-daemon threading.Thread that keeps calling NCCL, then raises in the
                 main thread after WAIT_S s; the worker ends 1 s later (the interpreter waits for it).
   worker_os_exit  starts a non-daemon thread that calls NCCL while the main thread lives and
@@ -27,7 +26,6 @@ import code
 import ctypes
 import faulthandler
 import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -126,11 +124,7 @@ def main():
         print(f"faulthandler threads: {faulthandler_threads()}", flush=True)
         print(f"threading threads: {threading.active_count()}", flush=True)
         raise CountedError("looked")  # LOOK-RAISE-LINE
-    if SCENARIO in ("gil_hog", "gil_hog_dump"):  # a hang in C code that keeps the GIL, as faulthandler's timer sees it
-        dump = None
-        if SCENARIO == "gil_hog_dump":  # `ncclwatch dump` while it hangs: a dump, which asks for the GIL
-            dump = subprocess.Popen([os.environ["NCCLWATCH_BIN"], "dump", os.environ["NCCLWATCH_DIR"], "--wait", "4"],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if SCENARIO == "gil_hog":  # a hang in C code that keeps the GIL, as faulthandler's timer sees it
         with tempfile.TemporaryFile("w+") as f:
             faulthandler.dump_traceback_later(1.5, file=f)
             ctypes.PyDLL(None).usleep(2500000)  # GIL-HOG-LINE
@@ -139,8 +133,6 @@ def main():
             text = f.read()
         n = sum(1 for line in text.splitlines() if line.startswith(("Thread 0x", "Current thread 0x")))
         print(f"faulthandler threads during a hang: {n}", flush=True)
-        if dump is not None:
-            dump.wait()
         return
     if SCENARIO == "worker_alive":
         worker = threading.Thread(target=all_reduces, args=(comm, ctx, stream, buf, time.monotonic() + WAIT_S + 1))
