@@ -68,7 +68,8 @@ Runtime* Runtime::Acquire() {
   // Python's exit is watched from the first NCCL call on, by the thread that makes it (bounded
   // wait; without the GIL in time, the watchdog tries again each second): an exception raised
   // right after it is still the job's uncaught one.
-  if (rt->config_.python && rt->config_.exit_record) stacks::WatchPythonExit(timing::Ms(timing::kBackgroundGilWait));
+  if (rt->config_.python && rt->config_.exit_record)
+    Quietly("watching Python's exit", [] { stacks::WatchPythonExit(timing::Ms(timing::kBackgroundGilWait)); });
   return rt;
 }
 
