@@ -55,8 +55,8 @@ constexpr Duration kQuickExitCheck = 2ms;
 // The watchdog thread's periodic checks. Loaded libraries (dlopen, dlclose) are looked at this
 // often for the black box: the watchdog ticks every 0.1 ms at high rates.
 constexpr Duration kModulesCheck = 1s;
-// Python's exit is watched from the watchdog thread, not the first NCCL call (the GIL may be
-// busy then): retried this often until the GIL is had.
+// Python's exit is watched from the first NCCL call; when the GIL was busy then, the watchdog
+// thread tries again this often until the GIL is had.
 constexpr Duration kPythonExitRetry = 1s;
 // The GIL waits of work that must not hold a process up: naming the Python frames of new call
 // sites for the black box (retried at the next polls), the exit record of _exit (the exiting

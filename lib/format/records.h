@@ -185,10 +185,10 @@ struct AnsweredRequest {
 };
 
 // The uncaught Python exception a process ended with (reason exit): the interpreter's own last
-// exception, read at its exit.
+// report of it (see stacks::WatchPythonExit).
 #define NCCLWATCH_FOR_EACH_EXCEPTION_FIELD(X)                                                  \
   X(std::string, type, {}, kType, Text)       /* qualified class name ("ValueError", "mypkg.DataError") */ \
-  X(std::string, message, {}, kMessage, Text) /* str() of it, cut to 512 bytes */             \
+  X(std::string, message, {}, kMessage, Text) /* str() of it (its own __str__: its first argument), cut to 512 bytes */             \
   X(std::string, file, {}, kFile, Text)       /* innermost frame of its traceback: where it was raised */ \
   X(int64_t, line, 0, kLine, Int)                                                             \
   X(std::string, function, {}, kFunction, Text)

@@ -130,7 +130,9 @@ void ExitPath::Finish(int status, int32_t exiting_site, int32_t exiting_tid, boo
   extra.exiting_site = exiting_site;
   extra.exiting_tid = exiting_tid;
   trace::UncaughtException exception;
-  if (stacks::LastUncaughtException(&exception)) extra.exception = std::move(exception);
+  // The interpreter's report of an exception that ended it, when it did end (Python exits with
+  // 1): an interactive session that printed one and went on to exit 0 did not end because of it.
+  if (status != 0 && stacks::LastUncaughtException(&exception)) extra.exception = std::move(exception);
   bool written = false;
   if (!pending.empty()) {
     std::string detail = std::to_string(pending.size()) + " operation(s) still in flight at exit, oldest " +

@@ -48,7 +48,7 @@ Runtime* Runtime::Acquire() {
   int s = g_runtime_state.load(std::memory_order_acquire);
   if (s == kActive) return g_runtime.load(std::memory_order_acquire);
   if (s == kDisabled) return nullptr;
-  std::lock_guard<std::mutex> lock(g_start_mu);
+  std::unique_lock<std::mutex> lock(g_start_mu);
   s = g_runtime_state.load(std::memory_order_acquire);
   if (s != kUnstarted) return s == kActive ? g_runtime.load() : nullptr;
   Runtime* rt = nullptr;  // never deleted: threads and handlers may use it until exit
@@ -64,6 +64,12 @@ Runtime* Runtime::Acquire() {
   }
   g_runtime.store(rt, std::memory_order_release);
   g_runtime_state.store(kActive, std::memory_order_release);
+  lock.unlock();  // other threads' calls go on meanwhile
+  // Python's exit is watched from the first NCCL call on, by the thread that makes it (bounded
+  // wait; without the GIL in time, the watchdog tries again each second): an exception raised
+  // right after it is still the job's uncaught one.
+  if (rt->config_.python && rt->config_.exit_record)
+    Quietly("watching Python's exit", [] { stacks::WatchPythonExit(timing::Ms(timing::kBackgroundGilWait)); });
   return rt;
 }
 
@@ -211,7 +217,7 @@ void Runtime::ScheduleDuties() {
       return now;
     });
   if (config_.python && config_.exit_record)
-    // From here, not the first NCCL call: the GIL may be busy; retried each second until had.
+    // Done at the first NCCL call unless the GIL was busy then: retried each second until had.
     duties_.Add("the Python exit hook", [](uint64_t now) {
       return stacks::WatchPythonExit(timing::Ms(timing::kBackgroundGilWait)) ? TickSchedule::kNever
                                                                               : now + timing::Ns(timing::kPythonExitRetry);

@@ -138,8 +138,10 @@ const char* GilResultText(GilResult result);
 // holds the GIL, `work` runs right here. Otherwise a helper thread takes the GIL with
 // PyGILState_Ensure and runs it; if that does not happen in time, the caller returns
 // kTimedOut and `work` never runs. A helper blocked on the GIL stays blocked until the GIL is
-// free, then serves whatever is queued by then and exits; while it waits, other requests wait
-// only until the GIL has been unavailable for their timeout. `work` that did start may outlive
+// free, then serves whatever is queued by then and exits (meanwhile its thread state is one
+// more thread for faulthandler and sys._current_frames(): only while a thread keeps the GIL
+// from it); while it waits, other requests wait only until the GIL has been unavailable for
+// their timeout. `work` that did start may outlive
 // a timed-out caller: it must write only to state it owns (captured by value / shared_ptr).
 GilResult RunWithGil(std::function<void(const PythonApi&)> work, int timeout_ms);
 

@@ -1,8 +1,11 @@
 // Dump-time Python introspection: everything here runs with the GIL held (see RunWithGil)
 // and uses only the public C API, except PythonThreadsWithoutGil (the GIL cannot be had).
 #include <dlfcn.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -219,22 +222,33 @@ std::vector<PythonThread> PythonThreadsWithoutGil(const PythonApi& api, int max_
 
 // ---- the uncaught exception a Python job ends with ----
 //
-// CPython prints an uncaught exception and keeps it on `sys` (sys.last_exc from 3.12,
-// sys.last_value before), then finalizes the interpreter and only then calls exit(): the exit
-// record is written too late to read it. An atexit function of ours, registered once under the
-// GIL, runs early in finalization, with the GIL, and keeps what the record needs.
+// CPython prints an uncaught exception with PyErr_Print, which raises the audit event
+// "sys.excepthook" (type, value, traceback) right before it calls sys.excepthook, then it
+// finalizes the interpreter and exits with status 1. A C audit hook of ours (PySys_AddAuditHook)
+// sees that event: nothing Python code can list or count (no atexit callback, no sys.excepthook
+// of ours), and it runs with the GIL before anything is torn down. Only the interpreter's own
+// top-level report counts: on the main thread, with no Python frame left on it. An exception
+// that a program handled itself and left in sys.last_value (code.interact does) never passes
+// there. ExitPath keeps it only for an exit with a non-zero status (an interactive session that
+// printed one and went on to exit 0 did not end because of it).
 
 namespace {
 
 // The few functions beyond PythonApi this needs, looked up when registering.
 struct ExitApi {
-  PyObject* (*PyCFunction_NewEx)(void*, PyObject*, PyObject*) = nullptr;
-  PyObject* (*PyImport_ImportModule)(const char*) = nullptr;
+  int (*PySys_AddAuditHook)(int (*)(const char*, PyObject*, void*), void*) = nullptr;
   PyObject* (*PyObject_Str)(PyObject*) = nullptr;
-  PyObject* (*PyTuple_Pack)(ssize_t, ...) = nullptr;
+  PyObject* (*PyObject_Type)(PyObject*) = nullptr;
+  ssize_t (*PyTuple_Size)(PyObject*) = nullptr;
+  PyObject* (*PyTuple_GetItem)(PyObject*, ssize_t) = nullptr;
+  unsigned long (*PyType_GetFlags)(PyObject*) = nullptr;
+  int (*PyMapping_HasKeyString)(PyObject*, const char*) = nullptr;
   PyObject* none = nullptr;  // &_Py_NoneStruct
+  PyObject* type_type = nullptr;   // &PyType_Type
+  PyObject* tuple_type = nullptr;  // &PyTuple_Type
+  std::vector<PyObject*> plain_types;  // str, int, float, bool, bytes: their str() and repr() run no Python code
 };
-ExitApi g_exit_api;  // written once, under the GIL, before the callback can run
+ExitApi g_exit_api;  // written once, before the hook is added
 
 std::mutex g_exception_mu;
 std::optional<trace::UncaughtException> g_exception;  // guarded by g_exception_mu
@@ -251,22 +265,94 @@ std::string Cut(std::string text) {
   return text + "...";
 }
 
+constexpr unsigned long kHeapTypeFlag = 1ul << 9;  // Py_TPFLAGS_HEAPTYPE: a class defined in Python (or like one)
+
+bool IsPlain(const PythonApi& api, PyObject* value, int depth = 0) {
+  const ExitApi& x = g_exit_api;
+  if (value == x.none) return true;
+  PyRef type(api, x.PyObject_Type(value));
+  if (!type) return false;
+  for (PyObject* plain : x.plain_types)
+    if (type.get() == plain) return true;
+  if (type.get() != x.tuple_type || depth > 1) return false;  // SyntaxError's (msg, (file, line, ...))
+  const ssize_t n = x.PyTuple_Size(value);
+  for (ssize_t i = 0; i < n; ++i)
+    if (!IsPlain(api, x.PyTuple_GetItem(value, i), depth + 1)) return false;
+  return true;
+}
+
+// Whether str(exception) runs no Python code: the class and its metaclass are built-in or
+// defined without __str__, __getattribute__, __getattr__ or args of their own, and what the built-in __str__
+// formats (args; OSError's file names) holds only plain values. Then its text is the one the
+// interpreter printed, made again without anything the program could see.
+bool StrRunsNoPythonCode(const PythonApi& api, PyObject* exception, PyObject* type) {
+  const ExitApi& x = g_exit_api;
+  PyRef metatype(api, x.PyObject_Type(type));
+  if (metatype.get() != x.type_type) return false;  // a metaclass of its own: even attribute lookups may run code
+  PyRef mro(api, api.PyObject_GetAttrString(type, "__mro__"));
+  const ssize_t classes = mro ? x.PyTuple_Size(mro.get()) : -1;
+  if (classes < 0) return false;
+  for (ssize_t i = 0; i < classes; ++i) {
+    PyObject* base = x.PyTuple_GetItem(mro.get(), i);  // borrowed
+    if ((x.PyType_GetFlags(base) & kHeapTypeFlag) == 0) break;  // a built-in class: what it inherits is too
+    PyRef dict(api, api.PyObject_GetAttrString(base, "__dict__"));
+    if (!dict) return false;
+    for (const char* name : {"__str__", "__getattribute__", "__getattr__", "args", "filename", "filename2", "__repr__"})
+      if (x.PyMapping_HasKeyString(dict.get(), name)) return false;
+  }
+  for (const char* field : {"args", "filename", "filename2"}) {
+    PyRef value(api, api.PyObject_GetAttrString(exception, field));
+    if (!value) {
+      api.PyErr_Clear();  // OSError's file names only
+      if (std::strcmp(field, "args") == 0) return false;
+      continue;
+    }
+    if (!IsPlain(api, value.get())) return false;
+  }
+  return true;
+}
+
+// The exception's message without running its class's own code a second time (the interpreter
+// ran it once, to print it): str() where that runs no Python code, else its first argument when
+// that is a str, else none.
+std::string MessageOf(const PythonApi& api, PyObject* exception, PyObject* type) {
+  const ExitApi& x = g_exit_api;
+  std::string message;
+  if (StrRunsNoPythonCode(api, exception, type)) {
+    PyRef text(api, x.PyObject_Str(exception));
+    const char* utf8 = text ? api.PyUnicode_AsUTF8(text.get()) : nullptr;
+    if (utf8 != nullptr) message = utf8;
+  } else {
+    api.PyErr_Clear();
+    PyRef args(api, api.PyObject_GetAttrString(exception, "args"));
+    PyRef args_type(api, args ? x.PyObject_Type(args.get()) : nullptr);
+    if (args_type.get() == x.tuple_type && x.PyTuple_Size(args.get()) >= 1) {
+      PyObject* first = x.PyTuple_GetItem(args.get(), 0);
+      PyRef first_type(api, x.PyObject_Type(first));
+      if (!x.plain_types.empty() && first_type.get() == x.plain_types[0]) {  // exactly a str
+        const char* utf8 = api.PyUnicode_AsUTF8(first);
+        if (utf8 != nullptr) message = utf8;
+      }
+    }
+  }
+  api.PyErr_Clear();
+  return Cut(std::move(message));
+}
+
 // Type, message and innermost traceback frame of `exception` (GIL held).
-trace::UncaughtException DescribeException(const PythonApi& api, PyObject* exception) {
+trace::UncaughtException DescribeException(const PythonApi& api, PyObject* exception, PyObject* traceback) {
   trace::UncaughtException e;
-  PyRef type(api, api.PyObject_GetAttrString(exception, "__class__"));
+  PyRef type(api, g_exit_api.PyObject_Type(exception));
   if (type) {
     e.type = StringAttr(api, type.get(), "__qualname__");
     const std::string module = StringAttr(api, type.get(), "__module__");
     if (!module.empty() && module != "builtins" && module != "__main__") e.type = module + "." + e.type;
+    e.message = MessageOf(api, exception, type.get());
   }
   api.PyErr_Clear();
-  PyRef text(api, g_exit_api.PyObject_Str(exception));
-  const char* utf8 = text ? api.PyUnicode_AsUTF8(text.get()) : nullptr;
-  if (utf8 != nullptr) e.message = Cut(utf8);
-  api.PyErr_Clear();
   // The traceback's last entry is the innermost frame: where it was raised. Bounded walk.
-  PyObject* tb = api.PyObject_GetAttrString(exception, "__traceback__");  // new references from here
+  PyObject* tb = traceback;
+  if (tb != nullptr) api.Py_IncRef(tb);  // new references from here
   for (int depth = 0; tb != nullptr && tb != g_exit_api.none && depth < 100000; ++depth) {
     PyObject* next = api.PyObject_GetAttrString(tb, "tb_next");
     if (next != nullptr && next != g_exit_api.none) {
@@ -276,7 +362,7 @@ trace::UncaughtException DescribeException(const PythonApi& api, PyObject* excep
     }
     if (next != nullptr) api.Py_DecRef(next);
     PyRef frame(api, api.PyObject_GetAttrString(tb, "tb_frame"));
-    PyRef code(api, frame ? api.PyObject_GetAttrString(frame.get(), "f_code") : nullptr);
+    PyRef code(api, frame ? api.PyFrame_GetCode(frame.get()) : nullptr);
     if (code) {
       CodeNames names = NamesOfCode(api, code.get());
       e.file = std::move(names.file);
@@ -291,50 +377,55 @@ trace::UncaughtException DescribeException(const PythonApi& api, PyObject* excep
   return e;
 }
 
-// atexit function (METH_NOARGS; registered only where the API was found): keeps the exception
-// the interpreter printed, if any.
-PyObject* AtPythonExit(PyObject*, PyObject*) {
-  const PythonApi& api = *GetPythonApi();
-  PyObject* exception = api.PySys_GetObject("last_exc");  // borrowed; 3.12+
-  if (exception == nullptr || exception == g_exit_api.none) exception = api.PySys_GetObject("last_value");
-  if (exception != nullptr && exception != g_exit_api.none) {
-    PyRef held = Borrowed(api, exception);
-    trace::UncaughtException e = DescribeException(api, held.get());
+// The audit hook (any thread that holds the GIL, for every audited event: the event's name is
+// all it looks at, unless it is the top-level report of an exception). Never fails the event.
+int OnAuditEvent(const char* event, PyObject* args, void*) {
+  if (event[0] != 's' || std::strcmp(event, "sys.excepthook") != 0) return 0;
+  const PythonApi* api = GetPythonApi();
+  // The interpreter's own report of what ends it: the main thread, no Python frame under it.
+  // (A C extension that prints an error with PyErr_Print and goes on has its caller's frames.)
+  if (api == nullptr || syscall(SYS_gettid) != getpid() || api->PyEval_GetFrame() != nullptr) return 0;
+  const ExitApi& x = g_exit_api;
+  if (x.PyTuple_Size(args) != 4) return 0;  // (hook, type, value, traceback)
+  PyObject* value = x.PyTuple_GetItem(args, 2);
+  PyObject* traceback = x.PyTuple_GetItem(args, 3);
+  if (value == nullptr || value == x.none) {
+    api->PyErr_Clear();
+    return 0;
+  }
+  PyRef held = Borrowed(*api, value);
+  trace::UncaughtException e = DescribeException(*api, held.get(), traceback);
+  {
     std::lock_guard<std::mutex> lock(g_exception_mu);
     g_exception = std::move(e);
   }
-  api.PyErr_Clear();
-  api.Py_IncRef(g_exit_api.none);
-  return g_exit_api.none;
+  api->PyErr_Clear();
+  return 0;
 }
 
-// CPython's PyMethodDef.
-struct MethodDef {
-  const char* name;
-  PyObject* (*method)(PyObject*, PyObject*);
-  int flags;
-  const char* doc;
-};
-constexpr int kMethNoArgs = 0x0004;
-MethodDef g_at_exit_def{"ncclwatch_at_exit", &AtPythonExit, kMethNoArgs, nullptr};
+template <typename Fn>
+bool Find(Fn* slot, const char* name) {
+  *slot = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));
+  return *slot != nullptr;
+}
 
-// atexit.register(our function) (GIL held); false when something is missing.
-bool RegisterAtExit(const PythonApi& api) {
+// PySys_AddAuditHook(our hook) (GIL held); false when something is missing.
+bool AddAuditHook() {
   ExitApi& x = g_exit_api;
-  x.PyCFunction_NewEx = reinterpret_cast<decltype(x.PyCFunction_NewEx)>(dlsym(RTLD_DEFAULT, "PyCFunction_NewEx"));
-  x.PyImport_ImportModule =
-      reinterpret_cast<decltype(x.PyImport_ImportModule)>(dlsym(RTLD_DEFAULT, "PyImport_ImportModule"));
-  x.PyObject_Str = reinterpret_cast<decltype(x.PyObject_Str)>(dlsym(RTLD_DEFAULT, "PyObject_Str"));
-  x.PyTuple_Pack = reinterpret_cast<decltype(x.PyTuple_Pack)>(dlsym(RTLD_DEFAULT, "PyTuple_Pack"));
   x.none = static_cast<PyObject*>(dlsym(RTLD_DEFAULT, "_Py_NoneStruct"));
-  if (!x.PyCFunction_NewEx || !x.PyImport_ImportModule || !x.PyObject_Str || !x.PyTuple_Pack || !x.none) return false;
-  PyRef atexit(api, x.PyImport_ImportModule("atexit"));  // a built-in module: no code of the job runs
-  PyRef reg(api, atexit ? api.PyObject_GetAttrString(atexit.get(), "register") : nullptr);
-  PyRef function(api, reg ? x.PyCFunction_NewEx(&g_at_exit_def, nullptr, nullptr) : nullptr);
-  PyRef args(api, function ? x.PyTuple_Pack(1, function.get()) : nullptr);
-  PyRef result(api, args ? api.PyObject_CallObject(reg.get(), args.get()) : nullptr);
-  api.PyErr_Clear();
-  return static_cast<bool>(result);
+  x.type_type = static_cast<PyObject*>(dlsym(RTLD_DEFAULT, "PyType_Type"));
+  x.tuple_type = static_cast<PyObject*>(dlsym(RTLD_DEFAULT, "PyTuple_Type"));
+  for (const char* name : {"PyUnicode_Type", "PyLong_Type", "PyFloat_Type", "PyBool_Type", "PyBytes_Type"}) {
+    if (auto* type = static_cast<PyObject*>(dlsym(RTLD_DEFAULT, name))) x.plain_types.push_back(type);
+    else return false;
+  }
+  if (!Find(&x.PySys_AddAuditHook, "PySys_AddAuditHook") || !Find(&x.PyObject_Str, "PyObject_Str") ||
+      !Find(&x.PyObject_Type, "PyObject_Type") || !Find(&x.PyTuple_Size, "PyTuple_Size") ||
+      !Find(&x.PyTuple_GetItem, "PyTuple_GetItem") || !Find(&x.PyType_GetFlags, "PyType_GetFlags") ||
+      !Find(&x.PyMapping_HasKeyString, "PyMapping_HasKeyString") || !x.none || !x.type_type || !x.tuple_type) {
+    return false;
+  }
+  return x.PySys_AddAuditHook(&OnAuditEvent, nullptr) == 0;
 }
 
 }  // namespace
@@ -346,7 +437,8 @@ bool WatchPythonExit(int gil_timeout_ms) {
   if (g_exit_watched.load() || GetPythonApi() == nullptr) return true;
   const GilResult r = RunWithGil(
       [](const PythonApi& api) {
-        if (!g_exit_watched.exchange(true)) RegisterAtExit(api);  // once, even if a caller gave up waiting
+        if (!g_exit_watched.exchange(true)) AddAuditHook();  // once, even if a caller gave up waiting
+        api.PyErr_Clear();
       },
       gil_timeout_ms);
   return r != GilResult::kTimedOut;  // no interpreter (yet) or no helper: nothing to retry for

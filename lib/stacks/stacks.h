@@ -187,13 +187,16 @@ constexpr const char* kNotSampledNote =
     "native stack not sampled: only the main thread and the threads that call NCCL are signalled";
 
 // ---- the uncaught exception a Python job ends with ----
-// Registers, once per process, an atexit function of ours with CPython (under the GIL, taken
-// with a bounded wait): CPython runs it early in its finalization, where it keeps the exception
-// the interpreter printed before exiting (sys.last_exc, or sys.last_value before 3.12) for
-// LastUncaughtException; an exit through sys.exit() or os._exit() leaves none. True when done
-// (or there is nothing to do: no CPython); false when the GIL was not had in time (call again).
+// Adds, once per process, a C audit hook of ours to CPython (PySys_AddAuditHook, under the GIL,
+// taken with a bounded wait): nothing Python code can see or count (no atexit callback, no
+// sys.excepthook of its own). It keeps the exception that the interpreter reports as uncaught
+// (the "sys.excepthook" event of PyErr_Print, on the main thread at top level) for
+// LastUncaughtException, described once, without running the exception's own __str__ again;
+// an exception a program handled and left in sys.last_value, sys.exit() and os._exit() leave
+// none. True when done (or there is nothing to do: no CPython); false when the GIL was not had
+// in time (call again).
 bool WatchPythonExit(int gil_timeout_ms);
-// The uncaught exception kept at the interpreter's exit; false when there was none.
+// The exception the interpreter last reported as uncaught; false when there was none.
 bool LastUncaughtException(trace::UncaughtException* out);
 
 }  // namespace stacks
