@@ -320,8 +320,10 @@ void RenderVerdict(std::ostream& out, const Style& st, const Report& report, con
       continue;
     }
     out << "   rank " << c.rank << ": " << OpLabel(c.op, c.p2p_seq) << (c.op == "Send" ? " to" : " from") << " rank "
-        << c.peer << ", " << c.count << " " << Printable(c.dtype) << " (" << FormatBytes(c.bytes) << "), in its "
-        << Printable(P2pGroupText(c.group)) << "; " << Printable(P2pStateText(c.state)) << "\n";
+        << c.peer << ", " << c.count << " " << Printable(c.dtype) << " (" << FormatBytes(c.bytes) << "), "
+        << (c.group.id <= 0 || c.group.ops.size() <= 1 ? std::string("outside any group")
+                                                        : "in its " + Printable(P2pGroupText(c.group)))
+        << "; " << Printable(P2pStateText(c.state)) << "\n";
   }
   if (!v.cycle.empty()) {
     std::string chain;
@@ -732,6 +734,14 @@ std::string AdviceText(const Verdict& v, const Report& report) {
                ": each waits for a call the other makes only later. Post matching sends and "
                "receives inside one ncclGroupStart/End (batch_isend_irecv), or order them by "
                "rank parity.";
+      if (v.p2p && v.culprit_ranks.size() == 1 && (v.op == "Send" || v.op == "Recv")) {
+        const int caller = v.culprit_ranks[0] == v.p2p_src ? v.p2p_dst : v.p2p_src;
+        return who + " never posted the " + (v.op == "Send" ? "Recv" : "Send") + " matching rank " +
+               std::to_string(caller) + "'s " + OpLabel(v.op, v.seq) + " (its count of " +
+               (v.op == "Send" ? "receives from" : "sends to") + " rank " + std::to_string(caller) +
+               " is lower); its call site above is where it went instead. Check both sides' schedules (a "
+               "peer left out of an all-to-all, a pipeline stage skipping a microbatch).";
+      }
       return who + " never posted the call matching " + OpLabel(v.op, v.seq) +
              " (counts of sends and receives between the peers differ). Check the pipeline "
              "schedule on both sides.";

@@ -648,8 +648,7 @@ class Attributor {
     };
     for (const trace::Op& o : g_.dumps()[dump].summary.in_flight) add(o);
     if (const trace::Detail* det = set_.Detail(dump))
-      for (auto it = det->ring.entries.rbegin(); it != det->ring.entries.rend(); ++it)
-        if (it->enqueue_ns >= op.enqueue_ns - 1000000000LL && it->enqueue_ns <= op.enqueue_ns + 1000000000LL) add(*it);
+      for (auto it = det->ring.entries.rbegin(); it != det->ring.entries.rend(); ++it) add(*it);  // group ids are the process's
     if (ops.empty()) add(op);
     std::set<int> peers, send_to, recv_from;
     size_t collectives = 0;
