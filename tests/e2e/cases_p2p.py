@@ -1,5 +1,6 @@
 """Point-to-point truth (issue 45): Send/Recv matched pair by pair on real jobs over the
-simulator (sim_p2p_faults): a size mismatch inside an all-to-all group, a datatype mismatch
+simulator (sim_p2p_faults): a size mismatch inside an all-to-all group (alone, and in a group
+with the step's all-reduce), a datatype mismatch
 between a pipeline pair, a missing receive, two stages that both receive first in separate
 groups, and a healthy all-to-all with no verdict."""
 import json
@@ -57,6 +58,23 @@ def p2p_size_mismatch_in_alltoall():
     # "Also blocked" is a summary in text, every item in JSON.
     check("also blocked because of this: " + str(len(v["consequences"])) + " operations" in text, text)
     check(text.count("\n     - ") <= 4, text)
+
+
+@case
+def p2p_size_mismatch_in_group_with_a_collective():
+    # The step's all-reduce inside the all-to-all's group (Megatron's interleaved schedule): the
+    # ranks whose group completed go on to the next step's group and wait there. One verdict.
+    j = p2p_job(8, ["--mode", "alltoall", "--grouped-allreduce", "--steps", "6", "--fault-at", "3",
+                    "--size-mismatch", "2", "5"], timeout=12)
+    v, report, text = verdict(j, "p2p_mismatch", [2, 5])
+    check(len(report["verdicts"]) == 1, json.dumps([x["cause"] for x in report["verdicts"]]))
+    send, recv = v["p2p_calls"]
+    check(send["group"]["shape"] == "mixed" and len(send["group"]["ops"]) == 15, f"{send['group']}")
+    check("AllReduce" in [o["op"] for o in recv["group"]["ops"]], f"{recv['group']}")
+    waiting = set()
+    for q in v["consequences"]:
+        waiting.update(q["waiting_ranks"])
+    check({0, 1, 3, 4, 6, 7} <= waiting, f"the others are blocked because of it: {v['consequences']}")
 
 
 @case

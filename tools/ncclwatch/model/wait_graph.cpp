@@ -326,7 +326,7 @@ void WaitGraph::BuildCollectiveBlockedOp(int ci) {
       by_signature[{op->OpName(), op->count, op->dtype, op->root, op->redop}].push_back(b.global);
       if (!blocked.op) blocked.op = op;
     }
-    bool reached = cs->last_gpu_reached >= s || (op && StateUnknownToGpu(*op));
+    bool reached = cs->last_gpu_reached >= s || (op && StateUnknownToGpu(*op)) || (op && GroupStarted(d, *op));
     if (reached) {
       blocked.waiting.push_back(r);
       if (op && op->age_s > blocked.waited_s) blocked.waited_s = op->age_s;
@@ -511,8 +511,8 @@ void WaitGraph::MatchP2pSides(BlockedOp* blocked) {
 }
 
 bool WaitGraph::HeldOnlyByItsGroup(const BlockedOp& b) const {
-  return b.p2p && b.match == P2pMatch::kMatch && !b.waiting.empty() &&
-         std::all_of(b.blockers.begin(), b.blockers.end(), [](const Blocker& x) { return x.kind == BlockKind::kGroup; });
+  if (b.waiting.empty() || b.init || b.mismatch || (b.p2p && b.match != P2pMatch::kMatch)) return false;
+  return std::all_of(b.blockers.begin(), b.blockers.end(), [](const Blocker& x) { return x.kind == BlockKind::kGroup; });
 }
 
 void WaitGraph::LinkP2pGroups() {
@@ -523,8 +523,23 @@ void WaitGraph::LinkP2pGroups() {
     const BlockedOp& x = blocked_ops_[bi];
     if (!HeldOnlyByItsGroup(x)) continue;
     for (int w : x.waiting) {
-      const P2pSide& mine = w == x.send.comm_rank ? x.send : x.recv;
-      if (!mine.op || mine.op->group <= 0 || mine.dump < 0) continue;
+      // Its own operation in the transfer (p2p) or the collective, on this waiting rank.
+      const trace::Op* own = nullptr;
+      int own_dump = -1;
+      if (x.p2p) {
+        const P2pSide& mine = w == x.send.comm_rank ? x.send : x.recv;
+        own = mine.op ? &*mine.op : nullptr;
+        own_dump = mine.dump;
+      } else {
+        own_dump = DumpOfMember(comms_[x.comm], w);
+        const int oi = own_dump >= 0 ? FindInFlight(own_dump, comms_[x.comm].id, x.seq) : -1;
+        own = oi >= 0 ? &dumps_[own_dump].summary.in_flight[oi] : nullptr;
+      }
+      if (!own || own->group <= 0 || own_dump < 0) continue;
+      struct {
+        const trace::Op* op;
+        int dump;
+      } mine{own, own_dump};
       for (const trace::Op& op : dumps_[mine.dump].summary.in_flight) {
         if (op.group != mine.op->group || op.state.Is(OpState::Completed)) continue;
         const int t = BlockedOpOf(mine.dump, op);

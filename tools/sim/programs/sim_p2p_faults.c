@@ -12,6 +12,8 @@
  *   --recv-first          exchange: every rank posts its receive in a group of its own, then its
  *                         send in a second group, without waiting in between: both sides of a
  *                         pair receive first
+ * --grouped-allreduce: alltoall: the step's all-reduce is issued inside the all-to-all's group
+ * (a group mixing a collective and Send/Recv, as Megatron's interleaved schedule does).
  * The simulator's NCCL hangs a receive whose send has a different size, as NCCL does (its
  * send, a rendezvous, never completes either). Prints "ok" when every step completed. */
 #include <string.h>
@@ -23,13 +25,15 @@ enum Mode { ALLTOALL, PIPELINE, EXCHANGE };
 
 static const char kUsage[] =
     "usage: sim_p2p_faults --mode alltoall|pipeline|exchange [--steps N] [--count C] [--fault-at S]\n"
-    "       [--size-mismatch A B | --dtype-mismatch A B | --missing-recv A B | --recv-first]\n";
+    "       [--size-mismatch A B | --dtype-mismatch A B | --missing-recv A B | --recv-first]\n"
+    "       [--grouped-allreduce]\n";
 
 int main(int argc, char** argv) {
   const int rank = simutil_env_int("RANK", 0), n = simutil_env_int("WORLD_SIZE", 1);
   int mode = ALLTOALL, steps = 6, fault_at = 3, i, step, p;
   size_t count = 1024;
   int size_a = -1, size_b = -1, dtype_a = -1, dtype_b = -1, miss_a = -1, miss_b = -1, recv_first = 0;
+  int grouped_allreduce = 0;
   ncclUniqueId id;
   ncclComm_t comm;
   CUstream stream;
@@ -52,6 +56,7 @@ int main(int argc, char** argv) {
       miss_a = atoi(argv[++i]);
       miss_b = atoi(argv[++i]);
     } else if (strcmp(argv[i], "--recv-first") == 0) recv_first = 1;
+    else if (strcmp(argv[i], "--grouped-allreduce") == 0) grouped_allreduce = 1;
     else {
       fputs(kUsage, stderr);
       return SIMUTIL_EXIT_USAGE;
@@ -79,6 +84,8 @@ int main(int argc, char** argv) {
         if (!(fault && rank == miss_b && p == miss_a))
           NCCLCHECK(ncclRecv((void*)(recvbuf + (size_t)p * count * sizeof(float)), count, ncclFloat32, p, comm, stream));
       }
+      if (grouped_allreduce)
+        NCCLCHECK(ncclAllReduce((const void*)loss, (void*)loss, 1, ncclFloat32, ncclSum, comm, stream));
       NCCLCHECK(ncclGroupEnd());
     } else if (mode == PIPELINE) {
       if (rank > 0 && !(fault && rank == miss_b && rank - 1 == miss_a))
@@ -113,7 +120,8 @@ int main(int argc, char** argv) {
         }
       }
     }
-    NCCLCHECK(ncclAllReduce((const void*)loss, (void*)loss, 1, ncclFloat32, ncclSum, comm, stream));
+    if (!(grouped_allreduce && mode == ALLTOALL))
+      NCCLCHECK(ncclAllReduce((const void*)loss, (void*)loss, 1, ncclFloat32, ncclSum, comm, stream));
     CUCHECK(cuStreamSynchronize(stream));
   }
   NCCLCHECK(ncclCommDestroy(comm));
