@@ -34,6 +34,8 @@ sets=(
   "p2p_mismatch|--ranks 8 --ring 32 --scenario p2p_mismatch|txt"
   "p2p_mismatch_dtype|--ranks 4 --scenario p2p_mismatch_dtype|txt"
   "p2p_out_of_order|--ranks 4 --scenario p2p_out_of_order|txt"
+  "p2p_missing_recv|--ranks 8 --ring 32 --scenario p2p_missing_recv|txt"
+  "p2p_pairing_unknown|--ranks 4 --ring 1 --scenario p2p_pairing_unknown|txt"
   "ring_overflow|--ranks 8 --scenario rank_missing --culprit 2 --ring 1|"
   "two_dumps_one_rank|--ranks 8 --scenario gpu_not_reached --duplicate 5|"
   "corrupt_files|--ranks 8 --scenario rank_missing --truncate 0 --bad-files|"

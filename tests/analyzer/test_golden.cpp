@@ -26,6 +26,7 @@ const char* const kGoldenSets[] = {
     "cross_comm_deadlock", "rank_dead_no_dump", "rank_dead_fatal", "no_hang", "mixed",
     "ring_overflow", "two_dumps_one_rank", "corrupt_files", "rank_exited", "nccl_error", "init_hang", "rank_stopped",
     "extra_call", "job_killed", "host_lost", "p2p_mismatch", "p2p_mismatch_dtype", "p2p_out_of_order",
+    "p2p_missing_recv", "p2p_pairing_unknown",
     "sim_gpu_not_reached",  // real dumps from libncclwatch.so over the simulator
 };
 

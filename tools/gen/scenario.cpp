@@ -165,6 +165,8 @@ std::vector<std::string> ScenarioNames() {
   for (const char* n : analysis::kCauseNames) names.push_back(n);
   names.push_back("mixed");
   names.push_back("p2p_mismatch_dtype");
+  names.push_back("p2p_missing_recv");
+  names.push_back("p2p_pairing_unknown");
   return names;
 }
 
@@ -341,6 +343,35 @@ bool BuildScenario(const std::string& name, const Topology& t, int culprit, bool
                           At(LossAllReduce(), Stage::kEnqueued)};
     (*plans)[a].stack = (*plans)[b].stack = StackKind::kPipelineSend;
     expect(Cause::P2pMismatch, {a, b}, world, /*p2p=*/true);
+  } else if (name == "p2p_missing_recv") {
+    // The all-to-all of p2p_mismatch, in which rank b posts no receive from the culprit: the
+    // culprit's send (a rendezvous) never completes, nor its group; b's group completes and b
+    // waits in the loss all-reduce with the others, which the culprit's GPU never reaches.
+    if (!need(t.ranks >= 3, "3 ranks")) return false;
+    const int a = culprit, b = (culprit + 3) % t.ranks == culprit ? (culprit + 1) % t.ranks : (culprit + 3) % t.ranks;
+    for (int r = 0; r < t.ranks; ++r) {
+      RankPlan& p = (*plans)[r];
+      const Stage s = r == a ? Stage::kGpuReached : Stage::kCompleted;
+      p.extras.clear();
+      for (int q = 0; q < t.ranks; ++q) {
+        if (q == r) continue;
+        p.extras.push_back(At(P2p(OpKind::Send, q, 1 << 16, kBfloat16), s, 1000 + r));
+        if (!(r == b && q == a)) p.extras.push_back(At(P2p(OpKind::Recv, q, 1 << 16, kBfloat16), s, 1000 + r));
+      }
+      p.extras.push_back(At(LossAllReduce(), r == a ? Stage::kEnqueued : Stage::kGpuReached));
+    }
+    expect(Cause::P2pUnmatched, {b}, world, /*p2p=*/true);
+  } else if (name == "p2p_pairing_unknown") {
+    // p2p_mismatch_dtype's pipeline pair with matching calls, whose send the sender's ring no
+    // longer holds (generate with --ring 1): the sizes cannot be compared, and the report says so.
+    if (!need(t.ranks >= 2, "2 ranks")) return false;
+    const int a = culprit, b = (culprit + 1) % t.ranks;
+    all_waiting_in_world(Stage::kGpuReached);
+    (*plans)[a].extras = {At(P2p(OpKind::Send, b, 8 << 20, kBfloat16), Stage::kCompleted),
+                          At(LossAllReduce(), Stage::kGpuReached)};
+    (*plans)[b].extras = {At(P2p(OpKind::Recv, a, 8 << 20, kBfloat16), Stage::kGpuReached),
+                          At(LossAllReduce(), Stage::kEnqueued)};
+    expect(Cause::StuckInCollective, {}, world, /*p2p=*/true);
   } else if (name == analysis::CauseName(Cause::P2pOutOfOrder)) {
     // Two pipeline neighbours both receive first, each in a group of its own, then send in a
     // second group: each send is queued behind its own rank's receive.
