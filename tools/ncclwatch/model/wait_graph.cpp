@@ -436,10 +436,6 @@ void WaitGraph::AddP2pSide(BlockedOp* blocked, int comm_rank, bool send) {
   P2pSide& side = send ? blocked->send : blocked->recv;
   side.comm_rank = comm_rank;
   side.dump = b.dump;
-  if (const trace::CommSummary* cs = b.dump >= 0 ? StateOf(b.dump, blocked->comm) : nullptr) {
-    const trace::P2pCounters* pc = cs->P2pWith(other);
-    side.issued = pc && (send ? pc->send_enqueued : pc->recv_enqueued) >= blocked->seq;
-  }
   if (KindFromDump(b.dump) != BlockKind::kGpuLag) {
     b.kind = KindFromDump(b.dump);
     blocked->blockers.push_back(b);
@@ -450,7 +446,6 @@ void WaitGraph::AddP2pSide(BlockedOp* blocked, int comm_rank, bool send) {
   if (oi >= 0) {
     const trace::Op& op = dumps_[b.dump].summary.in_flight[oi];
     side.op = op;
-    side.issued = true;
     side.done = op.state.Is(OpState::Completed);
     if (op.state.Is(OpState::Completed)) return;
     if (NotStarted(op) && !GroupStarted(b.dump, op)) {

@@ -93,7 +93,6 @@ struct P2pSide {
   int dump = -1;
   std::optional<trace::Op> op;  // in flight, or (a completed side) its ring's record
   bool done = false;            // completed (in flight as completed, or issued and gone from in_flight)
-  bool issued = false;          // its counters toward the peer reach this transfer's p2p_seq
 };
 
 // One blocked operation: a collective (comm, seq) or one Send/Recv transfer.

@@ -568,12 +568,12 @@ class Attributor {
     // A rank that never posted its side of a transfer and went on to a collective, which the
     // other side's GPU reaches only after the transfer: the cycle closes through that collective,
     // but the story is the missing call (a missing Recv), blamed on the rank that never made it.
-    if (cause == Cause::P2pUnmatched)
+    const bool through_collective = std::any_of(cycle.begin(), cycle.end(), [&](const auto& step) {
+      return !g_.blocked_ops()[step.first].p2p;
+    });
+    if (cause == Cause::P2pUnmatched && through_collective)
       for (const auto& [step_op, b] : cycle) {
-        const bool through_collective = std::any_of(cycle.begin(), cycle.end(), [&](const auto& s) {
-          return !g_.blocked_ops()[s.first].p2p;
-        });
-        if (through_collective && g_.blocked_ops()[step_op].p2p && b->kind == BlockKind::kHostMissing) {
+        if (g_.blocked_ops()[step_op].p2p && b->kind == BlockKind::kHostMissing) {
           Draft d = TerminalDraft(step_op, Cause::P2pUnmatched, {b});
           for (size_t i = 0; i < cycle.size(); ++i)
             if (cycle[i].first != step_op) d.roots.push_back(cycle[i].first);
