@@ -95,7 +95,7 @@ TEST_CASE("an unmatched send names the peer that never posted its receive", "[at
   CHECK(v.p2p_dst == 1);
 }
 
-TEST_CASE("sends queued before receives on both GPUs are a deadlock cycle", "[attribution]") {
+TEST_CASE("sends queued before receives on both GPUs are out of order", "[attribution]") {
   TempDir dir;
   std::vector<Document> dumps;
   for (int r = 0; r < 2; ++r) {
@@ -108,10 +108,52 @@ TEST_CASE("sends queued before receives on both GPUs are a deadlock cycle", "[at
   auto report = Analyze(dir, dumps);
   REQUIRE(report.verdicts.size() == 1);
   const auto& v = report.verdicts[0];
-  CHECK(v.cause == Cause::P2pUnmatched);
+  // Each issued the receive the other's send waits for, queued behind its own send (issue 45).
+  CHECK(v.cause == Cause::P2pOutOfOrder);
   CHECK(v.cycle.size() == 3);
   CHECK(v.cycle.front() == v.cycle.back());
   CHECK(v.culprit_ranks == Ranks({0, 1}));
+}
+
+TEST_CASE("a send and its receive of different sizes are a p2p_mismatch naming both sides", "[attribution]") {
+  TempDir dir;
+  trace::Op send = P2pOp(kWorld, "Send", 1, 13, "gpu_reached");
+  send.count = 512;
+  send.bytes = 2048;
+  Document a = Dump(0, 2, {Comm(kWorld, 2, 0, 0, 0, 0)}, {send});
+  a.summary.comms[0].p2p = {{1, 13, 12, 0, 0}};
+  Document b = Dump(1, 2, {Comm(kWorld, 2, 1, 0, 0, 0)}, {P2pOp(kWorld, "Recv", 0, 13, "gpu_reached")});
+  b.summary.comms[0].p2p = {{0, 0, 0, 13, 12}};
+  auto report = Analyze(dir, {a, b});
+  REQUIRE(report.verdicts.size() == 1);
+  const auto& v = report.verdicts[0];
+  CHECK(v.cause == Cause::P2pMismatch);
+  CHECK(v.culprit_ranks == Ranks({0, 1}));
+  CHECK(v.p2p_mismatch == "size");
+  REQUIRE(v.p2p_calls.size() == 2);
+  CHECK(v.p2p_calls[0].count == 512);
+  CHECK(v.p2p_calls[1].count == 1024);
+  const std::string text = analysis::RenderReportText(report, {});
+  CHECK(text.find("rank 0's Send #13 to rank 1 carries 2 KiB (512 float32); rank 1's Recv #13 from rank 0 expects "
+                  "4 KiB (1024 float32)") != std::string::npos);
+  CHECK(text.find("transport") == std::string::npos);
+}
+
+TEST_CASE("a transfer whose completed side left no record says its pairing is unknown", "[attribution]") {
+  TempDir dir;
+  // Rank 1's send completed and its ring no longer holds it: the sizes cannot be compared.
+  Document a = Dump(0, 2, {Comm(kWorld, 2, 0, 0, 0, 0)}, {P2pOp(kWorld, "Recv", 1, 7, "gpu_reached")});
+  a.summary.comms[0].p2p = {{1, 0, 0, 7, 6}};
+  Document b = Dump(1, 2, {Comm(kWorld, 2, 1, 0, 0, 0)});
+  b.summary.comms[0].p2p = {{0, 7, 7, 0, 0}};
+  auto report = Analyze(dir, {a, b});
+  REQUIRE(report.verdicts.size() == 1);
+  const auto& v = report.verdicts[0];
+  CHECK(v.cause == Cause::StuckInCollective);
+  CHECK(v.p2p_mismatch == "unknown");
+  const std::string text = analysis::RenderReportText(report, {});
+  CHECK(text.find("rank 1: Send #7 to rank 0: no record of it is left") != std::string::npos);
+  CHECK(text.find("whether their sizes and datatypes agree is unknown") != std::string::npos);
 }
 
 TEST_CASE("a missing member whose global rank cannot be inferred is a comm rank", "[attribution]") {

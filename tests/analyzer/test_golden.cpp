@@ -25,7 +25,8 @@ const char* const kGoldenSets[] = {
     "rank_missing",  "gpu_not_reached", "stuck_in_collective", "mismatch",   "p2p_unmatched",
     "cross_comm_deadlock", "rank_dead_no_dump", "rank_dead_fatal", "no_hang", "mixed",
     "ring_overflow", "two_dumps_one_rank", "corrupt_files", "rank_exited", "nccl_error", "init_hang", "rank_stopped",
-    "extra_call", "job_killed", "host_lost",
+    "extra_call", "job_killed", "host_lost", "p2p_mismatch", "p2p_mismatch_dtype", "p2p_out_of_order",
+    "p2p_missing_recv", "p2p_pairing_unknown",
     "sim_gpu_not_reached",  // real dumps from libncclwatch.so over the simulator
 };
 
@@ -43,7 +44,8 @@ Json AnalyzeDir(const std::string& dir, analysis::Report* out = nullptr) {
 Json Essential(const Json& v) {
   Json e;
   for (const char* k : {rk::kCause, rk::kComm, rk::kSeq, rk::kOp, rk::kCulpritRanks, rk::kCulpritCommRanks,
-                        rk::kWaitingRanks, rk::kCycle, rk::kCallCountDivergence, rk::kTie, rk::kP2pSrc, rk::kP2pDst})
+                        rk::kWaitingRanks, rk::kCycle, rk::kCallCountDivergence, rk::kTie, rk::kP2pSrc, rk::kP2pDst,
+                        rk::kMismatch, rk::kP2pCalls})
     if (v.contains(k)) e[k] = v[k];
   Json consequences = Json::array();
   for (const auto& q : v[rk::kConsequences])

@@ -383,6 +383,7 @@ trace::Document DumpRenderer::Render(int rank, const RankPlan& plan, const DumpO
                      ? callsite_index_[e.op.callsite]
                      : -1;
     x.tid = pid;
+    x.group = e.group;
     x.enqueue_ns = history_end_ns + static_cast<int64_t>(j + 1) * 100000000LL;
     bool reached = e.stage != Stage::kEnqueued, done = e.stage == Stage::kCompleted;
     x.gpu_reached_ns = reached ? x.enqueue_ns + 1000000 : 0;

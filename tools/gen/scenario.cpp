@@ -53,7 +53,13 @@ Operation TpAllGather() {
   return Collective(CommKind::kTp, OpKind::AllGather, 4 << 20, kBfloat16, -1, kCsTpAllGather);
 }
 
-ExtraOp At(Operation op, Stage stage) { return {op, stage}; }
+ExtraOp At(Operation op, Stage stage, int64_t group = 0) { return {op, stage, group}; }
+
+Operation P2p(OpKind kind, int peer, int64_t count, int dtype) {
+  Operation o = Collective(CommKind::kWorld, kind, count, dtype, -1, kCsSendForward);
+  o.peer = peer;
+  return o;
+}
 
 bool InGroupOf(const Topology& t, CommKind k, int a, int b) {
   return t.GroupIndex(k, a) == t.GroupIndex(k, b);
@@ -158,6 +164,9 @@ std::vector<std::string> ScenarioNames() {
   std::vector<std::string> names;
   for (const char* n : analysis::kCauseNames) names.push_back(n);
   names.push_back("mixed");
+  names.push_back("p2p_mismatch_dtype");
+  names.push_back("p2p_missing_recv");
+  names.push_back("p2p_pairing_unknown");
   return names;
 }
 
@@ -302,6 +311,80 @@ bool BuildScenario(const std::string& name, const Topology& t, int culprit, bool
         p.extras = {At(TpAllGather(), Stage::kCompleted), At(LossAllReduce(), Stage::kGpuReached)};
     }
     expect(Cause::CrossCommDeadlock, {a, b}, world_or_tp);
+  } else if (name == analysis::CauseName(Cause::P2pMismatch)) {
+    // An expert-parallel token all-to-all, one group of Send/Recv to every peer on each rank; the
+    // culprit sends rank b half the elements b expects (a stale capacity). As on NCCL, the send
+    // completes (and the culprit's group with it), b's receive never does: b's group waits, its
+    // GPU never reaches the loss all-reduce the others wait in.
+    if (!need(t.ranks >= 3, "3 ranks")) return false;
+    const int a = culprit, b = (culprit + 3) % t.ranks == culprit ? (culprit + 1) % t.ranks : (culprit + 3) % t.ranks;
+    const int64_t tokens = 1 << 16;
+    for (int r = 0; r < t.ranks; ++r) {
+      RankPlan& p = (*plans)[r];
+      const Stage s = r == b ? Stage::kGpuReached : Stage::kCompleted;
+      p.extras.clear();
+      for (int q = 0; q < t.ranks; ++q) {
+        if (q == r) continue;
+        p.extras.push_back(At(P2p(OpKind::Send, q, r == a && q == b ? tokens / 2 : tokens, kBfloat16), s, 1000 + r));
+        p.extras.push_back(At(P2p(OpKind::Recv, q, tokens, kBfloat16), s, 1000 + r));
+      }
+      p.extras.push_back(At(LossAllReduce(), r == b ? Stage::kEnqueued : Stage::kGpuReached));
+    }
+    expect(Cause::P2pMismatch, {a, b}, world, /*p2p=*/true);
+  } else if (name == "p2p_mismatch_dtype") {
+    // A pipeline pair: stage a sends its activations as bfloat16, stage b = a + 1 receives
+    // float32 (a cast on one side only): b's receive never completes.
+    if (!need(t.ranks >= 2, "2 ranks")) return false;
+    const int a = culprit, b = (culprit + 1) % t.ranks;
+    all_waiting_in_world(Stage::kGpuReached);
+    (*plans)[a].extras = {At(P2p(OpKind::Send, b, 8 << 20, kBfloat16), Stage::kCompleted),
+                          At(LossAllReduce(), Stage::kGpuReached)};
+    (*plans)[b].extras = {At(P2p(OpKind::Recv, a, 8 << 20, kFloat32), Stage::kGpuReached),
+                          At(LossAllReduce(), Stage::kEnqueued)};
+    (*plans)[a].stack = (*plans)[b].stack = StackKind::kPipelineSend;
+    expect(Cause::P2pMismatch, {a, b}, world, /*p2p=*/true);
+  } else if (name == "p2p_missing_recv") {
+    // The all-to-all of p2p_mismatch, in which rank b posts no receive from the culprit: the
+    // culprit's send (a rendezvous) never completes, nor its group; b's group completes and b
+    // waits in the loss all-reduce with the others, which the culprit's GPU never reaches.
+    if (!need(t.ranks >= 3, "3 ranks")) return false;
+    const int a = culprit, b = (culprit + 3) % t.ranks == culprit ? (culprit + 1) % t.ranks : (culprit + 3) % t.ranks;
+    for (int r = 0; r < t.ranks; ++r) {
+      RankPlan& p = (*plans)[r];
+      const Stage s = r == a ? Stage::kGpuReached : Stage::kCompleted;
+      p.extras.clear();
+      for (int q = 0; q < t.ranks; ++q) {
+        if (q == r) continue;
+        p.extras.push_back(At(P2p(OpKind::Send, q, 1 << 16, kBfloat16), s, 1000 + r));
+        if (!(r == b && q == a)) p.extras.push_back(At(P2p(OpKind::Recv, q, 1 << 16, kBfloat16), s, 1000 + r));
+      }
+      p.extras.push_back(At(LossAllReduce(), r == a ? Stage::kEnqueued : Stage::kGpuReached));
+    }
+    expect(Cause::P2pUnmatched, {b}, world, /*p2p=*/true);
+  } else if (name == "p2p_pairing_unknown") {
+    // p2p_mismatch_dtype's pipeline pair with matching calls, whose send the sender's ring no
+    // longer holds (generate with --ring 1): the sizes cannot be compared, and the report says so.
+    if (!need(t.ranks >= 2, "2 ranks")) return false;
+    const int a = culprit, b = (culprit + 1) % t.ranks;
+    all_waiting_in_world(Stage::kGpuReached);
+    (*plans)[a].extras = {At(P2p(OpKind::Send, b, 8 << 20, kBfloat16), Stage::kCompleted),
+                          At(LossAllReduce(), Stage::kGpuReached)};
+    (*plans)[b].extras = {At(P2p(OpKind::Recv, a, 8 << 20, kBfloat16), Stage::kGpuReached),
+                          At(LossAllReduce(), Stage::kEnqueued)};
+    expect(Cause::StuckInCollective, {}, world, /*p2p=*/true);
+  } else if (name == analysis::CauseName(Cause::P2pOutOfOrder)) {
+    // Two pipeline neighbours both receive first, each in a group of its own, then send in a
+    // second group: each send is queued behind its own rank's receive.
+    if (!need(t.ranks >= 2, "2 ranks")) return false;
+    const int a = culprit, b = (culprit + 1) % t.ranks;
+    all_waiting_in_world(Stage::kGpuReached);
+    for (auto [me, peer] : {std::pair<int, int>{a, b}, {b, a}}) {
+      (*plans)[me].extras = {At(P2p(OpKind::Recv, peer, 8 << 20, kBfloat16), Stage::kGpuReached, 2000 + me),
+                             At(P2p(OpKind::Send, peer, 8 << 20, kBfloat16), Stage::kEnqueued, 3000 + me),
+                             At(LossAllReduce(), Stage::kEnqueued)};
+      (*plans)[me].stack = StackKind::kPipelineSend;
+    }
+    expect(Cause::P2pOutOfOrder, {a, b}, world, /*p2p=*/true);
   } else if (name == "mixed") {
     // Two independent roots in two TP groups; the world all-reduce waits on both.
     if (!need(t.HasSubComms() && t.ranks / t.tp >= 2, "--tp > 1 and at least 2 TP groups")) return false;

@@ -59,6 +59,7 @@ struct Operation {
 struct ExtraOp {
   Operation op;
   Stage stage = Stage::kGpuReached;
+  int64_t group = 0;  // the rank's ncclGroupStart/End group it was issued in; 0: none
 };
 
 struct RankPlan {

@@ -18,7 +18,10 @@ bool NotStarted(const trace::Op& op) {
   return op.state.Is(OpState::Enqueued) || op.state.Is(OpState::PendingLaunch);
 }
 
-WaitGraph::WaitGraph(const DumpSet& set) : set_(set), dumps_(set.dumps()) {
+WaitGraph::WaitGraph(const DumpSet& set) : WaitGraph(set, DetailReader()) {}
+
+WaitGraph::WaitGraph(const DumpSet& set, DetailReader details)
+    : set_(set), dumps_(set.dumps()), details_(std::move(details)) {
   IndexCommunicators();
   for (size_t c = 0; c < comms_.size(); ++c) {
     BuildInitBlockedOp(static_cast<int>(c));
@@ -26,6 +29,7 @@ WaitGraph::WaitGraph(const DumpSet& set) : set_(set), dumps_(set.dumps()) {
   }
   BuildP2pBlockedOps();
   for (size_t bi = 0; bi < blocked_ops_.size(); ++bi) ResolveBlockers(static_cast<int>(bi));
+  LinkP2pGroups();
   FindCycles();
 }
 
@@ -322,7 +326,7 @@ void WaitGraph::BuildCollectiveBlockedOp(int ci) {
       by_signature[{op->OpName(), op->count, op->dtype, op->root, op->redop}].push_back(b.global);
       if (!blocked.op) blocked.op = op;
     }
-    bool reached = cs->last_gpu_reached >= s || (op && StateUnknownToGpu(*op));
+    bool reached = cs->last_gpu_reached >= s || (op && StateUnknownToGpu(*op)) || (op && GroupStarted(d, *op));
     if (reached) {
       blocked.waiting.push_back(r);
       if (op && op->age_s > blocked.waited_s) blocked.waited_s = op->age_s;
@@ -415,6 +419,7 @@ void WaitGraph::BuildP2pBlockedOps() {
       AddP2pSide(&blocked, src, true);
       AddP2pSide(&blocked, dst, false);
       if (blocked.waiting.empty() && blocked.blockers.empty()) continue;  // both sides done
+      MatchP2pSides(&blocked);
       p2p_blocked_ops_[k] = static_cast<int>(blocked_ops_.size());
       blocked_ops_.push_back(std::move(blocked));
     }
@@ -428,6 +433,9 @@ void WaitGraph::AddP2pSide(BlockedOp* blocked, int comm_rank, bool send) {
   b.comm_rank = comm_rank;
   b.global = c.global[comm_rank];
   b.dump = DumpOfMember(c, comm_rank);
+  P2pSide& side = send ? blocked->send : blocked->recv;
+  side.comm_rank = comm_rank;
+  side.dump = b.dump;
   if (KindFromDump(b.dump) != BlockKind::kGpuLag) {
     b.kind = KindFromDump(b.dump);
     blocked->blockers.push_back(b);
@@ -437,8 +445,10 @@ void WaitGraph::AddP2pSide(BlockedOp* blocked, int comm_rank, bool send) {
   int oi = FindP2pInFlight(b.dump, c.id, kind, other, blocked->seq);
   if (oi >= 0) {
     const trace::Op& op = dumps_[b.dump].summary.in_flight[oi];
+    side.op = op;
+    side.done = op.state.Is(OpState::Completed);
     if (op.state.Is(OpState::Completed)) return;
-    if (NotStarted(op)) {
+    if (NotStarted(op) && !GroupStarted(b.dump, op)) {
       b.kind = BlockKind::kGpuLag;
       b.lag_op = oi;
       blocked->blockers.push_back(b);
@@ -453,9 +463,94 @@ void WaitGraph::AddP2pSide(BlockedOp* blocked, int comm_rank, bool send) {
   const trace::CommSummary* cs = StateOf(b.dump, blocked->comm);
   const trace::P2pCounters* pc = cs ? cs->P2pWith(other) : nullptr;
   int64_t issued = pc ? (send ? pc->send_enqueued : pc->recv_enqueued) : 0;
-  if (issued >= blocked->seq) return;  // issued and no longer in flight: completed
+  if (issued >= blocked->seq) {  // issued and no longer in flight: completed
+    side.done = true;
+    return;
+  }
   b.kind = BlockKind::kHostMissing;
   blocked->blockers.push_back(b);
+}
+
+bool WaitGraph::GroupStarted(int dump, const trace::Op& op) const {
+  if (op.group <= 0 || dump < 0) return false;
+  for (const trace::Op& o : dumps_[dump].summary.in_flight)
+    if (o.group == op.group && o.stream == op.stream && (o.state.Is(OpState::GpuReached) || o.state.Is(OpState::Completed)))
+      return true;
+  return false;
+}
+
+void WaitGraph::MatchP2pSides(BlockedOp* blocked) {
+  const std::string& comm = comms_[blocked->comm].id;
+  for (P2pSide* side : {&blocked->send, &blocked->recv}) {
+    if (side->op || !side->done || side->dump < 0 || !details_) continue;
+    // Completed: its ring may still hold it (the latest record of that transfer).
+    const trace::Detail* d = details_(static_cast<size_t>(side->dump));
+    if (!d) continue;
+    const bool send = side == &blocked->send;
+    const auto kind = send ? trace::OpKind::Send : trace::OpKind::Recv;
+    const int peer = send ? blocked->dst : blocked->src;
+    for (auto it = d->ring.entries.rbegin(); it != d->ring.entries.rend(); ++it)
+      if (it->op_known && it->op == kind && it->comm == comm && it->peer == peer && it->p2p_seq == blocked->seq) {
+        side->op = *it;
+        break;
+      }
+  }
+  blocked->match = P2pMatch::kUnknown;
+  if (!blocked->send.op || !blocked->recv.op) return;
+  const trace::Op& s = *blocked->send.op;
+  const trace::Op& r = *blocked->recv.op;
+  if (s.dtype.empty() || r.dtype.empty() || s.count < 0 || r.count < 0) return;
+  if (s.dtype != r.dtype) blocked->match = P2pMatch::kTypeMismatch;
+  else if (s.count != r.count) blocked->match = P2pMatch::kSizeMismatch;
+  else blocked->match = P2pMatch::kMatch;
+}
+
+bool WaitGraph::HeldOnlyByItsGroup(const BlockedOp& b) const {
+  if (b.waiting.empty() || b.init || b.mismatch || (b.p2p && b.match != P2pMatch::kMatch)) return false;
+  return std::all_of(b.blockers.begin(), b.blockers.end(), [](const Blocker& x) { return x.kind == BlockKind::kGroup; });
+}
+
+void WaitGraph::LinkP2pGroups() {
+  // Edges only from a transfer that its sides' agreement leaves nothing to wait on but its group,
+  // to a group member that is blocked for a reason of its own: no cycle among held transfers.
+  std::vector<std::vector<int>> links(blocked_ops_.size());
+  for (size_t bi = 0; bi < blocked_ops_.size(); ++bi) {
+    const BlockedOp& x = blocked_ops_[bi];
+    if (!HeldOnlyByItsGroup(x)) continue;
+    for (int w : x.waiting) {
+      // Its own operation in the transfer (p2p) or the collective, on this waiting rank.
+      const trace::Op* own = nullptr;
+      int own_dump = -1;
+      if (x.p2p) {
+        const P2pSide& mine = w == x.send.comm_rank ? x.send : x.recv;
+        own = mine.op ? &*mine.op : nullptr;
+        own_dump = mine.dump;
+      } else {
+        own_dump = DumpOfMember(comms_[x.comm], w);
+        const int oi = own_dump >= 0 ? FindInFlight(own_dump, comms_[x.comm].id, x.seq) : -1;
+        own = oi >= 0 ? &dumps_[own_dump].summary.in_flight[oi] : nullptr;
+      }
+      if (!own || own->group <= 0 || own_dump < 0) continue;
+      struct {
+        const trace::Op* op;
+        int dump;
+      } mine{own, own_dump};
+      for (const trace::Op& op : dumps_[mine.dump].summary.in_flight) {
+        if (op.group != mine.op->group || op.state.Is(OpState::Completed)) continue;
+        const int t = BlockedOpOf(mine.dump, op);
+        if (t < 0 || t == static_cast<int>(bi) || HeldOnlyByItsGroup(blocked_ops_[t])) continue;
+        if (std::find(links[bi].begin(), links[bi].end(), t) != links[bi].end()) continue;
+        links[bi].push_back(t);
+        Blocker b;
+        b.comm_rank = w;
+        b.global = comms_[x.comm].global[w];
+        b.dump = mine.dump;
+        b.kind = BlockKind::kGroup;
+        b.target = t;
+        blocked_ops_[bi].blockers.push_back(b);
+      }
+    }
+  }
 }
 
 bool WaitGraph::EndedOwingNothing(const BlockedOp& blocked, int dump, int comm_rank, bool send) const {
@@ -508,6 +603,7 @@ void WaitGraph::ResolveBlockers(int bi) {
   BlockedOp& blocked = blocked_ops_[bi];
   if (blocked.mismatch || blocked.init) return;  // the calls disagree / nobody joined: nothing to follow
   for (Blocker& b : blocked.blockers) {
+    if (b.kind == BlockKind::kGroup) continue;  // LinkP2pGroups sets its target
     if (b.kind == BlockKind::kDead || b.kind == BlockKind::kStopped || b.kind == BlockKind::kError ||
         b.kind == BlockKind::kExited) {
       b.terminal = b.kind == BlockKind::kDead      ? Terminal::kDead
@@ -549,6 +645,7 @@ void WaitGraph::ResolveBlockers(int bi) {
     for (int i = b.lag_op - 1; mine && i >= 0; --i) {
       const trace::Op& ahead = ops[i];
       if (ahead.state.Is(OpState::Completed)) continue;
+      if (mine->group > 0 && ahead.group == mine->group) continue;  // the same launch
       if (!mine->stream.empty() && !ahead.stream.empty() && ahead.stream != mine->stream) continue;
       int t = BlockedOpOf(b.dump, ahead);
       b.target = t == bi ? -1 : t;

@@ -8,7 +8,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -47,6 +49,9 @@ enum class BlockKind {
   kExited,       // it exited normally (its exit record)
   kHostMissing,  // its host never issued the operation
   kGpuLag,       // issued, but its GPU has not reached it
+  kGroup,        // its own side is inside the operation, held by the rest of its ncclGroupStart/End
+                 // group: another transfer (or collective) of the group that cannot complete
+                 // (Blocker::target); a group completes as one
 };
 
 // Where the wait ends, once a blocker has been followed.
@@ -72,6 +77,24 @@ struct Blocker {
   int target = -1;  // blocked operation this blocker waits on (when terminal == kNone)
 };
 
+// How the two sides of a Send/Recv transfer (the n-th send from src to dst and the n-th receive
+// at dst from src, on one communicator) compare. NCCL pairs them by that order alone: the
+// sizes and types must agree, or the receive never completes (or reads garbage).
+enum class P2pMatch : uint8_t {
+  kUnknown,       // a side's record is not at hand (no dump, its ring overwritten): not compared
+  kMatch,         // the same datatype and bytes
+  kSizeMismatch,  // the same datatype, different counts
+  kTypeMismatch,  // different datatypes (the bytes may differ too)
+};
+
+// One side of a transfer as its rank recorded it.
+struct P2pSide {
+  int comm_rank = -1;
+  int dump = -1;
+  std::optional<trace::Op> op;  // in flight, or (a completed side) its ring's record
+  bool done = false;            // completed (in flight as completed, or issued and gone from in_flight)
+};
+
 // One blocked operation: a collective (comm, seq) or one Send/Recv transfer.
 struct BlockedOp {
   bool p2p = false;
@@ -88,6 +111,9 @@ struct BlockedOp {
   std::vector<int> minority;          // global ranks
   bool tie = false;
   bool divergence = false;
+  // p2p: both sides of the transfer and how they compare.
+  P2pSide send, recv;
+  P2pMatch match = P2pMatch::kUnknown;
 };
 
 struct CommIndex {
@@ -121,6 +147,10 @@ class WaitGraph {
   // communicators, builds the blocked operations, follows every blocker, finds cycles. The
   // graph never changes afterwards; `set` must outlive it.
   explicit WaitGraph(const DumpSet& set);
+  // With a reader of a dump's full details (DumpSet::Detail): a transfer's side that completed
+  // is looked up in its rank's ring, so that both sides can be compared.
+  using DetailReader = std::function<const trace::Detail*(size_t dump)>;
+  WaitGraph(const DumpSet& set, DetailReader details);
 
   const std::vector<Dump>& dumps() const { return dumps_; }
   const std::vector<CommIndex>& comms() const { return comms_; }
@@ -152,6 +182,9 @@ class WaitGraph {
   // Its error only says that another rank failed (ncclRemoteError).
   bool IsRemoteError(int dump) const;
   int FindInFlight(int dump, const std::string& comm, int64_t seq) const;
+  // Whether the GPU reached an operation's ncclGroupStart/End group: the group is one launch with
+  // one marker pair per stream, which its first operation holds (the others read `enqueued`).
+  bool GroupStarted(int dump, const trace::Op& op) const;
 
  private:
   void IndexCommunicators();
@@ -176,6 +209,12 @@ class WaitGraph {
   // from whichever side recorded it.
   void BuildP2pBlockedOps();
   void AddP2pSide(BlockedOp* blocked, int comm_rank, bool send);
+  // Both sides' records compared (P2pMatch); a completed side's from its ring when details are at hand.
+  void MatchP2pSides(BlockedOp* blocked);
+  // A transfer whose sides agree and that nothing else blocks waits for the rest of its group on
+  // each waiting rank: an edge to each of the group's operations that is itself blocked.
+  void LinkP2pGroups();
+  bool HeldOnlyByItsGroup(const BlockedOp& b) const;
   // A rank that ended (exited, died) owes nothing to a transfer it completed, or issued while
   // its peer completed its side: its counts toward the peer say so, whatever its op list says.
   bool EndedOwingNothing(const BlockedOp& blocked, int dump, int comm_rank, bool send) const;
@@ -189,6 +228,7 @@ class WaitGraph {
 
   const DumpSet& set_;
   const std::vector<Dump>& dumps_;
+  DetailReader details_;
   std::vector<CommIndex> comms_;
   std::unordered_map<std::string, int> comm_by_id_;
   std::vector<BlockedOp> blocked_ops_;

@@ -137,6 +137,36 @@ std::string EndedText(const Verdict& v) {
          " ended normally (exit status 0" + (one ? "" : " each") + ")";
 }
 
+// "rank 2's Send #13 to rank 5 carries 2 KiB (512 float32)", "rank 5's Recv #13 from rank 2
+// expects 4 KiB (1024 float32)".
+std::string P2pCallText(const P2pCall& c) {
+  const bool send = c.op == "Send";
+  std::string s = "rank " + std::to_string(c.rank) + "'s " + OpLabel(c.op, c.p2p_seq) + (send ? " to" : " from") +
+                  " rank " + std::to_string(c.peer) + (send ? " carries " : " expects ") + FormatBytes(c.bytes);
+  if (c.count >= 0) s += " (" + std::to_string(c.count) + " " + (c.dtype.empty() ? "?" : c.dtype) + ")";
+  return s;
+}
+
+// A group of point-to-point operations as one operation: "AlltoAll-like group #13 (7 peers)".
+std::string P2pGroupText(const P2pGroup& g) {
+  const std::string seq = g.p2p_seq > 0 ? " #" + std::to_string(g.p2p_seq) : "";
+  const std::string peers = std::to_string(g.peers) + (g.peers == 1 ? " peer" : " peers");
+  if (g.id <= 0 || g.ops.size() <= 1) return "outside any group";
+  if (g.shape == "alltoall_like") return "AlltoAll-like group" + seq + " (" + peers + ")";
+  if (g.shape == "ring_exchange") return "ring-exchange group" + seq + " (" + peers + ")";
+  if (g.shape == "mixed")
+    return "group of " + std::to_string(g.ops.size()) + " operations, collectives and Send/Recv (" + peers + ")";
+  return "group of " + std::to_string(g.ops.size()) + " Send/Recv" + seq + " (" + peers + ")";
+}
+
+// Where one side of a transfer is, from its operation state.
+std::string P2pStateText(const std::string& state) {
+  if (state == "completed") return "completed";
+  if (state == "gpu_reached") return "its GPU is inside it";
+  if (state == "enqueued" || state == "pending_launch") return "queued: its GPU has not reached it";
+  return state;
+}
+
 std::string Headline(const Verdict& v) {
   std::string who = CulpritName(v);
   switch (v.cause) {
@@ -145,9 +175,24 @@ std::string Headline(const Verdict& v) {
     case Cause::StuckInCollective: return "every member is inside " + Where(v) + " and none completes";
     case Cause::Mismatch: return who + " called a different operation at " + Where(v);
     case Cause::P2pUnmatched:
+      if (v.cycle.empty() && v.p2p && v.culprit_ranks.size() == 1 && (v.op == "Send" || v.op == "Recv")) {
+        const bool send = v.op == "Send";  // the side that was called; the culprit owes the other
+        const int caller = v.culprit_ranks[0] == v.p2p_src ? v.p2p_dst : v.p2p_src;
+        return who + " never posted the " + (send ? "Recv" : "Send") + " matching rank " + std::to_string(caller) +
+               "'s " + OpLabel(v.op, v.seq) + " on " + CommLabel(v.comm, v.comm_name) + " (" +
+               std::to_string(v.comm_size) + " ranks)";
+      }
       return v.cycle.empty() ? who + " never matched " + Where(v)
                              : "Send/Recv deadlock between " + who + " at " + Where(v);
     case Cause::CrossCommDeadlock: return "cross-communicator deadlock between " + who;
+    case Cause::P2pMismatch:
+      if (v.p2p_calls.size() == 2)
+        return v.p2p_mismatch + " mismatch on " + CommLabel(v.comm, v.comm_name) + ": " + P2pCallText(v.p2p_calls[0]) +
+               "; " + P2pCallText(v.p2p_calls[1]);
+      return v.p2p_mismatch + " mismatch between " + who + " at " + Where(v);
+    case Cause::P2pOutOfOrder:
+      return "Send/Recv out of order between " + who + ": each waits for a call the other issued behind its own wait, at " +
+             Where(v);
     case Cause::RankDead:
       if (v.culprit_unanswered || v.culprit_unreadable)
         return who + (v.culprit_unanswered ? " did not answer the latest dump request" : " left only unreadable dumps") +
@@ -267,6 +312,19 @@ void RenderVerdict(std::ostream& out, const Style& st, const Report& report, con
     if (g.root >= 0) out << " root " << g.root;
     out << "\n";
   }
+  for (const auto& c : v.p2p_calls) {
+    if (c.count < 0) {
+      out << "   rank " << c.rank << ": " << OpLabel(c.op, c.p2p_seq) << (c.op == "Send" ? " to" : " from") << " rank "
+          << c.peer << ": no record of it is left (not in its dump, or its ring no longer holds it): "
+          << "the two sides cannot be compared\n";
+      continue;
+    }
+    out << "   rank " << c.rank << ": " << OpLabel(c.op, c.p2p_seq) << (c.op == "Send" ? " to" : " from") << " rank "
+        << c.peer << ", " << c.count << " " << Printable(c.dtype) << " (" << FormatBytes(c.bytes) << "), "
+        << (c.group.id <= 0 || c.group.ops.size() <= 1 ? std::string("outside any group")
+                                                        : "in its " + Printable(P2pGroupText(c.group)))
+        << "; " << Printable(P2pStateText(c.state)) << "\n";
+  }
   if (!v.cycle.empty()) {
     std::string chain;
     for (size_t i = 0; i < v.cycle.size(); ++i) chain += (i ? " -> " : "") + std::to_string(v.cycle[i]);
@@ -286,11 +344,28 @@ void RenderVerdict(std::ostream& out, const Style& st, const Report& report, con
     out << "   NCCL settings: none set (NCCL defaults)\n";
   }
   out << "   " << st.Cyan("advice:") << " " << Printable(AdviceText(v, report)) << "\n";
-  if (!v.consequences.empty()) {
+  // Many operations blocked behind one root (a group of Send/Recv to every peer): counts per
+  // communicator and kind, then the first few (every one is in the JSON).
+  constexpr size_t kConsequencesShown = 4;
+  if (v.consequences.size() > kConsequencesShown && !verbose) {
+    std::map<std::pair<std::string, std::string>, size_t> counts;  // (comm label, kind) -> n
+    for (const auto& q : v.consequences)
+      counts[{CommLabel(q.comm, q.comm_name), q.p2p ? std::string("Send/Recv") : q.op}]++;
+    std::string summary;
+    for (const auto& [key, n] : counts)
+      summary += (summary.empty() ? "" : ", ") + std::to_string(n) + " " + key.second + " on " + key.first;
+    out << "   also blocked because of this: " << v.consequences.size() << " operations (" << Printable(summary)
+        << "); the first " << kConsequencesShown << " (--verbose, --json: all):\n";
+  } else if (!v.consequences.empty()) {
     out << "   also blocked because of this:\n";
+  }
+  size_t consequences_shown = 0;
+  if (!v.consequences.empty()) {
     for (const auto& q : v.consequences) {
-      out << "     - " << OpLabel(q.op, q.seq) << " on " << CommLabel(q.comm, q.comm_name) << " ("
-          << q.comm_size << " ranks)";
+      if (!verbose && v.consequences.size() > kConsequencesShown && consequences_shown++ == kConsequencesShown) break;
+      out << "     - " << OpLabel(q.op, q.seq);
+      if (q.p2p) out << " " << q.p2p_src << "->" << q.p2p_dst;
+      out << " on " << CommLabel(q.comm, q.comm_name) << " (" << q.comm_size << " ranks)";
       if (!q.waiting_ranks.empty()) out << ": " << FormatRanks(q.waiting_ranks) << " wait";
       else out << ": queued behind it on the GPUs (no rank inside yet)";
       out << "\n";
@@ -635,7 +710,10 @@ std::string AdviceText(const Verdict& v, const Report& report) {
              "spin-wait). Look at what it launched before this call (its call-site stack; "
              "nsys or compute-sanitizer on that rank).";
     case Cause::StuckInCollective:
-      return "Every member's GPU is inside " + OpLabel(v.op, v.seq) +
+      return std::string(v.p2p_mismatch == "unknown" ? "The Send and the Recv of this transfer could not both be read, so "
+                                                       "whether their sizes and datatypes agree is unknown. "
+                                                     : "") +
+             "Every member's GPU is inside " + OpLabel(v.op, v.seq) +
              " and none completes: no rank is to blame. Suspect the transport (network link, "
              "NIC, IB, NVLink/NVLS); rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET and "
              "check the NCCL settings above and the fabric's error counters.";
@@ -656,9 +734,31 @@ std::string AdviceText(const Verdict& v, const Report& report) {
                ": each waits for a call the other makes only later. Post matching sends and "
                "receives inside one ncclGroupStart/End (batch_isend_irecv), or order them by "
                "rank parity.";
+      if (v.p2p && v.culprit_ranks.size() == 1 && (v.op == "Send" || v.op == "Recv")) {
+        const int caller = v.culprit_ranks[0] == v.p2p_src ? v.p2p_dst : v.p2p_src;
+        return who + " never posted the " + (v.op == "Send" ? "Recv" : "Send") + " matching rank " +
+               std::to_string(caller) + "'s " + OpLabel(v.op, v.seq) + " (its count of " +
+               (v.op == "Send" ? "receives from" : "sends to") + " rank " + std::to_string(caller) +
+               " is lower); its call site above is where it went instead. Check both sides' schedules (a "
+               "peer left out of an all-to-all, a pipeline stage skipping a microbatch).";
+      }
       return who + " never posted the call matching " + OpLabel(v.op, v.seq) +
              " (counts of sends and receives between the peers differ). Check the pipeline "
              "schedule on both sides.";
+    case Cause::P2pMismatch: {
+      std::string recv = v.p2p_calls.size() == 2 ? "rank " + std::to_string(v.p2p_calls[1].rank) + "'s Recv" : "the Recv";
+      return "NCCL pairs the n-th Send from a rank to a peer with that peer's n-th Recv from it, by order alone: "
+             "their " + std::string(v.p2p_mismatch == "datatype" ? "datatypes" : "sizes") + " must agree, and " + recv +
+             " never completes. Check how each side computes the " +
+             (v.p2p_mismatch == "datatype" ? "datatype (a cast or a dtype argument on one side only)"
+                                           : "count (a stale capacity, a split size computed on one side only)") +
+             "; both call sites are shown above.";
+    }
+    case Cause::P2pOutOfOrder:
+      return "Each of " + who +
+             " waits in a call whose counterpart the other issued, but queued behind its own wait (both receive, or "
+             "both send, first, in separate groups). Post each exchange's Send and Recv inside one "
+             "ncclGroupStart/End (batch_isend_irecv), or order them by rank parity.";
     case Cause::CrossCommDeadlock:
       return "Ranks enter communicators in different orders (" + who +
              "): each waits in one communicator for a rank that waits in another. Issue "
@@ -889,12 +989,35 @@ json ReportToJson(const Report& report) {
       j[rk::kKilledWithinMs] = v.killed_within_ms;
       if (v.cause == Cause::HostLost) j[rk::kKilledHost] = v.killed_host;
     }
+    if (!v.p2p_calls.empty()) {
+      j[rk::kMismatch] = v.p2p_mismatch;
+      json calls = json::array();
+      for (const auto& c : v.p2p_calls) {
+        json group_ops = json::array();
+        for (const auto& m : c.group.ops)
+          group_ops.push_back({{rk::kOp, m.op}, {rk::kComm, m.comm}, {rk::kPeer, OrNull(m.peer)}, {rk::kSeq, m.seq},
+                               {rk::kCount, m.count}, {rk::kDtype, m.dtype}, {rk::kBytes, OrNull(m.bytes)},
+                               {rk::kState, m.state}});
+        calls.push_back({{rk::kRank, c.rank}, {rk::kOp, c.op}, {rk::kPeer, c.peer}, {rk::kP2pSeq, c.p2p_seq},
+                         {rk::kCount, c.count}, {rk::kDtype, c.dtype}, {rk::kBytes, OrNull(c.bytes)},
+                         {rk::kState, c.state}, {rk::kText, P2pCallText(c)},
+                         {rk::kGroup, {{rk::kGroupId, c.group.id}, {rk::kShape, c.group.shape},
+                                       {rk::kPeers, c.group.peers}, {rk::kP2pSeq, OrNull(c.group.p2p_seq)},
+                                       {rk::kText, P2pGroupText(c.group)}, {rk::kOps, std::move(group_ops)}}}});
+      }
+      j[rk::kP2pCalls] = std::move(calls);
+    }
     j[rk::kAdvice] = AdviceText(v, report);
     json consequences = json::array();
-    for (const auto& q : v.consequences)
-      consequences.push_back({{rk::kComm, q.comm}, {rk::kCommName, q.comm_name},
-                              {rk::kCommSize, q.comm_size}, {rk::kSeq, q.seq},
-                              {rk::kOp, q.op}, {rk::kWaitingRanks, q.waiting_ranks}});
+    for (const auto& q : v.consequences) {
+      json c = {{rk::kComm, q.comm}, {rk::kCommName, q.comm_name}, {rk::kCommSize, q.comm_size}, {rk::kSeq, q.seq},
+                {rk::kOp, q.op}, {rk::kWaitingRanks, q.waiting_ranks}};
+      if (q.p2p) {
+        c[rk::kP2pSrc] = q.p2p_src;
+        c[rk::kP2pDst] = q.p2p_dst;
+      }
+      consequences.push_back(std::move(c));
+    }
     j[rk::kConsequences] = std::move(consequences);
     verdicts.push_back(std::move(j));
   }

@@ -117,6 +117,40 @@ struct CycleStep {
   int p2p_src = -1, p2p_dst = -1;  // global ranks of the transfer, for Send/Recv
 };
 
+// The ncclGroupStart/End group a Send/Recv was issued in, as its rank recorded it: one operation
+// in text ("AlltoAll-like group #13 (7 peers)"), every member in JSON.
+struct P2pGroupMember {
+  std::string op;
+  std::string comm;
+  int peer = -1;  // global rank (Send/Recv); -1 for a collective
+  int64_t seq = 0;  // p2p_seq for Send/Recv, seq for a collective
+  int64_t count = -1;
+  std::string dtype;
+  int64_t bytes = -1;
+  std::string state;
+};
+struct P2pGroup {
+  int64_t id = 0;              // the rank's own group number (0: issued outside a group)
+  std::string shape;           // alltoall_like, ring_exchange, send_recv, mixed (collectives too)
+  int peers = 0;               // distinct peers of its Send/Recv
+  int64_t p2p_seq = -1;        // the p2p_seq all its Send/Recv share, -1 when they differ
+  std::vector<P2pGroupMember> ops;
+};
+
+// One side of a Send/Recv transfer as its rank called it.
+struct P2pCall {
+  int rank = -1;       // global
+  int comm_rank = -1;
+  std::string op;      // Send, Recv
+  int peer = -1;       // global rank of the peer
+  int64_t p2p_seq = 0;
+  int64_t count = -1;
+  std::string dtype;
+  int64_t bytes = -1;
+  std::string state;   // its operation state; "completed" also for one gone from in_flight
+  P2pGroup group;
+};
+
 // A communicator blocked only because of a verdict's root cause.
 struct Consequence {
   std::string comm;
@@ -125,6 +159,8 @@ struct Consequence {
   int64_t seq = 0;
   std::string op;
   std::vector<int> waiting_ranks;
+  bool p2p = false;
+  int p2p_src = -1, p2p_dst = -1;  // global ranks of the transfer, for Send/Recv
 };
 
 // init_hang of communicators created with different ids: the ranks inside one of them.
@@ -203,6 +239,9 @@ struct Verdict {
   std::vector<int> killed_ranks;
   double killed_within_ms = -1;
   std::string killed_host;
+  // p2p_mismatch: the Send and the Recv (in that order) and what differs ("size", "datatype").
+  std::vector<P2pCall> p2p_calls;
+  std::string p2p_mismatch;
 };
 
 // Something worth knowing that is not a hang (never changes the exit status). Kind

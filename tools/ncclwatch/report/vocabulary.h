@@ -25,6 +25,8 @@ namespace analysis {
   X(ExtraCall, "extra_call")                   \
   X(JobKilled, "job_killed")                   \
   X(HostLost, "host_lost")                     \
+  X(P2pMismatch, "p2p_mismatch")               \
+  X(P2pOutOfOrder, "p2p_out_of_order")         \
   X(NoHang, "no_hang")
 
 NCCLWATCH_DEFINE_VOCABULARY(Cause, kCauseNames, CauseName, ParseCause, NCCLWATCH_FOR_EACH_CAUSE)
@@ -174,6 +176,16 @@ constexpr const char* kEndedAfterSeq = "ended_after_seq";  // extra_call: the la
 constexpr const char* kKilledRanks = "killed_ranks";      // job_killed, host_lost
 constexpr const char* kKilledWithinMs = "killed_within_ms";
 constexpr const char* kKilledHost = "killed_host";        // host_lost
+constexpr const char* kP2pCalls = "p2p_calls";      // p2p_mismatch: the Send and the Recv, as each side called it
+constexpr const char* kMismatch = "mismatch";       // p2p_mismatch: "size" or "datatype"
+constexpr const char* kPeer = "peer";
+constexpr const char* kP2pSeq = "p2p_seq";
+constexpr const char* kGroup = "group";             // the ncclGroupStart/End group a call was issued in
+constexpr const char* kGroupId = "id";
+constexpr const char* kShape = "shape";             // "alltoall_like", "ring_exchange", "send_recv", "mixed"
+constexpr const char* kPeers = "peers";
+constexpr const char* kOps = "ops";
+constexpr const char* kP2p = "p2p";
 }  // namespace report_key
 
 // The analysis output's own identity and version (analyze --json): bump on a change a reader

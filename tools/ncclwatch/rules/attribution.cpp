@@ -46,7 +46,8 @@ const std::vector<const CauseRule*>& TerminalRulesByPriority() {
 
 class Attributor {
  public:
-  Attributor(DumpSet& set, const AttributionOptions& options) : set_(set), g_(set), options_(options) {}
+  Attributor(DumpSet& set, const AttributionOptions& options)
+      : set_(set), g_(set, [&set](size_t dump) { return set.Detail(dump); }), options_(options) {}
 
   Report Run() {
     BuildVerdicts();
@@ -110,8 +111,20 @@ class Attributor {
         drafts.push_back(MismatchDraft(i));
         continue;
       }
+      // Both sides called, nothing else holds either, and they disagree: the transfer itself
+      // can never complete (a side still queued or missing is a story of its own first).
+      if (blocked.p2p && blocked.blockers.empty() &&
+          (blocked.match == P2pMatch::kSizeMismatch || blocked.match == P2pMatch::kTypeMismatch)) {
+        drafts.push_back(P2pMismatchDraft(i));
+        continue;
+      }
       if (blocked.blockers.empty()) {
-        drafts.push_back(TerminalDraft(i, Cause::StuckInCollective, {}));
+        Draft d = TerminalDraft(i, Cause::StuckInCollective, {});
+        if (blocked.p2p && blocked.match == P2pMatch::kUnknown) {  // say that the pairing is unknown, never guess
+          d.v.p2p_mismatch = "unknown";
+          for (const P2pSide* side : {&blocked.send, &blocked.recv}) d.v.p2p_calls.push_back(CallOf(blocked, *side));
+        }
+        drafts.push_back(std::move(d));
         continue;
       }
       // Terminal causes in priority order, as many as the blockers' terminals name.
@@ -543,7 +556,30 @@ class Attributor {
 
     std::set<int> comms_in_cycle;
     for (const auto& step : cycle) comms_in_cycle.insert(g_.blocked_ops()[step.first].comm);
-    Cause cause = comms_in_cycle.size() > 1 ? Cause::CrossCommDeadlock : Cause::P2pUnmatched;
+    // Within one communicator, Send/Recv only, every wait on a call the other rank issued but
+    // queued behind its own wait (its GPU has not reached it): the calls are out of order
+    // (both receive first, in separate groups). A call never issued is p2p_unmatched.
+    bool issued_behind = !cycle.empty();
+    for (const auto& step : cycle)
+      issued_behind = issued_behind && g_.blocked_ops()[step.first].p2p && step.second->kind == BlockKind::kGpuLag;
+    Cause cause = comms_in_cycle.size() > 1 ? Cause::CrossCommDeadlock
+                  : issued_behind           ? Cause::P2pOutOfOrder
+                                            : Cause::P2pUnmatched;
+    // A rank that never posted its side of a transfer and went on to a collective, which the
+    // other side's GPU reaches only after the transfer: the cycle closes through that collective,
+    // but the story is the missing call (a missing Recv), blamed on the rank that never made it.
+    const bool through_collective = std::any_of(cycle.begin(), cycle.end(), [&](const auto& step) {
+      return !g_.blocked_ops()[step.first].p2p;
+    });
+    if (cause == Cause::P2pUnmatched && through_collective)
+      for (const auto& [step_op, b] : cycle) {
+        if (g_.blocked_ops()[step_op].p2p && b->kind == BlockKind::kHostMissing) {
+          Draft d = TerminalDraft(step_op, Cause::P2pUnmatched, {b});
+          for (size_t i = 0; i < cycle.size(); ++i)
+            if (cycle[i].first != step_op) d.roots.push_back(cycle[i].first);
+          return d;
+        }
+      }
     Draft d;
     d.v = BaseVerdict(cycle.empty() ? bi : cycle[0].first, cause);
     d.roots.push_back(cycle.empty() ? bi : cycle[0].first);
@@ -568,6 +604,104 @@ class Attributor {
       prev = b;
     }
     d.merge_key = "cycle:" + std::to_string(bi);
+    return d;
+  }
+
+  // One side of a transfer as its rank called it, with the group it was issued in.
+  P2pCall CallOf(const BlockedOp& blocked, const P2pSide& side) {
+    const CommIndex& c = g_.comms()[blocked.comm];
+    const bool send = &side == &blocked.send;
+    P2pCall call;
+    call.comm_rank = side.comm_rank;
+    call.rank = side.comm_rank >= 0 ? c.global[side.comm_rank] : -1;
+    call.op = send ? "Send" : "Recv";
+    const int peer = send ? blocked.dst : blocked.src;
+    call.peer = c.global[peer];
+    call.p2p_seq = blocked.seq;
+    if (side.op) {
+      call.count = side.op->count;
+      call.dtype = side.op->dtype;
+      call.bytes = side.op->bytes;
+      call.state = side.op->state.known ? trace::OpStateName(side.op->state.value) : "unknown";
+    }
+    if (side.op && NotStarted(*side.op) && g_.GroupStarted(side.dump, *side.op))
+      call.state = trace::OpStateName(trace::OpState::GpuReached);
+    if (side.done) call.state = trace::OpStateName(trace::OpState::Completed);
+    if (side.op && side.dump >= 0) call.group = GroupOf(side.dump, *side.op);
+    return call;
+  }
+
+  // The group an operation was issued in, from its rank's in-flight operations and ring.
+  P2pGroup GroupOf(int dump, const trace::Op& op) {
+    P2pGroup g;
+    g.id = op.group;
+    std::vector<const trace::Op*> ops;
+    auto same = [](const trace::Op& a, const trace::Op& b) {
+      return a.comm == b.comm && a.seq == b.seq && a.p2p_seq == b.p2p_seq && a.peer == b.peer && a.op == b.op &&
+             a.op_known == b.op_known;
+    };
+    auto add = [&](const trace::Op& o) {
+      if (op.group <= 0 ? !same(o, op) : o.group != op.group) return;
+      for (const trace::Op* x : ops)
+        if (same(*x, o)) return;
+      ops.push_back(&o);
+    };
+    for (const trace::Op& o : g_.dumps()[dump].summary.in_flight) add(o);
+    if (const trace::Detail* det = set_.Detail(dump))
+      for (auto it = det->ring.entries.rbegin(); it != det->ring.entries.rend(); ++it) add(*it);  // group ids are the process's
+    if (ops.empty()) add(op);
+    std::set<int> peers, send_to, recv_from;
+    size_t collectives = 0;
+    bool one_seq = true;
+    for (const trace::Op* o : ops) {
+      P2pGroupMember m;
+      m.op = o->OpName();
+      m.comm = o->comm;
+      const int ci = g_.CommOf(o->comm);
+      m.peer = o->IsP2p() && ci >= 0 && o->peer >= 0 && o->peer < g_.comms()[ci].size ? g_.comms()[ci].global[o->peer] : -1;
+      m.seq = o->IsP2p() ? o->p2p_seq : o->seq;
+      m.count = o->count;
+      m.dtype = o->dtype;
+      m.bytes = o->bytes;
+      m.state = o->state.known ? trace::OpStateName(o->state.value) : "unknown";
+      if (NotStarted(*o) && g_.GroupStarted(dump, *o)) m.state = trace::OpStateName(trace::OpState::GpuReached);
+      if (o->IsP2p()) {
+        peers.insert(o->peer);
+        (o->op == trace::OpKind::Send ? send_to : recv_from).insert(o->peer);
+        if (g.p2p_seq < 0) g.p2p_seq = o->p2p_seq;
+        one_seq = one_seq && g.p2p_seq == o->p2p_seq;
+      } else {
+        ++collectives;
+      }
+      g.ops.push_back(std::move(m));
+    }
+    if (!one_seq) g.p2p_seq = -1;
+    g.peers = static_cast<int>(peers.size());
+    const int ci = g_.CommOf(op.comm);
+    const int size = ci >= 0 ? g_.comms()[ci].size : 0;
+    g.shape = collectives > 0                                                         ? "mixed"
+              : size > 2 && static_cast<int>(send_to.size()) == size - 1 && send_to == recv_from ? "alltoall_like"
+              : send_to.size() == 1 && recv_from.size() == 1 && send_to != recv_from            ? "ring_exchange"
+                                                                                                : "send_recv";
+    return g;
+  }
+
+  Draft P2pMismatchDraft(int bi) {
+    const BlockedOp& blocked = g_.blocked_ops()[bi];
+    Draft d;
+    d.v = BaseVerdict(bi, Cause::P2pMismatch);
+    d.roots.push_back(bi);
+    d.v.p2p_mismatch = blocked.match == P2pMatch::kTypeMismatch ? "datatype" : "size";
+    const CommIndex& c = g_.comms()[blocked.comm];
+    for (const P2pSide* side : {&blocked.send, &blocked.recv}) {
+      AddCulprit(&d, c.global[side->comm_rank], side->comm_rank, side->dump);
+      d.v.p2p_calls.push_back(CallOf(blocked, *side));
+    }
+    if (blocked.send.op) {
+      d.v.op = "Send";
+      d.v.bytes = blocked.send.op->bytes;
+    }
+    d.merge_key = "p2p_mismatch:" + std::to_string(bi);
     return d;
   }
 
@@ -657,6 +791,11 @@ class Attributor {
     q.seq = blocked.seq;
     q.op = blocked.op ? blocked.op->OpName() : "";
     q.waiting_ranks = Globals(blocked, blocked.waiting);
+    q.p2p = blocked.p2p;
+    if (blocked.p2p) {
+      q.p2p_src = c.global[blocked.src];
+      q.p2p_dst = c.global[blocked.dst];
+    }
     return q;
   }
 

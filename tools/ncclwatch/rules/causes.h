@@ -31,6 +31,7 @@ enum class Blames : uint8_t {
   kCycle,     // every rank on a wait cycle
   kNobody,    // no rank is to blame (the transport; no hang at all; a job killed from outside)
   kWaiting,   // the waiting ranks: they issued what the members that ended normally never would
+  kPair,      // both sides of a Send/Recv transfer whose sizes or datatypes disagree
 };
 
 struct CauseRule {
@@ -69,6 +70,12 @@ constexpr CauseRule kCauseRules[] = {
     // Every rank of one host ended without a word within a moment while others wait: the host
     // was lost (a node failure) or its ranks killed together.
     {Cause::HostLost, Terminal::kNone, Applies::kNone, Blames::kBlockers, false, 0},
+    // The n-th Send from A to B and the n-th Recv at B from A disagree in size or datatype: the
+    // receive never completes (NCCL pairs them by order alone). A hang at any age.
+    {Cause::P2pMismatch, Terminal::kNone, Applies::kNone, Blames::kPair, false, 3},
+    // A wait cycle of Send/Recv within one communicator in which every rank issued the call the
+    // other waits for, but queued it behind its own wait (both receive first, in separate groups).
+    {Cause::P2pOutOfOrder, Terminal::kNone, Applies::kNone, Blames::kCycle, true, 5},
     {Cause::NoHang, Terminal::kNone, Applies::kNone, Blames::kNobody, false, 10},
 };
 

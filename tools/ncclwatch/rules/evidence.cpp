@@ -60,6 +60,10 @@ void Evidence::Fill(const BlockedOp* blocked, int dump, CulpritEvidence* e) {
   // Call site: its operation in the blocked one, else its last on that communicator, else
   // its last at all (all from the ring when not in flight).
   const trace::Op* op = s.failed ? &*s.failed : nullptr;
+  if (blocked && !op && blocked->p2p) {  // its side of the transfer, in flight or from its ring
+    const P2pSide* side = blocked->send.dump == dump ? &blocked->send : blocked->recv.dump == dump ? &blocked->recv : nullptr;
+    if (side && side->op) op = &*side->op;
+  }
   if (blocked && !op) {
     const std::string& comm = g_.comms()[blocked->comm].id;
     int oi = blocked->p2p ? -1 : g_.FindInFlight(dump, comm, blocked->seq);
