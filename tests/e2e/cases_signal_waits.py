@@ -14,7 +14,7 @@ from e2e_common import built, case, job, rank_pid
 from ncclwatch_testing import check, temp_dir
 
 
-def wait_app(scenario, preload, after=None, n=1, env=None, timeout=60):
+def wait_app(scenario, preload, after=None, n=1, env=None, timeout=60, args=()):
     """Runs e2e_wait_app `scenario`; after(p, cwd, dumps) runs once it says it is ready (the file
     "ready" in its directory). Returns (Job, the launcher's lines about ranks)."""
     cwd = temp_dir("ncclwatch-e2e-wait-")
@@ -29,7 +29,7 @@ def wait_app(scenario, preload, after=None, n=1, env=None, timeout=60):
             time.sleep(0.05)
         after(p, cwd, dumps)
 
-    j = job(n, [scenario], env={"NCCLWATCH_TIMEOUT": "600", "NCCLWATCH_DIR": dumps,
+    j = job(n, [scenario] + list(args), env={"NCCLWATCH_TIMEOUT": "600", "NCCLWATCH_DIR": dumps,
                                 "E2E_READY_FILE": os.path.join(cwd, "ready"), **(env or {})},
             timeout=timeout, preload=preload, program="e2e_wait_app", cwd=cwd, after_start=after_start)
     j.dir = dumps
@@ -44,8 +44,8 @@ def job_wide_dump(dumps, wait=10):
 
 @case
 def dumps_keep_short_sleeps_whole():
-    # 50 us of work, then a 50 us nanosleep, over and over, on the main thread and on a thread
-    # that called NCCL (both sampled by every dump), through 10 job-wide dumps: a thread seen
+    # 50 us of work, then a 50 us nanosleep, over and over, on the main thread and on 8 threads
+    # that called NCCL (all sampled by every dump), through 10 job-wide dumps: a thread seen
     # running enters its sleep a few microseconds later half the time, and a stack signal then
     # would make that nanosleep return EINTR. Not one does, as without the library.
     def run(scenario, preload):
@@ -55,10 +55,10 @@ def dumps_keep_short_sleeps_whole():
                 job_wide_dump(dumps)
             time.sleep(0.2)
             open(os.path.join(cwd, "stop"), "w").close()
-        return wait_app(scenario, preload, ten_dumps, env={"NCCLWATCH_MAX_DUMPS": "50"}, timeout=120)
+        return wait_app(scenario, preload, ten_dumps, env={"NCCLWATCH_MAX_DUMPS": "50"}, timeout=120, args=os.environ.get("E2E_LOOP_ARGS", "8").split())
 
     got = same_as_without(run, "eintr_loop", None,
-                          ["nanosleep returned EINTR 0 time(s) on the main thread, 0 on the NCCL thread"])
+                          ["nanosleep returned EINTR 0 time(s) on the main thread, 0 on the 8 NCCL thread(s)"])
     dumps = [d for d in got.dumps().get(0, []) if d["summary"]["reason"] == "peer_request"]
     check(len(dumps) == 10, f"ten job-wide dumps: {got.reasons(0)}\n{got.err[-2000:]}")
     pid = dumps[0]["summary"]["pid"]
@@ -67,7 +67,7 @@ def dumps_keep_short_sleeps_whole():
         main = [t for t in app if t["tid"] == pid]
         check(main and main[0]["frames"], f"{d['_path']}: the main thread's stack: {main}")
         nccl = [t for t in app if t["tid"] != pid and t["frames"]]
-        check(nccl, f"{d['_path']}: the NCCL thread's stack: {[(t['tid'], t['note']) for t in app]}")
+        check(len(nccl) == 8, f"{d['_path']}: the NCCL thread's stack: {[(t['tid'], t['note']) for t in app]}")
         cut = [t["note"] for t in d["threads"] if "EINTR" in t.get("note", "")]
         check(not cut, f"{d['_path']}: no stack signal cut a system call short: {cut}")
 

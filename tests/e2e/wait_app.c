@@ -1,9 +1,9 @@
 /* An application's waits and its own fault handling, with and without ncclwatch (tests/e2e
  * cases_signal_waits.py): each scenario prints the same thing either way.
- *   wait_app eintr_loop      the main thread and a thread that called NCCL each run 50 us of work
- *                            then a 50 us nanosleep, over and over, while the test asks for
- *                            job-wide dumps; until the file "stop" appears (60 s at most):
- *                            prints how many nanosleeps returned EINTR
+ *   wait_app eintr_loop [N]  the main thread and N threads that called NCCL (1 by default)
+ *                            each run 50 us of work then a 50 us nanosleep, over and over,
+ *                            while the test asks for job-wide dumps; until the file "stop"
+ *                            appears (60 s at most): prints how many nanosleeps returned EINTR
  *   wait_app sleep4          the main thread sleeps 4 s while the test sends SIGUSR2 or asks
  *                            for a job-wide dump: prints what sleep(4) left and after how long
  *   wait_app guard_retry     a SIGSEGV handler (set before NCCL) that unprotects a guard page:
@@ -38,12 +38,14 @@ static void ready(void) {
 /* ---- eintr_loop ---- */
 static volatile int g_stop;
 
+static double g_work_s = 50e-6;
+
 static long work_sleep_loop(void) {
   const struct timespec nap = {0, 50 * 1000};
   long eintr = 0, rounds = 0;
   double until = now_s() + 60;
   while (!g_stop) {
-    double end = now_s() + 50e-6;
+    double end = now_s() + g_work_s;
     while (now_s() < end) {
     }
     if (nanosleep(&nap, NULL) != 0 && errno == EINTR) ++eintr;
@@ -129,14 +131,21 @@ int main(int argc, char** argv) {
   fflush(stdout);
 
   if (strcmp(scenario, "eintr_loop") == 0) {
-    pthread_t t;
-    long main_eintr, thread_eintr = 0;
-    pthread_create(&t, NULL, loop_thread, &thread_eintr);
+    enum { kMaxThreads = 16 };
+    pthread_t t[kMaxThreads];
+    long main_eintr, thread_eintr[kMaxThreads], total = 0;
+    int n = argc > 2 ? atoi(argv[2]) : 1, i;
+    if (n < 1 || n > kMaxThreads) n = 1;
+    if (argc > 3) g_work_s = atof(argv[3]) * 1e-6;
+    for (i = 0; i < n; ++i) pthread_create(&t[i], NULL, loop_thread, &thread_eintr[i]);
     ready(); /* the test asks for its dumps now, then makes "stop" */
     main_eintr = work_sleep_loop();
-    pthread_join(t, NULL);
-    printf("nanosleep returned EINTR %ld time(s) on the main thread, %ld on the NCCL thread\n", main_eintr,
-           thread_eintr);
+    for (i = 0; i < n; ++i) {
+      pthread_join(t[i], NULL);
+      total += thread_eintr[i];
+    }
+    printf("nanosleep returned EINTR %ld time(s) on the main thread, %ld on the %d NCCL thread(s)\n", main_eintr,
+           total, n);
   } else if (strcmp(scenario, "sleep4") == 0) {
     double start;
     unsigned left;
