@@ -40,7 +40,7 @@ static volatile int g_stop;
 
 static double g_work_s = 50e-6;
 
-static long work_sleep_loop(void) {
+static __attribute__((noinline)) long work_sleep_loop(void) {
   const struct timespec nap = {0, 50 * 1000};
   long eintr = 0, rounds = 0;
   double until = now_s() + 60;
