@@ -47,8 +47,10 @@ StackCopy g_stack_copy;
 // (ReadOwnMemory: never through libunwind's own memory-check pipe).
 int CheckedAccessMem(unw_addr_space_t as, unw_word_t addr, unw_word_t* val, int write, void* arg) {
   if (write) return g_libunwind_access_mem(as, addr, val, write, arg);
-  if (arg != nullptr && (arg == g_stack_copy.key.load(std::memory_order_acquire) ||
-                         arg == g_stack_copy.other_key.load(std::memory_order_acquire))) {
+  // (libunwind passes the context, its low bit sometimes set as a flag, or the cursor)
+  const void* key = reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(arg) & ~uintptr_t{1});
+  if (key != nullptr && (key == g_stack_copy.key.load(std::memory_order_acquire) ||
+                         key == g_stack_copy.other_key.load(std::memory_order_acquire))) {
     const uintptr_t a = static_cast<uintptr_t>(addr);
     if (a >= g_stack_copy.base && a - g_stack_copy.base + sizeof *val <= g_stack_copy.size) {
       std::memcpy(val, g_stack_copy.data + (a - g_stack_copy.base), sizeof *val);
