@@ -153,6 +153,8 @@ int main(int argc, char** argv) {
     start = now_s();
     left = sleep(4);
     printf("sleep(4) left %u after %.0f s\n", left, now_s() - start);
+    fflush(stdout);
+    simutil_sleep_ms(1500); /* a dump asked for when the sleep was cut is written meanwhile */
   } else if (strcmp(scenario, "guard_retry") == 0) {
     if (rank == world - 1) {
       touch_guard_page(5);
