@@ -230,9 +230,10 @@ bool UnwindBlocked(pid_t tid, ThreadStack* thread) {
   context.uc_mcontext.gregs[REG_RIP] = static_cast<greg_t>(pc);
   context.uc_mcontext.gregs[REG_RSP] = static_cast<greg_t>(sp);
   uintptr_t frames[kMaxThreadFrames];
-  // The top of its stack is copied first (one system call), and the unwinder reads it from the
-  // copy: the thread need only stay in its wait while it is copied, not while it is unwound (a
-  // 50 us sleep is over long before an unwind that reads word by word).
+  // The top of its stack is copied first (one read per page), and the unwinder reads it from
+  // the copy: the thread need only stay in its wait while it is copied, not while it is unwound
+  // (a 50 us sleep is over long before an unwind that reads word by word). Where it cannot be
+  // copied, the live stack is unwound and the wait checked after.
   const size_t copied = CopyStack(static_cast<uintptr_t>(sp));
   if (copied > 0) {
     if (ReadSmallFile(path) != before) return false;  // it moved while copied
