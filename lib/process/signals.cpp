@@ -210,7 +210,8 @@ void Handler(int sig, siginfo_t* info, void* uctx) {
   if (sig == g_dump_signal) {  // on demand: a request, never a wait, never chained
     // The kernel gives a signal sent to the process to any thread that does not block it: if
     // that thread was waiting in nanosleep, poll, ... its call returns EINTR (the dump says so).
-    if (owner && stacks::SignalCutSystemCall(uctx)) g_dump_signal_cut.store(CurrentTid());
+    if (owner && stacks::SignalCutSystemCall(uctx) && !stacks::IsOwnThread(CurrentTid()))
+      g_dump_signal_cut.store(CurrentTid());
     if (owner) RequestDump(sig);
     else ChainToPrevious(sig, info, uctx);  // a forked child: as without ncclwatch (its default ends it)
     errno = saved_errno;
