@@ -10,7 +10,7 @@ import subprocess
 import time
 
 from cases_harm import same_as_without
-from e2e_common import built, case, job, rank_pid
+from e2e_common import built, case, job, rank_pid, serial_case
 from ncclwatch_testing import check, temp_dir
 
 
@@ -91,7 +91,7 @@ def dump_signal_cuts_the_wait_it_lands_on():
 
     j, ending = wait_app("sleep4", True, usr2)
     check(j.rc == 0 and not ending, f"the process goes on after SIGUSR2: {j.rc} {ending}\n{j.err[-1500:]}")
-    check(re.search(r"sleep\(4\) left [23] after 1 s", j.out), f"the sleep was cut short, as the README says: {j.out!r}")
+    check(re.search(r"sleep\(4\) left [123] after [12] s", j.out), f"the sleep was cut short, as the README says: {j.out!r}")
     d = j.first(0, "on_demand")
     pid = d["summary"]["pid"]
     said = f"SIGUSR2 landed on thread {pid} and cut its system call short (EINTR)"
@@ -116,7 +116,7 @@ def fault_lines(out):
     return [l for l in out.splitlines() if l.startswith("write ")]
 
 
-@case
+@serial_case
 def handled_faults_are_no_crash():
     # A SIGSEGV handler set before NCCL (guard pages, a GC, a wasm runtime) unprotects the page
     # and the write goes on, five times: no fatal_signal dump, no wait on any fault, one line
@@ -140,7 +140,7 @@ def handled_faults_are_no_crash():
     check(len(chained) == 1 and "SIGSEGV" in chained[0], f"said once: {got.ncclwatch_lines()}")
 
 
-@case
+@serial_case
 def fault_handler_giving_up_ends_with_its_dump():
     # The same handler fixes three faults, then gives up: it sets SIGSEGV's default action and
     # returns (the write faults again), or raises SIGSEGV itself. The process dies of SIGSEGV as
