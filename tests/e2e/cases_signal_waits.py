@@ -83,8 +83,8 @@ def dumps_keep_short_sleeps_whole():
 def dump_signal_cuts_the_wait_it_lands_on():
     # `kill -USR2`, the on-demand trigger: the kernel gives it to the main thread, asleep in
     # sleep(4), which returns after 1 s with 2 or 3 s left (a handler ran: the kernel never
-    # resumes a sleep then). The README says so; the dump and a line say which thread's call was cut, and
-    # point to `ncclwatch dump`, which cuts nothing: the same sleep lasts 4 s, as without.
+    # resumes a sleep then). The README says so; the dump and a line say which thread's call was
+    # cut, and point to `ncclwatch dump`, which cuts nothing: the same sleep lasts 4 s, as without.
     def usr2(p, cwd, dumps):
         time.sleep(1)
         os.kill(rank_pid(p, 0), signal.SIGUSR2)
