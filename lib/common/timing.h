@@ -67,6 +67,12 @@ constexpr Duration kBackgroundGilWait = 100ms;
 // whole timeout: enough for a GIL that was just freed to reach the helper (CPython hands the GIL
 // over within its 5 ms switch interval).
 constexpr Duration kMinGilWait = 50ms;
+// A thread seen running when stacks are captured is looked at again every kRunningLook for up
+// to kRunningPatience: one that waits in a system call at a look is unwound there without a
+// signal (a signal landing as it enters nanosleep or poll would cut that wait short). Only a
+// thread seen running at every look is signalled.
+constexpr Duration kRunningPatience = 20ms;
+constexpr std::chrono::microseconds kRunningLook = 100us;
 // How long a thread's stack signal handler that has started capturing gets to finish after the
 // deadline.
 constexpr Duration kCapturingGrace = 20ms;

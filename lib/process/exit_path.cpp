@@ -92,8 +92,19 @@ uint64_t ExitPath::DumpPendingSignal(uint64_t now) {
   trace::DumpReason reason;
   if (int sig = TakePendingSignal(&reason)) {
     Quietly("a signal's dump", [&] {
-      p_.policy->Dump(reason, "signal " + SignalName(sig) + " (" +
-                                  std::string(sigdescr_np(sig) ? sigdescr_np(sig) : "") + ")");
+      std::string detail =
+          "signal " + SignalName(sig) + " (" + std::string(sigdescr_np(sig) ? sigdescr_np(sig) : "") + ")";
+      if (reason == trace::DumpReason::OnDemand) {
+        if (const int cut = TakeDumpSignalCut()) {
+          const std::string what = SignalName(sig) + " landed on thread " + std::to_string(cut) +
+                                   " and cut its system call short (EINTR)";
+          detail += "; " + what;
+          LogWarn("%s; `ncclwatch dump` asks for a dump without a signal", what.c_str());
+        }
+      }
+      if (reason == trace::DumpReason::FatalSignal && TakeGivenBack() == sig)
+        detail += "; the application's handler ran first, then gave it back its default action";
+      p_.policy->Dump(reason, detail);
       if (p_.box && reason != trace::DumpReason::OnDemand) p_.box->FinalDumpWritten(static_cast<int64_t>(MonoNs()));
     });
     DoneSignalDump();  // the handler waits no longer, dump or not

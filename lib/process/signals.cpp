@@ -16,6 +16,7 @@
 #include "common/signal_frames.h"
 #include "common/thread_id.h"
 #include "dump/dump_files.h"
+#include "stacks/stacks.h"
 
 namespace ncclwatch {
 namespace {
@@ -36,6 +37,9 @@ std::atomic<int> g_watchdog_tid{0};
 std::atomic<int> g_pending{0};  // the signal waiting for its dump; negated once the watchdog took it
 std::atomic<uint64_t> g_requested{0};
 std::atomic<uint64_t> g_done{0};
+std::atomic<int> g_dump_signal_cut{0};  // a thread whose system call the on-demand signal cut short
+std::atomic<bool> g_said_chained[NSIG];  // "chained to the application's handler" said once
+std::atomic<int> g_given_back{0};        // a fatal signal the application's handler gave back its default
 
 bool IsFatal(int sig) {
   for (int s : kFatal)
@@ -165,10 +169,49 @@ uint64_t RequestDump(int sig) {
   return 0;
 }
 
+void Handler(int sig, siginfo_t* info, void* uctx);
+
+// Whether `sig` is still ours (the application has not set a disposition of its own since).
+bool StillOurs(int sig) {
+  struct sigaction now {};
+  return sigaction(sig, nullptr, &now) == 0 && (now.sa_flags & SA_SIGINFO) && now.sa_sigaction == Handler;
+}
+
+// A fatal signal the application handles: its handler runs now. When it comes back having
+// given the signal its default action again (signal(SIGSEGV, SIG_DFL), then a return to the
+// faulting instruction, or a raise() that is delivered as this handler returns), the process
+// ends with it right after: that end gets its dump, as a fault nobody handles.
+void ChainToApplication(int sig, siginfo_t* info, void* uctx, bool can_dump) {
+  if (can_dump && GetLogLevel() >= LogLevel::kInfo && !g_said_chained[sig].exchange(true)) {
+    const char* name = sigabbrev_np(sig);
+    WriteLine({"SIG", name ? name : "?", ": chained to the application's handler (it handles the signal: no dump)"});
+  }
+  ChainToPrevious(sig, info, uctx);
+  if (!can_dump || StillOurs(sig)) return;
+  struct sigaction now {};
+  sigaction(sig, nullptr, &now);
+  sigset_t pending;
+  sigemptyset(&pending);
+  sigpending(&pending);
+  const bool again = SynchronousFault(sig, info) || sigismember(&pending, sig);  // it comes back at once
+  // (a fault the kernel raises on the instruction is never ignored: its default action it is)
+  if (!((now.sa_handler == SIG_DFL && again) || (Ignored(now) && SynchronousFault(sig, info)))) return;
+  // A dump not finished within the bound is abandoned by the default action (it says so).
+  if (!g_dumped_once[sig].exchange(true)) {
+    g_given_back.store(sig);
+    if (uint64_t ticket = RequestDump(sig)) WaitForDump(ticket);
+  }
+  DefaultAction(sig);  // the disposition is the default already: the same end
+}
+
 void Handler(int sig, siginfo_t* info, void* uctx) {
   int saved_errno = errno;
   bool owner = getpid() == g_owner_pid && g_hooks.wake;  // forked children chain at once
   if (sig == g_dump_signal) {  // on demand: a request, never a wait, never chained
+    // The kernel gives a signal sent to the process to any thread that does not block it: if
+    // that thread was waiting in nanosleep, poll, ... its call returns EINTR (the dump says so).
+    if (owner && stacks::SignalCutSystemCall(uctx) && !stacks::IsOwnThread(CurrentTid()))
+      g_dump_signal_cut.store(CurrentTid());
     if (owner) RequestDump(sig);
     else ChainToPrevious(sig, info, uctx);  // a forked child: as without ncclwatch (its default ends it)
     errno = saved_errno;
@@ -201,6 +244,15 @@ void Handler(int sig, siginfo_t* info, void* uctx) {
       errno = saved_errno;
       return;
     }
+  }
+  // A fault the application handles is no crash: a guard page it unprotects, a GC's or a wasm
+  // runtime's trap, and the instruction runs again. Its handler runs at once, as without
+  // ncclwatch: no dump, no wait, and the process is not marked as dumped at its end.
+  // (SIGABRT is not one: abort() ends the process even when a handler returns.)
+  if (IsFatal(sig) && sig != SIGABRT && HasHandler(sig)) {
+    ChainToApplication(sig, info, uctx, owner && !on_watchdog);
+    errno = saved_errno;
+    return;
   }
   int leader = 0;
   bool leading = owner && !on_watchdog && g_leader.compare_exchange_strong(leader, sig);
@@ -324,6 +376,9 @@ int TakePendingSignal(trace::DumpReason* reason) {
   return sig;
 }
 
+int TakeDumpSignalCut() { return g_dump_signal_cut.exchange(0); }
+int TakeGivenBack() { return g_given_back.exchange(0); }
+
 void DoneSignalDump() {
   g_pending.store(0);
   g_done.store(g_requested.load());
@@ -339,6 +394,7 @@ void UninstallSignalHandlers() {
     }
     g_dumped_once[s].store(false);
     g_reset[s].store(false);
+    g_said_chained[s].store(false);
   }
   g_leader.store(0);
   g_dump_signal = 0;

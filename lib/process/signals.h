@@ -32,6 +32,12 @@ void SetWatchdogTid(int tid);
 
 // Watchdog side: the signal waiting for a dump, if any (0 none); then DoneSignalDump().
 int TakePendingSignal(trace::DumpReason* reason);
+// The thread whose system call (nanosleep, poll, ...) the on-demand dump signal cut short since
+// the last call (0: none); the kernel gives a signal sent to the process to any thread.
+int TakeDumpSignalCut();
+// The fatal signal whose handler, set by the application, gave it back its default action (the
+// process ends with it once its dump is written); 0: none.
+int TakeGivenBack();
 void DoneSignalDump();
 
 // For tests: restores the handlers that were installed before.

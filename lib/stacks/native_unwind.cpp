@@ -246,10 +246,31 @@ void DecideReadPath() {
 using AccessMem = int (*)(unw_addr_space_t, unw_word_t, unw_word_t*, int, void*);
 AccessMem g_libunwind_access_mem = nullptr;
 
+// The copy of a stack UnwindContextOverCopy reads from, for the unwind whose cursor (or
+// context: whichever libunwind passes as the accessors' argument) is `key`.
+struct StackCopy {
+  std::atomic<const void*> key{nullptr};
+  std::atomic<const void*> other_key{nullptr};
+  uintptr_t base = 0;
+  const unsigned char* data = nullptr;
+  size_t size = 0;
+};
+StackCopy g_stack_copy;
+
 // Reads one word of this process's memory, or fails on an address that is not readable
 // (ReadOwnMemory: never through libunwind's own memory-check pipe).
 int CheckedAccessMem(unw_addr_space_t as, unw_word_t addr, unw_word_t* val, int write, void* arg) {
   if (write) return g_libunwind_access_mem(as, addr, val, write, arg);
+  // (libunwind passes the context, its low bit sometimes set as a flag, or the cursor)
+  const void* key = reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(arg) & ~uintptr_t{1});
+  if (key != nullptr && (key == g_stack_copy.key.load(std::memory_order_acquire) ||
+                         key == g_stack_copy.other_key.load(std::memory_order_acquire))) {
+    const uintptr_t a = static_cast<uintptr_t>(addr);
+    if (a >= g_stack_copy.base && a - g_stack_copy.base + sizeof *val <= g_stack_copy.size) {
+      std::memcpy(val, g_stack_copy.data + (a - g_stack_copy.base), sizeof *val);
+      return 0;
+    }
+  }
   return detail::ReadOwnMemory(static_cast<uintptr_t>(addr), val, sizeof *val) ? 0 : -UNW_EINVAL;
 }
 
@@ -347,6 +368,28 @@ int UnwindContext(unw_context_t* context, bool signal_frame, uintptr_t* out, int
     out[count++] = static_cast<uintptr_t>(ip);
     if (unw_step(&cursor) <= 0) break;
   }
+  return count;
+}
+
+int UnwindContextOverCopy(unw_context_t* context, bool signal_frame, uintptr_t* out, int max, uintptr_t base,
+                          const void* copy, size_t size) {
+  unw_cursor_t cursor;
+  g_stack_copy.base = base;
+  g_stack_copy.data = static_cast<const unsigned char*>(copy);
+  g_stack_copy.size = size;
+  g_stack_copy.other_key.store(context, std::memory_order_release);
+  g_stack_copy.key.store(&cursor, std::memory_order_release);
+  const int init = signal_frame ? unw_init_local2(&cursor, context, UNW_INIT_SIGNAL_FRAME)
+                                : unw_init_local(&cursor, context);
+  int count = 0;
+  while (init >= 0 && count < max) {
+    unw_word_t ip;
+    if (unw_get_reg(&cursor, UNW_REG_IP, &ip) < 0 || ip == 0) break;
+    out[count++] = static_cast<uintptr_t>(ip);
+    if (unw_step(&cursor) <= 0) break;
+  }
+  g_stack_copy.key.store(nullptr, std::memory_order_release);
+  g_stack_copy.other_key.store(nullptr, std::memory_order_release);
   return count;
 }
 

@@ -17,6 +17,11 @@ namespace detail {
 // libunwind's per-thread trace cache (which is not reentrant: a handler using it could unmap
 // it under an unw_backtrace interrupted on the same thread) and never allocates.
 int UnwindContext(unw_context_t* context, bool signal_frame, uintptr_t* out, int max);
+// The same, reading the words in [base, base + size) from `copy` (a copy of that memory taken
+// earlier: another thread's stack while it waited) instead of the live memory. One caller at a
+// time (stack captures are serialized).
+int UnwindContextOverCopy(unw_context_t* context, bool signal_frame, uintptr_t* out, int max, uintptr_t base,
+                          const void* copy, size_t size);
 
 // Index of the first of `ips[0, count)` equal to `ip` among the first `window`, or -1.
 int FindFrame(const uintptr_t* ips, int count, uintptr_t ip, int window);

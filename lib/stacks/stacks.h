@@ -164,8 +164,15 @@ struct ThreadStack {
 bool InstallThreadStackSignal(int signo);
 // The signal InstallThreadStackSignal installed, 0 if none.
 int ThreadStackSignal();
+// In a signal handler, from its ucontext: whether that signal cut the thread's system call short
+// (the call returns EINTR once the handler is done). Async-signal-safe; false where the
+// registers cannot tell (only x86-64 is read).
+bool SignalCutSystemCall(const void* ucontext);
 
-// Stacks of every thread of the process (from /proc/self/task). Each thread unwinds its own
+// Stacks of every thread of the process (from /proc/self/task). A thread blocked in a system
+// call is unwound where the kernel says it waits, without a signal; one seen running is looked
+// at again for up to timing::kRunningPatience (unwound so if it waits at one of the looks) and
+// once more right before its signal. A running thread unwinds its own
 // native stack in the signal handler, into a preallocated slot; threads are signalled in
 // parallel batches of up to 64 and each batch waits at most per_thread_timeout_ms. A thread
 // that blocks the signal or is stopped is not signalled; one that does not answer in time gets

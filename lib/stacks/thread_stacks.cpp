@@ -1,7 +1,9 @@
 // Stacks of every thread: a thread blocked in a system call is unwound from where the kernel
 // says it waits, without a signal; a running one unwinds itself in a signal handler into a
 // preallocated slot (the dumping thread signals them in parallel batches and waits a bounded
-// time).
+// time). A thread seen running is looked at again for a while first: one that waits now and
+// then is unwound during a wait, without a signal (a signal that lands as it enters a wait
+// cuts the wait short, whatever SA_RESTART says for nanosleep, poll or epoll_wait).
 #include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -54,6 +56,7 @@ constexpr uint64_t Word(pid_t tid, Phase phase) { return (uint64_t{static_cast<u
 struct StackSlot {
   std::atomic<uint64_t> state;
   int count;
+  bool cut_wait;  // the signal came as the thread entered a system call: it returned EINTR
   uint64_t pthread_id;  // the thread's pthread_self(): Python's thread ident
   uintptr_t frames[kMaxThreadFrames];
 };
@@ -80,6 +83,26 @@ void ResetCapturesInChild() {
 uint64_t MainPthreadAtLoad() { return CurrentTid() == getpid() ? static_cast<uint64_t>(pthread_self()) : 0; }
 const uint64_t g_main_pthread = MainPthreadAtLoad();
 
+}  // namespace
+
+// Whether the signal whose handler got `ucontext` cut a system call short: the kernel made the
+// call return EINTR to run the handler. On x86-64 the registers say so without reading memory:
+// the syscall instruction left its return address in rcx (so rcx is the pc) and the result in
+// rax is -EINTR; a call the kernel restarts (SA_RESTART) has its pc moved back onto the
+// instruction instead. Async-signal-safe; false where it cannot be told.
+bool SignalCutSystemCall(const void* ucontext) {
+#if defined(__x86_64__)
+  if (ucontext == nullptr) return false;
+  const greg_t* regs = static_cast<const ucontext_t*>(ucontext)->uc_mcontext.gregs;
+  return regs[REG_RAX] == -EINTR && regs[REG_RCX] == regs[REG_RIP];
+#else
+  (void)ucontext;
+  return false;
+#endif
+}
+
+namespace {
+
 // Async-signal-safe: atomics, gettid, unw_step into static storage; errno preserved.
 void OnStackSignal(int, siginfo_t*, void* ucontext) {
   const int saved_errno = errno;
@@ -94,6 +117,7 @@ void OnStackSignal(int, siginfo_t*, void* ucontext) {
     slot.count = detail::UnwindContext(static_cast<unw_context_t*>(ucontext), /*signal_frame=*/true, slot.frames,
                                        kMaxThreadFrames);
     slot.pthread_id = static_cast<uint64_t>(pthread_self());
+    slot.cut_wait = SignalCutSystemCall(ucontext);
     slot.state.store(Word(tid, kDone), std::memory_order_release);
     break;
   }
@@ -165,6 +189,26 @@ std::string SignalProblem(int signo) {
   return std::string();
 }
 
+#if defined(__x86_64__)
+// The top of a waiting thread's stack, copied for its unwind (captures are serialized).
+constexpr size_t kStackCopyBytes = 32 * 1024;
+alignas(16) unsigned char g_stack_copy[kStackCopyBytes];
+
+// Copies up to kStackCopyBytes of the stack from `sp` into g_stack_copy, page by page (a stack
+// ends at its mapping's end; ReadOwnMemory reads only what can be read): the bytes copied.
+size_t CopyStack(uintptr_t sp) {
+  constexpr uintptr_t kPage = 4096;
+  size_t total = 0;
+  for (uintptr_t at = sp; total < kStackCopyBytes;) {
+    const size_t piece = std::min<size_t>(kStackCopyBytes - total, kPage - (at & (kPage - 1)));
+    if (!detail::ReadOwnMemory(at, g_stack_copy + total, piece)) break;
+    at += piece;
+    total += piece;
+  }
+  return total;
+}
+#endif
+
 // A thread blocked in a system call, unwound without a signal: a signal would cut its wait
 // short (sleep, nanosleep, sem_timedwait, poll return early, with EINTR or the time left). The
 // kernel says where it waits (/proc/self/task/TID/syscall: its stack and instruction pointers),
@@ -186,6 +230,20 @@ bool UnwindBlocked(pid_t tid, ThreadStack* thread) {
   context.uc_mcontext.gregs[REG_RIP] = static_cast<greg_t>(pc);
   context.uc_mcontext.gregs[REG_RSP] = static_cast<greg_t>(sp);
   uintptr_t frames[kMaxThreadFrames];
+  // The top of its stack is copied first (one read per page), and the unwinder reads it from
+  // the copy: the thread need only stay in its wait while it is copied, not while it is unwound
+  // (a 50 us sleep is over long before an unwind that reads word by word). Where it cannot be
+  // copied, the live stack is unwound and the wait checked after.
+  const size_t copied = CopyStack(static_cast<uintptr_t>(sp));
+  if (copied > 0) {
+    if (ReadSmallFile(path) != before) return false;  // it moved while copied
+    const int count = detail::UnwindContextOverCopy(reinterpret_cast<unw_context_t*>(&context),
+                                                    /*signal_frame=*/true, frames, kMaxThreadFrames,
+                                                    static_cast<uintptr_t>(sp), g_stack_copy, copied);
+    if (count <= 0) return false;
+    thread->ips.assign(frames, frames + count);
+    return true;
+  }
   // Frame 0 is the exact pc, as in a signal handler's context.
   const int count = detail::UnwindContext(reinterpret_cast<unw_context_t*>(&context), /*signal_frame=*/true, frames,
                                           kMaxThreadFrames);
@@ -244,6 +302,12 @@ void CaptureBatch(ThreadStack* const* threads, int count, int signo, int timeout
   const pid_t pid = getpid();
   for (int i = 0; i < count; ++i) {
     const pid_t tid = threads[i]->tid;
+    // A last look right before the signal: a thread that entered a system call since it was
+    // seen running is unwound where it waits instead.
+    if (UnwindBlocked(tid, threads[i])) {
+      slot_of[i] = -1;
+      continue;
+    }
     slot_of[i] = ArmSlot(tid, &next_slot);
     if (slot_of[i] < 0) {
       threads[i]->note = "no free capture slot (handlers of an earlier capture still running)";
@@ -295,7 +359,24 @@ void CaptureBatch(ThreadStack* const* threads, int count, int signo, int timeout
     }
     threads[i]->ips.assign(slot.frames, slot.frames + slot.count);
     threads[i]->pthread_id = slot.pthread_id;
+    if (slot.cut_wait)
+      AppendNote(&threads[i]->note,
+                 "the stack signal came as the thread entered a system call: that call returned EINTR");
     slot.state.store(kIdle, std::memory_order_release);
+  }
+}
+
+// Threads seen running, looked at again for up to kRunningPatience: a thread that waits in a
+// system call at one of the looks is unwound there, without a signal, and leaves `running`.
+// What is left kept running at every look (computing, spinning): only those get the signal,
+// which a thread that never waits cannot feel.
+void UnwindWhenBlocked(std::vector<ThreadStack*>* running) {
+  const Clock::time_point until = Clock::now() + timing::kRunningPatience;
+  while (!running->empty() && Clock::now() < until) {
+    std::this_thread::sleep_for(timing::kRunningLook);
+    running->erase(std::remove_if(running->begin(), running->end(),
+                                  [](ThreadStack* thread) { return UnwindBlocked(thread->tid, thread); }),
+                   running->end());
   }
 }
 
@@ -446,6 +527,7 @@ __attribute__((noinline)) std::vector<ThreadStack> CaptureAllThreads(int per_thr
       }
     }
   }
+  UnwindWhenBlocked(&to_signal);
   for (size_t begin = 0; begin < to_signal.size(); begin += kSlots) {
     const int count = static_cast<int>(std::min<size_t>(kSlots, to_signal.size() - begin));
     CaptureBatch(to_signal.data() + begin, count, signo, per_thread_timeout_ms, &gone);

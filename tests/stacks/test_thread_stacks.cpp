@@ -343,6 +343,83 @@ TEST_CASE("a thread sleeping in nanosleep is sampled without cutting its sleep s
 #endif
 }
 
+TEST_CASE("a thread that works and sleeps by turns is sampled without cutting a sleep short") {
+  // 50 us of work, then a 50 us nanosleep: seen running, it enters a sleep microseconds later
+  // half the time, where a stack signal would make nanosleep return EINTR. It is looked at
+  // again until it is seen waiting, and unwound there.
+  EnsureStackSignal();
+  std::atomic<bool> stop{false};
+  std::atomic<int> eintr{0}, rounds{0};
+  std::atomic<pid_t> tid{0};
+  std::thread worker([&] {
+    tid = ncclwatch::CurrentTid();
+    const timespec nap{0, 50 * 1000};
+    while (!stop.load()) {
+      const Clock::time_point end = Clock::now() + std::chrono::microseconds(50);
+      while (Clock::now() < end) {
+      }
+      if (nanosleep(&nap, nullptr) != 0 && errno == EINTR) ++eintr;
+      ++rounds;
+    }
+  });
+  WaitUntil([&] { return rounds.load() > 100; }, "the worker to loop");
+  int sampled = 0;
+  for (int i = 0; i < 30; ++i) {
+    const std::vector<ThreadStack> threads = CaptureAllThreads(1000, false, 0);
+    for (const ThreadStack& thread : threads)
+      if (thread.tid == tid.load() && !thread.ips.empty()) ++sampled;
+  }
+  stop = true;
+  worker.join();
+  CHECK(sampled == 30);
+#if defined(__x86_64__)
+  CHECK(eintr.load() == 0);
+#endif
+}
+
+#if defined(__x86_64__)
+namespace {
+std::atomic<int> g_cut{-1};
+void RecordCut(int, siginfo_t*, void* ucontext) { g_cut = SignalCutSystemCall(ucontext) ? 1 : 0; }
+}  // namespace
+
+TEST_CASE("a signal handler tells whether its signal cut a system call short") {
+  struct sigaction action {}, before {};
+  action.sa_sigaction = RecordCut;
+  action.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&action.sa_mask);
+  REQUIRE(sigaction(SIGUSR1, &action, &before) == 0);
+  std::atomic<int> result{-2};
+  std::atomic<bool> stop{false};
+  std::atomic<pid_t> tid{0};
+  // In nanosleep: the call returns EINTR, and the handler says so.
+  std::thread sleeper([&] {
+    tid = ncclwatch::CurrentTid();
+    const timespec nap{5, 0};
+    result = nanosleep(&nap, nullptr) != 0 && errno == EINTR ? 1 : 0;
+  });
+  WaitUntil([&] { return tid.load() != 0; }, "the sleeper to start");
+  WaitUntilSleeping(tid.load());
+  pthread_kill(sleeper.native_handle(), SIGUSR1);
+  sleeper.join();
+  CHECK(result.load() == 1);
+  CHECK(g_cut.load() == 1);
+  // Computing: nothing was cut.
+  g_cut = -1;
+  std::thread busy([&] {
+    volatile unsigned long n = 0;
+    while (!stop.load()) ++n;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  pthread_kill(busy.native_handle(), SIGUSR1);
+  WaitUntil([] { return g_cut.load() != -1; }, "the busy thread's handler");
+  stop = true;
+  busy.join();
+  CHECK(g_cut.load() == 0);
+  sigaction(SIGUSR1, &before, nullptr);
+}
+#endif
+
 TEST_CASE("a stack signal taken over by the application is not sent") {
   EnsureStackSignal();
   static std::atomic<int> application_calls{0};
