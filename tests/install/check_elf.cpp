@@ -4,8 +4,9 @@
 //                       version is needed from the C++ runtime (GLIBCXX_, CXXABI_) or libgcc_s
 //   --forbid-import SYM SYM is not imported (repeatable)
 //   --nccl-exports      every exported symbol is a function of the NCCL API list
-//                       (include/ncclwatch/nccl_abi.h), _exit, _Exit or starts with ncclwatch_,
-//                       and every one of the list, _exit and _Exit is exported
+//                       (include/ncclwatch/nccl_abi.h), a process ending (_exit, _Exit,
+//                       quick_exit, the exec family: lib/libncclwatch.map) or starts with
+//                       ncclwatch_, and every one of the list and of the endings is exported
 // Always prints the NEEDED entries, the versions needed and the highest GLIBC_ version needed.
 // Exit status 0 when every requested check passed, 1 otherwise, 2 for an unreadable file.
 #include <elf.h>
@@ -172,8 +173,10 @@ int main(int argc, char** argv) {
     ++checks;
     if (!have_dynsym) fail("no dynamic symbol table");
     const std::set<std::string> api = NcclApi();
-    // The process-ending functions a rank may leave through without exit()'s handlers.
-    const std::set<std::string> process_exit = {"_exit", "_Exit"};
+    // The ways a rank may leave without exit()'s handlers, which its black box must know of.
+    const std::set<std::string> process_exit = {"_exit",  "_Exit",   "quick_exit", "execve", "execv",
+                                                "execvp", "execvpe", "execveat",   "fexecve", "execl",
+                                                "execlp", "execle"};
     for (const auto& e : exported)
       if (!api.count(e) && !process_exit.count(e) && e.rfind("ncclwatch_", 0) != 0)
         fail("exports " + e + ", which is not an NCCL API function");
