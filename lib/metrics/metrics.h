@@ -35,6 +35,8 @@ class MetricsWriter {
 
   // Counts the ring's new operations (since the last call); cheap, every poll.
   void Count(const FlightRing& ring);
+  // Whether Tend would write the file now.
+  bool Due(uint64_t now_mono_ns) const { return now_mono_ns >= next_write_ns_; }
   // The text of one sample (also for tests), and writing it.
   std::string Render(const MetricsInput& in, uint64_t now_mono_ns, uint64_t now_unix_ns);
   bool Write(const MetricsInput& in, uint64_t now_mono_ns, uint64_t now_unix_ns);

@@ -11,6 +11,7 @@
 #include <cstdio>
 
 #include "common/clock.h"
+#include "common/own_thread.h"
 #include "common/lock_within.h"
 #include "format/display.h"
 #include "common/log.h"
@@ -46,11 +47,13 @@ Watchdog::Watchdog(const Config& config, FlightRing* ring, GpuMarkers* markers, 
       threads_(threads),
       callbacks_(std::move(callbacks)),
       deadlines_(config.timeout, config.adaptive, config.adaptive_floor_s, config.adaptive_min_samples),
-      queue_(kQueueCapacity) {}
+      queue_(kQueueCapacity) {
+  inside_.reserve(ThreadRegistry::kCapacity);
+}
 
 Watchdog::~Watchdog() {
-  if (thread_.joinable()) {
-    thread_.detach();  // never joined: the runtime's watchdog lives until the process exits
+  if (started_) {
+    pthread_detach(thread_);  // never joined: the runtime's watchdog lives until the process exits
     return;
   }
   // A watchdog that never ran a thread (tests): hand its markers back to their pools.
@@ -68,11 +71,16 @@ bool Watchdog::Start() {
   for (int s : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) sigdelset(&all, s);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   running_.store(true, std::memory_order_release);
-  try {
-    thread_ = std::thread([this] { Run(); });
-  } catch (...) {
-    running_.store(false);
-  }
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  SetOwnThreadStack(&attr);
+  auto main = [](void* self) -> void* {
+    static_cast<Watchdog*>(self)->Run();
+    return nullptr;
+  };
+  started_ = pthread_create(&thread_, &attr, main, this) == 0;
+  pthread_attr_destroy(&attr);
+  if (!started_) running_.store(false);
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   return running_.load();
 }
@@ -87,18 +95,20 @@ void Watchdog::Wake() {
 }
 
 void Watchdog::Stop(int timeout_ms) {
-  if (!thread_.joinable()) return;
+  if (!started_) return;
   stop_.store(true, std::memory_order_release);
   Wake();
   for (int waited = 0; running_.load(std::memory_order_acquire) && waited < timeout_ms; waited += 5)
     usleep(5000);
   if (running_.load(std::memory_order_acquire))
-    thread_.detach();  // stuck in the driver: never hold up the process
+    pthread_detach(thread_);  // stuck in the driver: never hold up the process
   else
-    thread_.join();
+    pthread_join(thread_, nullptr);
+  started_ = false;
 }
 
 void Watchdog::Run() {
+  WarmAllocator();
   thread_id_.store(std::this_thread::get_id());
   pthread_setname_np(pthread_self(), "ncclwatch");
   if (markers_) markers_->PrepareThread();
@@ -311,8 +321,10 @@ void Watchdog::CheckDeadlines(uint64_t now_ns, std::vector<std::pair<InflightVie
 }
 
 void Watchdog::CheckHostBlocked(uint64_t now_ns, std::vector<std::pair<InflightView, std::string>>* stalls) {
+  // Nothing is allocated unless a call is late (a stall: a dump follows).
   std::map<std::pair<int32_t, uint64_t>, bool> still;
-  for (auto& call : threads_->InsideNccl()) {
+  threads_->InsideNccl(&inside_);
+  for (auto& call : inside_) {
     if (call.creating) continue;  // a setup hang (CheckSetups), naming the communicator
     auto key = std::make_pair(call.tid, call.since_ns);
     bool reported = host_stalls_reported_.count(key) > 0;
@@ -321,7 +333,7 @@ void Watchdog::CheckHostBlocked(uint64_t now_ns, std::vector<std::pair<InflightV
     v.age_s = ElapsedS(call.since_ns, now_ns);
     bool has_op = call.op_index1 != 0 && ring_->Read(call.op_index1 - 1, &v.op);
     v.deadline_s = has_op ? deadlines_.DeadlineS(v.op.comm_id, v.op.kind, v.op.bytes) : deadlines_.DefaultS();
-    if (reported || v.age_s > v.deadline_s) still[key] = true;
+    if (reported || v.age_s > v.deadline_s) still[key] = true;  // a stall's (allocates)
     if (reported || v.age_s <= v.deadline_s) continue;
     v.stalled = true;
     char where[160];
@@ -337,7 +349,7 @@ void Watchdog::CheckHostBlocked(uint64_t now_ns, std::vector<std::pair<InflightV
       stalls->emplace_back(v, detail);
     outstanding_stall_ = true;
   }
-  host_stalls_reported_.swap(still);
+  if (!still.empty() || !host_stalls_reported_.empty()) host_stalls_reported_.swap(still);
 }
 
 std::vector<InflightView> Watchdog::Inflight(int lock_timeout_ms, uint64_t now_ns) {

@@ -25,6 +25,7 @@ import cases_fresh  # noqa: E402,F401
 import cases_command  # noqa: E402,F401
 import cases_framework_abort  # noqa: E402,F401
 import cases_early_end  # noqa: E402,F401
+import cases_resources  # noqa: E402,F401
 
 
 def main():
