@@ -10,7 +10,7 @@
 namespace ncclwatch {
 
 // Address space a dump (or an allocating duty) asks to be free before it starts.
-constexpr size_t kAllocRoomBytes = 16u << 20;
+constexpr size_t kAllocRoomBytes = 8u << 20;
 
 // True when `bytes` of address space can be mapped now. Async-signal-safe.
 bool AddressSpaceRoom(size_t bytes = kAllocRoomBytes);

@@ -1,5 +1,7 @@
 #include "common/own_thread.h"
 
+#include "common/memory_room.h"
+
 #include <limits.h>
 #include <link.h>
 
@@ -23,9 +25,11 @@ void SetOwnThreadStack(pthread_attr_t* attr, size_t bytes) {
   pthread_attr_setstacksize(attr, size);
 }
 
-void WarmAllocator() {
+bool WarmAllocator() {
+  if (!AddressSpaceRoom()) return false;
   void* volatile p = malloc(64);  // volatile: a pair of malloc and free is otherwise elided
   free(p);
+  return p != nullptr;
 }
 
 }  // namespace ncclwatch

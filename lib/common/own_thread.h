@@ -18,9 +18,10 @@ constexpr size_t kOwnThreadStackBytes = 512u << 10;
 // PTHREAD_STACK_MIN).
 void SetOwnThreadStack(pthread_attr_t* attr, size_t bytes = kOwnThreadStackBytes);
 
-// The first call on a thread of an own thread: one allocation, given back, while memory is
-// there. An allocator's first use on a thread sets up that thread's cache, and jemalloc crashes
-// (SIGSEGV) when it cannot, out of address space: later allocations fail, or are not made.
-void WarmAllocator();
+// An own thread's first allocation: one, given back, made only while there is address space
+// (AddressSpaceRoom). An allocator's first use on a thread sets up that thread's cache, and
+// jemalloc crashes (SIGSEGV) when it cannot, out of address space; once set up, an allocation
+// that cannot be had fails. False: not made (the thread allocates nothing until it is).
+bool WarmAllocator();
 
 }  // namespace ncclwatch

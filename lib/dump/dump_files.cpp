@@ -86,7 +86,10 @@ std::string TempPathFor(const std::string& path) {
 }  // namespace
 
 int WriteFileReplacing(const std::string& path, const std::string& content, int mode) {
-  std::string tmp = TempPathFor(path);
+  return WriteFileReplacingVia(path, TempPathFor(path), content, mode);
+}
+
+int WriteFileReplacingVia(const std::string& path, const std::string& tmp, const std::string& content, int mode) {
   int fd = CreateExclusive(tmp, mode);
   if (fd < 0) return errno;
   bool ok = write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size());

@@ -105,6 +105,8 @@ class DumpDirectory {
 // Writes `content` to `path` atomically, replacing it (a temporary file created exclusively,
 // never through a link, then renamed) with permissions `mode`. errno-style result.
 int WriteFileReplacing(const std::string& path, const std::string& content, int mode = 0644);
+// The same through the temporary path `tmp` the caller keeps (allocates nothing).
+int WriteFileReplacingVia(const std::string& path, const std::string& tmp, const std::string& content, int mode);
 
 // Writes `content` to `path` atomically without replacing an existing file. errno-style
 // result: 0, or the error of the failing step (EEXIST when `path` exists).

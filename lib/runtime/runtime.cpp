@@ -230,16 +230,14 @@ void Runtime::ScheduleDuties() {
       // The file is written every few seconds (it allocates): only with room to spare.
       if (!metrics_->Due(now)) return metrics_->Count(*ring_), now;
       if (!FdRoom(1) || !AddressSpaceRoom()) return now;
-      return metrics_->Tend(now, *ring_, [&] {
-        MetricsInput in;
-        in.rank = rank_.global.load();
-        for (CommInfo* c : comms_.All()) in.comms.push_back(c);
-        in.ring = ring_.get();
-        in.inflight = watchdog_->Inflight(0, now);
-        in.stalls = policy_->stalls();
-        in.dumps = policy_->dumps_written();
-        in.nccl_version = nccl_version_;
-        return in;
+      return metrics_->Tend(now, *ring_, [&](MetricsInput* in) {
+        in->rank = rank_.global.load();
+        comms_.All(&in->comms);
+        in->ring = ring_.get();
+        watchdog_->Inflight(0, now, &in->inflight);
+        in->stalls = policy_->stalls();
+        in->dumps = policy_->dumps_written();
+        in->nccl_version = nccl_version_;
       });
     });
   duties_.Add("setup hangs", [this](uint64_t now) { return policy_->CheckSetups(now); });

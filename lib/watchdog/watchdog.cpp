@@ -11,6 +11,7 @@
 #include <cstdio>
 
 #include "common/clock.h"
+#include "common/memory_room.h"
 #include "common/own_thread.h"
 #include "common/lock_within.h"
 #include "format/display.h"
@@ -108,7 +109,7 @@ void Watchdog::Stop(int timeout_ms) {
 }
 
 void Watchdog::Run() {
-  WarmAllocator();
+  bool warm = WarmAllocator();  // started out of memory: nothing runs until it is done
   thread_id_.store(std::this_thread::get_id());
   pthread_setname_np(pthread_self(), "ncclwatch");
   if (markers_) markers_->PrepareThread();
@@ -128,6 +129,7 @@ void Watchdog::Run() {
       wake_word_.store(0, std::memory_order_release);
     }
     if (stop_.load(std::memory_order_acquire)) break;
+    if (!warm && !(warm = WarmAllocator())) continue;  // the queue waits (full: unmonitored)
     const uint64_t now = MonoNs();
     size_t taken = 0;
     // Out of memory here ends this round only: the thread, and the process, go on.
@@ -155,11 +157,20 @@ size_t Watchdog::Drain() {
   InflightItem item;
   size_t taken = 0;
   while (queue_.TryPop(&item)) {
+    // A new stream, or one past the most operations it held, takes storage: out of address space
+    // (where jemalloc may crash) the operation goes unfollowed, its marker back to the pool.
+    auto it = streams_.find(item.stream);
+    if ((it == streams_.end() || it->second.items.full()) && !AddressSpaceRoom()) {
+      if (markers_) markers_->Release(item.marker);
+      ++taken;
+      continue;
+    }
+    if (it == streams_.end()) it = streams_.emplace(item.stream, StreamTrack{}).first;
     Tracked t;
     if (!ring_->Read(item.index, &t.op)) t.op = item.Fallback();  // overwritten in a burst
     t.comm = item.comm;
     t.marker = item.marker;
-    streams_[item.stream].items.push_back(t);
+    it->second.items.push_back(t);
     ++taken;
   }
   return taken;
@@ -353,8 +364,15 @@ void Watchdog::CheckHostBlocked(uint64_t now_ns, std::vector<std::pair<InflightV
 }
 
 std::vector<InflightView> Watchdog::Inflight(int lock_timeout_ms, uint64_t now_ns) {
-  uint64_t now = now_ns ? now_ns : MonoNs();
   std::vector<InflightView> out;
+  Inflight(lock_timeout_ms, now_ns, &out);
+  return out;
+}
+
+void Watchdog::Inflight(int lock_timeout_ms, uint64_t now_ns, std::vector<InflightView>* out_ptr) {
+  std::vector<InflightView>& out = *out_ptr;
+  out.clear();
+  uint64_t now = now_ns ? now_ns : MonoNs();
   // Callers on the watchdog thread are callbacks: PollOnce has released the lock by then.
   bool locked = LockWithin(mu_, lock_timeout_ms);
   std::unique_lock<std::mutex> lock(mu_, std::adopt_lock_t{});
@@ -364,8 +382,12 @@ std::vector<InflightView> Watchdog::Inflight(int lock_timeout_ms, uint64_t now_n
     for (auto& kv : streams_)
       for (auto& t : kv.second.items) out.push_back(ViewOf(t, now));
   }
-  // Operations whose NCCL call has not returned yet (not handed to us so far).
-  for (auto& call : threads_->InsideNccl()) {
+  // Operations whose NCCL call has not returned yet (not handed to us so far); with the lock,
+  // into the watchdog's kept vector.
+  std::vector<ThreadRegistry::InCall> own;
+  std::vector<ThreadRegistry::InCall>& calls = locked ? inside_ : own;
+  threads_->InsideNccl(&calls);
+  for (auto& call : calls) {
     InflightView v;
     if (call.op_index1 == 0 || !ring_->Read(call.op_index1 - 1, &v.op)) continue;
     v.host_blocked = true;
@@ -376,7 +398,6 @@ std::vector<InflightView> Watchdog::Inflight(int lock_timeout_ms, uint64_t now_n
   }
   std::sort(out.begin(), out.end(),
             [](const InflightView& a, const InflightView& b) { return a.op.index < b.op.index; });
-  return out;
 }
 
 bool Watchdog::CommsInUse(int lock_timeout_ms, std::vector<const CommInfo*>* out) {

@@ -153,6 +153,8 @@ class Watchdog {
   // returned). Waits at most `lock_timeout_ms` for the watchdog's state.
   // `now_ns` 0: the current time (tests pass their own clock).
   std::vector<InflightView> Inflight(int lock_timeout_ms, uint64_t now_ns = 0);
+  // The same into `out` (cleared first; storage the caller keeps: the metrics' sample).
+  void Inflight(int lock_timeout_ms, uint64_t now_ns, std::vector<InflightView>* out);
   std::vector<Recovery> Recoveries();
   // The communicators of the operations it follows (queued ones included); false when its
   // state could not be had within `lock_timeout_ms`.
@@ -195,6 +197,8 @@ class Watchdog {
     Tracked& operator[](size_t i) { return v_[head_ + i]; }
     Tracked* begin() { return v_.data() + head_; }
     Tracked* end() { return v_.data() + v_.size(); }
+    // A push_back now would allocate (no room kept, none to move down into).
+    bool full() const { return v_.size() == v_.capacity() && head_ == 0; }
     void pop_front() {
       if (++head_ == v_.size()) {
         v_.clear();

@@ -2,21 +2,23 @@
  * must print and end the same with and without ncclwatch (tests/e2e/cases_resources.py).
  *   limits_app oom_exit       starts NCCL, runs operations, limits its address space (RLIMIT_AS)
  *                             to its size + 64 MiB, takes memory until malloc fails, lets the
- *                             watchdog tick for 1.5 s out of memory, and exits 12 (run with
+ *                             watchdog tick for 6 s out of memory, and exits 12 (run with
  *                             jemalloc preloaded, and with glibc's malloc)
+ *   limits_app oom_early      the same, its first operations only after memory ran out
  *   limits_app nofile N       RLIMIT_NOFILE N at start, starts NCCL, runs operations, then opens
  *                             files until EMFILE and says how many it opened, runs operations again
  *   limits_app nofile_free K  RLIMIT_NOFILE 16, starts NCCL, then holds every descriptor but K,
- *                             waits while the test asks a job-wide dump (K 1: opening and closing
- *                             a file 10000 times meanwhile), and says how many opens failed
- *   limits_app as_tight       starts NCCL, limits its address space to its size + 16 MiB and runs
- *                             operations and allocations for 2 s; says how many failed
+ *                             waits 4 s while the test asks a job-wide dump (K 1: opening and
+ *                             closing a file all the while), and says how many opens failed
+ *   limits_app as_tight       starts NCCL, limits its address space to its size + 16 MiB, runs
+ *                             operations for 2 s, then takes 8 MiB; says how many failed
  *   limits_app vm             prints VmSize/VmPeak (KiB) before NCCL starts and after 3 s of
  *                             operations, on stderr (a measure, not compared)
  * Built a second time with LIMITS_COUNT_MALLOC (e2e_limits_count_app): malloc and its family are
  * interposed and counted per thread;
- *   limits_count_app mallocs  starts NCCL, runs operations for 2.5 s, then for 3 s more, and says
- *                             how many allocations the thread named "ncclwatch" made in those 3 s */
+ *   limits_count_app mallocs [MS]  starts NCCL, runs operations for 2.5 s, then for MS ms more
+ *                             (3000), and says how many allocations the thread named "ncclwatch"
+ *                             made in those (stacks of the first few on stderr) */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <fcntl.h>
@@ -35,6 +37,8 @@ extern void* __libc_realloc(void*, size_t);
 extern void* __libc_memalign(size_t, size_t);
 extern void __libc_free(void*);
 
+/* Visible to every library (the build hides symbols by default). */
+#define EXPORTED __attribute__((visibility("default")))
 #define SLOTS 256
 static struct {
   volatile int tid;
@@ -67,12 +71,12 @@ static void counted(void) {
     }
   }
 }
-void* malloc(size_t n) { counted(); return __libc_malloc(n); }
-void* calloc(size_t a, size_t b) { counted(); return __libc_calloc(a, b); }
-void* realloc(void* p, size_t n) { counted(); return __libc_realloc(p, n); }
-void* memalign(size_t a, size_t n) { counted(); return __libc_memalign(a, n); }
-void* aligned_alloc(size_t a, size_t n) { counted(); return __libc_memalign(a, n); }
-int posix_memalign(void** out, size_t a, size_t n) {
+EXPORTED void* malloc(size_t n) { counted(); return __libc_malloc(n); }
+EXPORTED void* calloc(size_t a, size_t b) { counted(); return __libc_calloc(a, b); }
+EXPORTED void* realloc(void* p, size_t n) { counted(); return __libc_realloc(p, n); }
+EXPORTED void* memalign(size_t a, size_t n) { counted(); return __libc_memalign(a, n); }
+EXPORTED void* aligned_alloc(size_t a, size_t n) { counted(); return __libc_memalign(a, n); }
+EXPORTED int posix_memalign(void** out, size_t a, size_t n) {
   void* p;
   counted();
   p = __libc_memalign(a, n);
@@ -80,7 +84,7 @@ int posix_memalign(void** out, size_t a, size_t n) {
   *out = p;
   return 0;
 }
-void free(void* p) { __libc_free(p); }
+EXPORTED void free(void* p) { __libc_free(p); }
 
 static unsigned long count_of(int tid) {
   int i;
@@ -91,8 +95,8 @@ static unsigned long count_of(int tid) {
 #endif
 
 /* The thread whose name is `name`, or 0. */
-static int thread_named(const char* name) {
-  char path[96], comm[64];
+static __attribute__((unused)) int thread_named(const char* name) {
+  char path[320], comm[64];
   int found = 0;
   DIR* d = opendir("/proc/self/task");
   struct dirent* e;
@@ -172,17 +176,27 @@ int main(int argc, char** argv) {
     void* prime[2];
     unsigned long before, after;
     int tid, i;
+    const long window_ms = argc > 2 ? atol(argv[2]) : 3000;
+    double start, now;
     backtrace(prime, 2);  /* loads the unwinder now, not inside malloc */
     start_nccl(&comm);
-    run_for(comm, 2500);
-    tid = thread_named("ncclwatch");
-    before = count_of(tid);
-    traced_tid = tid;
-    run_for(comm, 3000);
+    /* One loop, one call site: a new call site's first sight is resolved (allocating) once. */
+    tid = 0;
+    before = 0;
+    start = simutil_now_ms();
+    while ((now = simutil_now_ms()) < start + 2500 + window_ms) {
+      if (!traced_tid && now >= start + 2500) {
+        tid = thread_named("ncclwatch");
+        before = count_of(tid);
+        traced_tid = tid ? tid : -1;
+      }
+      run_ops(comm, 4);
+      simutil_sleep_ms(5);
+    }
     after = count_of(tid);
     traced_tid = 0;
     if (tid)
-      printf("the ncclwatch thread allocated %lu times in 3 s of operations\n", after - before);
+      printf("the ncclwatch thread allocated %lu times in %ld ms of operations\n", after - before, window_ms);
     else
       printf("no ncclwatch thread\n");
     for (i = 0; i < traces_taken && i < TRACES; ++i) {
@@ -193,16 +207,19 @@ int main(int argc, char** argv) {
     return 0;
   }
 #endif
-  if (strcmp(scenario, "oom_exit") == 0) {
+  if (strcmp(scenario, "oom_exit") == 0 || strcmp(scenario, "oom_early") == 0) {
     size_t sizes[] = {1 << 20, 4096, 64};
-    int i;
+    int i, early = strcmp(scenario, "oom_early") == 0;
     start_nccl(&comm);
-    run_ops(comm, 20);
+    if (!early) run_ops(comm, 20);
+    else CUCHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
     limit_as(64 << 20);
     for (i = 0; i < 3; ++i)
       while (malloc(sizes[i]) != NULL) {
       }
-    simutil_sleep_ms(1500);  /* the watchdog ticks out of memory */
+    if (early) /* its first operations, out of memory: their results are the simulator's */
+      printf("operations failed: %d\n", run_ops(comm, 4) > 0);
+    simutil_sleep_ms(6000);  /* the watchdog ticks out of memory (a metrics file is due every 5 s) */
     printf("out of memory\n");
     fflush(stdout);
     exit(12);
@@ -234,25 +251,23 @@ int main(int argc, char** argv) {
     for (fd = 0; fd < keep_free && held > 0; ++fd) close(mine[--held]);
     until = simutil_now_ms() + 4000;
     while (simutil_now_ms() < until) {
-      if (keep_free > 0 && tries < 10000) {
+      if (keep_free > 0) {  /* all the while the dump is asked and written */
         fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
         ++tries;
         if (fd < 0) ++failed;
         else close(fd);
-        if (tries % 100 == 0) simutil_sleep_ms(4);
       } else {
         simutil_sleep_ms(10);
       }
     }
-    printf("held all but %d; %d of %d opens failed\n", keep_free, failed, tries);
+    printf("held all but %d; %d opens failed\n", keep_free, failed);
     fflush(stdout);
     return 0;
   }
   if (strcmp(scenario, "as_tight") == 0) {
     int failed, allocs = 0, i;
+    limit_as((long)simutil_env_int("LIMITS_AS_MIB", 16) << 20);  /* before NCCL: what the library takes counts */
     start_nccl(&comm);
-    run_ops(comm, 20);
-    limit_as(16 << 20);
     failed = run_for(comm, 2000);
     for (i = 0; i < 8; ++i) allocs += malloc(1 << 20) != NULL;
     printf("operations failed: %d; 1 MiB allocations: %d of 8\n", failed, allocs);
