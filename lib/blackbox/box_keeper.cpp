@@ -2,6 +2,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/memory_room.h"
 #include "common/timing.h"
 #include "dump/dump_input.h"
 #include "format/trace_writer.h"
@@ -97,7 +98,9 @@ void BoxKeeper::Tend(uint64_t now, uint64_t poll_ns, uint64_t poll_recorded) {
     box_->KeepLocked();  // the application may have closed its descriptor (and so its lock)
   }
   // Call sites interned since the last poll, resolved to text now: after a SIGKILL nobody can.
+  // A new one's text is allocated: only with address space to spare (else at a later tick).
   const size_t count = stacks::CallsiteCount();
+  if (sites_next_ < count && !AddressSpaceRoom()) return;
   while (sites_next_ < count) {
     const auto id = static_cast<int32_t>(sites_next_);
     stacks::Callsite cs;

@@ -7,7 +7,10 @@
 
 #include "blackbox/black_box.h"
 #include "blackbox/postmortem.h"
+#include "common/clock.h"
+#include "common/fd_room.h"
 #include "common/log.h"
+#include "common/memory_room.h"
 
 namespace ncclwatch {
 namespace blackbox {
@@ -35,6 +38,14 @@ bool Caretaker::Elected() {
 
 void Caretaker::Tend(const std::string& own_box, const std::string& job_instance) {
   if (box_dir_ == "none") return;
+  // A pass allocates (paths, identities, the conversions): it runs when a box needs care, and
+  // once every kWholePass, only with descriptors and address space to spare. The check before it
+  // allocates nothing (the watchdog's steady path).
+  constexpr uint64_t kWholePassNs = 60ull * 1000000000ull;
+  const uint64_t now = MonoNs();
+  if (!FdRoom(3) || !AddressSpaceRoom()) return;
+  if (now < next_pass_ns_ && !BoxesNeedCare(box_dir_, own_box)) return;
+  next_pass_ns_ = now + kWholePassNs;
   // Not the caretaker: the caretaker may be the process that is stopped (its lock held all the
   // while), so every process looks for stopped ones; a stop is said once, by whoever saw it.
   CaretakerPass pass;

@@ -5,6 +5,7 @@
 // the process; the kernel hands it to the next one when this one ends.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "common/kept_fd.h"
@@ -30,6 +31,7 @@ class Caretaker {
   std::string box_dir_, relay_dir_;
   KeptFd lock_;  // flock held: this process is the host's caretaker
   bool tried_ = false;
+  uint64_t next_pass_ns_ = 0;  // a whole pass at least this often, else only when BoxesNeedCare
 };
 
 }  // namespace blackbox

@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -837,6 +838,53 @@ std::vector<Conversion> CareForStoppedBoxes(const std::string& box_dir, const st
     close(fd);
   }
   return out;
+}
+
+bool BoxesNeedCare(const std::string& box_dir, const std::string& own_box) {
+  if (box_dir.empty() || box_dir == "none") return false;
+  char prefix[48];
+  const int plen = snprintf(prefix, sizeof prefix, "ncclwatch-box-%u-", static_cast<unsigned>(getuid()));
+  const int dir = open(box_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return false;
+  struct Entry {  // linux_dirent64
+    uint64_t ino;
+    int64_t off;
+    unsigned short reclen;
+    unsigned char type;
+    char name[1];
+  };
+  alignas(8) char buf[2048];  // getdents64, not readdir: opendir allocates
+  const int64_t now = static_cast<int64_t>(MonoNs());
+  bool work = false;
+  long n;
+  while (!work && (n = syscall(SYS_getdents64, dir, buf, sizeof buf)) > 0) {
+    for (long at = 0; at < n && !work;) {
+      const Entry* e = reinterpret_cast<const Entry*>(buf + at);
+      at += e->reclen;
+      const char* name = e->name;
+      if (name[0] == '.' && strncmp(name + 1, prefix, plen) == 0) {
+        work = true;  // being created, or a leftover: the pass decides
+        continue;
+      }
+      if (strncmp(name, prefix, plen) != 0 || own_box == name) continue;
+      const int fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+      if (fd < 0) continue;
+      struct stat st;
+      Header h;
+      if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == getuid()) {
+        const pid_t holder = BoxLockHolder(fd);
+        if (holder == 0) {
+          work = true;  // its process died (or is locking it again)
+        } else if (holder > 0 && pread(fd, static_cast<void*>(&h), sizeof h, 0) == static_cast<ssize_t>(sizeof h)) {
+          const int64_t alive = h.alive_mono_ns.load();
+          work = alive == 0 || now - alive >= kStoppedLookAfterNs;  // not polled yet, or quiet
+        }
+      }
+      close(fd);
+    }
+  }
+  close(dir);
+  return work;
 }
 
 CaretakerPass ConvertDeadBoxes(const std::string& box_dir, const std::string& relay_dir, const std::string& own_box) {

@@ -73,6 +73,11 @@ CaretakerPass ConvertDeadBoxes(const std::string& box_dir, const std::string& re
 // does; whoever sees a stop first says it, once. Boxes whose watchdog polled within a second
 // cost one read of their header. Never throws.
 std::vector<Conversion> CareForStoppedBoxes(const std::string& box_dir, const std::string& own_box);
+// Whether a pass could find anything to do: a box of this user other than `own_box` whose lock
+// is free (its process died) or whose process is quiet past timing::kStoppedLookAfter, or a
+// hidden one (being created, or left by a process killed then). Allocates nothing and holds
+// two descriptors at most, briefly: the caretaker asks it every tick, and passes only on a yes.
+bool BoxesNeedCare(const std::string& box_dir, const std::string& own_box);
 
 // A dead process's black box as it lies, read by a command that must change nothing: no lock
 // taken, nothing written or removed.

@@ -16,6 +16,8 @@
 #include <sstream>
 #include <vector>
 
+#include "common/fd_room.h"
+#include "common/memory_room.h"
 #include "common/log.h"
 #include "format/display.h"
 #include "format/file_name.h"
@@ -84,7 +86,10 @@ std::string TempPathFor(const std::string& path) {
 }  // namespace
 
 int WriteFileReplacing(const std::string& path, const std::string& content, int mode) {
-  std::string tmp = TempPathFor(path);
+  return WriteFileReplacingVia(path, TempPathFor(path), content, mode);
+}
+
+int WriteFileReplacingVia(const std::string& path, const std::string& tmp, const std::string& content, int mode) {
   int fd = CreateExclusive(tmp, mode);
   if (fd < 0) return errno;
   bool ok = write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size());
@@ -357,21 +362,38 @@ bool DumpDirectory::WriteRequest(const trace::DumpRequest& r) {
 }
 
 std::string DumpDirectory::RequestPath() {
+  std::string path;
+  RequestPathInto(&path);
+  return path;
+}
+
+void DumpDirectory::RequestPathInto(std::string* out) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (dir_ready_) return dir_ + "/" + trace::kDumpRequestFile;
-  auto from_base = [&](const std::string& c) { return base_.empty() || c[0] == '/' ? c : base_ + "/" + c; };
-  const std::string first = from_base(configured_.empty() ? fallback_name_ : configured_);
+  if (dir_ready_) {
+    out->assign(dir_);
+    out->append("/");
+    out->append(trace::kDumpRequestFile);
+    return;
+  }
+  if (request_dirs_[0].empty()) {
+    auto from_base = [&](const std::string& c) { return base_.empty() || c[0] == '/' ? c : base_ + "/" + c; };
+    request_dirs_[0] = from_base(configured_.empty() ? fallback_name_ : configured_);
+    request_dirs_[1] = from_base(fallback_name_);
+    request_dirs_[2] = "/tmp/" + fallback_name_ + "-" + std::to_string(getuid());
+    for (int i = 0; i < 3; ++i) request_paths_[i] = request_dirs_[i] + "/" + trace::kDumpRequestFile;
+  }
   // A configured directory that cannot be used (a file there, not writable) sends the job's
   // dumps, and its request, to the fallback: a rank that has not dumped yet looks there too.
   struct stat st;
-  if (!configured_.empty() && stat(first.c_str(), &st) == 0 &&
-      (!S_ISDIR(st.st_mode) || access(first.c_str(), W_OK | X_OK) != 0)) {
-    const std::string candidates[] = {from_base(fallback_name_),
-                                      "/tmp/" + fallback_name_ + "-" + std::to_string(getuid())};
-    for (const auto& c : candidates)
-      if (stat(c.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return c + "/" + trace::kDumpRequestFile;
+  if (!configured_.empty() && stat(request_dirs_[0].c_str(), &st) == 0 &&
+      (!S_ISDIR(st.st_mode) || access(request_dirs_[0].c_str(), W_OK | X_OK) != 0)) {
+    for (int i = 1; i < 3; ++i)
+      if (stat(request_dirs_[i].c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+        out->assign(request_paths_[i]);
+        return;
+      }
   }
-  return first + "/" + trace::kDumpRequestFile;
+  out->assign(request_paths_[0]);
 }
 
 namespace {
@@ -400,7 +422,8 @@ std::optional<trace::DumpRequest> DumpDirectory::CurrentRequest() {
 }
 
 std::optional<trace::DumpRequest> DumpDirectory::PollRequest(const std::string& own_instance, uint64_t own_start_unix_ns) {
-  return request_watch_.Poll(RequestPath(), own_instance, own_start_unix_ns);
+  RequestPathInto(&poll_path_);
+  return request_watch_.Poll(poll_path_, own_instance, own_start_unix_ns);
 }
 
 std::optional<trace::DumpRequest> RequestFileWatch::Poll(const std::string& path, const std::string& own_instance,
@@ -410,6 +433,16 @@ std::optional<trace::DumpRequest> RequestFileWatch::Poll(const std::string& path
   if (own_files_only && st.st_uid != getuid()) return std::nullopt;
   int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   if (mtime == seen_mtime_ns_ && st.st_size == seen_size_ && st.st_ino == seen_ino_) return std::nullopt;
+  int free = 0;
+  if (!FdRoom(1, &free)) {  // read at a later poll, once a descriptor is free again
+    if (!no_room_said_)
+      LogWarn("a job-wide dump request is in %s, but only %d descriptor(s) are free (RLIMIT_NOFILE %d): not answered "
+              "until more are (ncclwatch leaves the last %d to the application)",
+              path.c_str(), free, FdLimit(), kFdReserve);
+    no_room_said_ = true;
+    return std::nullopt;
+  }
+  if (!AddressSpaceRoom()) return std::nullopt;  // read once there is (a dump would not be written now)
   trace::DumpRequest r;
   if (!ReadRequestFile(path, &r)) return std::nullopt;  // being replaced: retry next poll
   seen_mtime_ns_ = mtime;

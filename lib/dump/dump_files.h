@@ -40,6 +40,7 @@ class RequestFileWatch {
   int64_t seen_mtime_ns_ = -1;  // identity of the file last seen
   off_t seen_size_ = -1;
   ino_t seen_ino_ = 0;
+  bool no_room_said_ = false;  // a request seen while no descriptor was free: said once
 };
 
 class DumpDirectory {
@@ -79,6 +80,8 @@ class DumpDirectory {
   std::optional<trace::DumpRequest> CurrentRequest();
   // Where the job-wide request file is (or will be).
   std::string RequestPath();
+  // The same into `out`: no allocation once `out` has held it (the watchdog's polls).
+  void RequestPathInto(std::string* out);
 
  private:
   // Makes the first usable directory from the candidate `next_candidate_` on (configured,
@@ -102,11 +105,17 @@ class DumpDirectory {
   bool limit_logged_ = false;
   std::mutex mu_;
   RequestFileWatch request_watch_;
+  // RequestPath's answers before the directory is made, computed once (they never change):
+  // the first candidate's directory and request path, then the fallbacks'.
+  std::string request_dirs_[3], request_paths_[3];
+  std::string poll_path_;  // PollRequest's (watchdog thread)
 };
 
 // Writes `content` to `path` atomically, replacing it (a temporary file created exclusively,
 // never through a link, then renamed) with permissions `mode`. errno-style result.
 int WriteFileReplacing(const std::string& path, const std::string& content, int mode = 0644);
+// The same through the temporary path `tmp` the caller keeps (allocates nothing).
+int WriteFileReplacingVia(const std::string& path, const std::string& tmp, const std::string& content, int mode);
 
 // Writes `content` to `path` atomically without replacing an existing file. errno-style
 // result: 0, or the error of the failing step (EEXIST when `path` exists).

@@ -4,6 +4,8 @@
 #include <cstdio>
 
 #include "common/clock.h"
+#include "common/fd_room.h"
+#include "common/memory_room.h"
 #include "common/lock_within.h"
 #include "common/log.h"
 #include "common/real_nccl.h"
@@ -24,6 +26,22 @@ bool DumpPolicy::Dump(trace::DumpReason reason, const std::string& detail,
     LogWarn("%s: %s (no dump: NCCLWATCH_MAX_DUMPS reached)", trace::DumpReasonName(reason),
             detail.empty() ? "-" : detail.c_str());
     return false;
+  }
+  // The application's last descriptors stay its own: no dump, its event still said.
+  int free = 0;
+  if (!FdRoom(kFdsForDump, &free)) {
+    LogWarn("%s: %s (no %s: only %d descriptor(s) free under RLIMIT_NOFILE %d, and ncclwatch leaves the last %d to "
+            "the application)",
+            trace::DumpReasonName(reason), detail.empty() ? "-" : detail.c_str(), extra.exit_record ? "exit record" : "dump",
+            free, FdLimit(), kFdReserve);
+    return;
+  }
+  // Out of address space an allocation may crash (jemalloc): no dump, its event still said.
+  if (!AddressSpaceRoom()) {
+    LogWarn(
+        "%s: %s (no %s: the process is out of address space, and an allocation now could crash it)",
+        trace::DumpReasonName(reason), detail.empty() ? "-" : detail.c_str(), extra.exit_record ? "exit record" : "dump");
+    return;
   }
   DumpInput in = AssembleDumpInput(p_.sources, reason, detail, answered, stalled, extra);
   in.global_rank = p_.rank->global.load();

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -16,22 +17,36 @@ namespace ncclwatch {
 
 namespace {
 
+// Appends to a string whose storage is kept: no temporaries.
 class Text {
  public:
+  explicit Text(std::string* out) : out_(*out) { out_.clear(); }
   // One metric family: HELP and TYPE once, then its samples.
   void Family(const char* name, const char* type, const char* help) {
-    out_ += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+    out_.append("# HELP ").append(name).append(" ").append(help).append("\n# TYPE ").append(name).append(" ");
+    out_.append(type).append("\n");
   }
-  void Sample(const char* name, const std::string& labels, double value) {
+  // `labels`, then `more` (may be ""), as one label set.
+  void Sample(const char* name, const char* labels, const char* more, double value) {
     char v[64];
     std::snprintf(v, sizeof v, "%.17g", value);
-    out_ += std::string(name) + "{" + labels + "} " + v + "\n";
+    out_.append(name).append("{").append(labels).append(more).append("} ").append(v).append("\n");
   }
-  std::string& str() { return out_; }
 
  private:
-  std::string out_;
+  std::string& out_;
 };
+
+// rank="R",comm="<hex>" into `buf`.
+const char* CommLabels(char* buf, size_t size, const char* rank, uint64_t id) {
+  std::snprintf(buf, size, "%s,comm=\"%016llx\"", rank, static_cast<unsigned long long>(id));
+  return buf;
+}
+
+const char* OpLabel(char* buf, size_t size, trace::OpKind kind) {
+  std::snprintf(buf, size, ",op=\"%s\"", trace::OpKindName(kind));
+  return buf;
+}
 
 }  // namespace
 
@@ -52,40 +67,55 @@ void MetricsWriter::Count(const FlightRing& ring) {
 }
 
 std::string MetricsWriter::Render(const MetricsInput& in, uint64_t now_mono_ns, uint64_t now_unix_ns) {
-  Text t;
-  std::string rank = "rank=\"" + std::to_string(in.rank) + "\"";
-  auto comm_labels = [&](uint64_t id) { return rank + ",comm=\"" + CommIdHex(id) + "\""; };
+  std::string out;
+  RenderInto(in, now_mono_ns, now_unix_ns, &out);
+  return out;
+}
+
+void MetricsWriter::RenderInto(const MetricsInput& in, uint64_t now_mono_ns, uint64_t now_unix_ns, std::string* out) {
+  Text t(out);
+  char rank[32], comm[96], op[64];
+  std::snprintf(rank, sizeof rank, "rank=\"%d\"", in.rank);
 
   t.Family("ncclwatch_operations_total", "counter", "NCCL operations issued, by communicator and operation.");
   for (const auto& [key, v] : totals_)
-    t.Sample("ncclwatch_operations_total", comm_labels(key.first) + ",op=\"" + trace::OpKindName(key.second) + "\"",
+    t.Sample("ncclwatch_operations_total", CommLabels(comm, sizeof comm, rank, key.first), OpLabel(op, sizeof op, key.second),
              static_cast<double>(v.ops));
   t.Family("ncclwatch_bytes_total", "counter", "Bytes of the NCCL operations issued (nccl-tests' size).");
   for (const auto& [key, v] : totals_)
-    t.Sample("ncclwatch_bytes_total", comm_labels(key.first) + ",op=\"" + trace::OpKindName(key.second) + "\"",
+    t.Sample("ncclwatch_bytes_total", CommLabels(comm, sizeof comm, rank, key.first), OpLabel(op, sizeof op, key.second),
              static_cast<double>(v.bytes));
 
   t.Family("ncclwatch_collectives_completed_total", "counter", "Collectives the GPU completed, by communicator.");
   for (const CommInfo* c : in.comms)
-    t.Sample("ncclwatch_collectives_completed_total", comm_labels(c->id), static_cast<double>(c->live().last_completed.load()));
+    t.Sample("ncclwatch_collectives_completed_total", CommLabels(comm, sizeof comm, rank, c->id), "",
+             static_cast<double>(c->live().last_completed.load()));
 
-  // In flight, per communicator and operation, and the oldest per communicator with its deadline.
-  std::map<std::pair<uint64_t, trace::OpKind>, int> inflight;
-  std::map<uint64_t, const InflightView*> oldest;
+  // In flight, per communicator and operation, and the oldest per communicator with its deadline
+  // (sorted vectors, in the order a map would give).
+  inflight_.clear();
+  oldest_.clear();
   for (const auto& v : in.inflight) {
     if (v.op.state == trace::OpState::Completed) continue;
-    ++inflight[{v.op.comm_id, v.op.kind}];
-    auto& o = oldest[v.op.comm_id];
-    if (!o || v.age_s > o->age_s) o = &v;
+    const std::pair<uint64_t, trace::OpKind> key{v.op.comm_id, v.op.kind};
+    auto it = std::lower_bound(inflight_.begin(), inflight_.end(), key,
+                               [](const auto& e, const auto& k) { return e.first < k; });
+    if (it == inflight_.end() || it->first != key) it = inflight_.insert(it, {key, 0});
+    ++it->second;
+    auto o = std::lower_bound(oldest_.begin(), oldest_.end(), v.op.comm_id,
+                              [](const auto& e, uint64_t k) { return e.first < k; });
+    if (o == oldest_.end() || o->first != v.op.comm_id) o = oldest_.insert(o, {v.op.comm_id, nullptr});
+    if (!o->second || v.age_s > o->second->age_s) o->second = &v;
   }
   t.Family("ncclwatch_operations_in_flight", "gauge", "NCCL operations issued and not completed.");
-  for (const auto& [key, n] : inflight)
-    t.Sample("ncclwatch_operations_in_flight", comm_labels(key.first) + ",op=\"" + trace::OpKindName(key.second) + "\"",
-             n);
+  for (const auto& [key, n] : inflight_)
+    t.Sample("ncclwatch_operations_in_flight", CommLabels(comm, sizeof comm, rank, key.first), OpLabel(op, sizeof op, key.second), n);
   t.Family("ncclwatch_oldest_in_flight_seconds", "gauge", "Age of the oldest operation in flight.");
-  for (const auto& [comm, v] : oldest) t.Sample("ncclwatch_oldest_in_flight_seconds", comm_labels(comm), v->age_s);
+  for (const auto& [id, v] : oldest_)
+    t.Sample("ncclwatch_oldest_in_flight_seconds", CommLabels(comm, sizeof comm, rank, id), "", v->age_s);
   t.Family("ncclwatch_deadline_seconds", "gauge", "The deadline applied to the oldest operation in flight.");
-  for (const auto& [comm, v] : oldest) t.Sample("ncclwatch_deadline_seconds", comm_labels(comm), v->deadline_s);
+  for (const auto& [id, v] : oldest_)
+    t.Sample("ncclwatch_deadline_seconds", CommLabels(comm, sizeof comm, rank, id), "", v->deadline_s);
 
   t.Family("ncclwatch_seconds_since_last_completion", "gauge",
            "Seconds since the communicator last completed a collective (to the sampling interval).");
@@ -93,19 +123,19 @@ std::string MetricsWriter::Render(const MetricsInput& in, uint64_t now_mono_ns, 
     uint64_t seq = c->live().last_completed.load();
     auto& last = last_completion_[c->id];
     if (last.second == 0 || seq != last.first) last = {seq, now_mono_ns};
-    t.Sample("ncclwatch_seconds_since_last_completion", comm_labels(c->id),
+    t.Sample("ncclwatch_seconds_since_last_completion", CommLabels(comm, sizeof comm, rank, c->id), "",
              static_cast<double>(now_mono_ns - last.second) / 1e9);
   }
 
   t.Family("ncclwatch_stalls_total", "counter", "Operations that passed their deadline.");
-  t.Sample("ncclwatch_stalls_total", rank, static_cast<double>(in.stalls));
+  t.Sample("ncclwatch_stalls_total", rank, "", static_cast<double>(in.stalls));
   t.Family("ncclwatch_dumps_total", "counter", "Dumps this process wrote.");
-  t.Sample("ncclwatch_dumps_total", rank, static_cast<double>(in.dumps));
+  t.Sample("ncclwatch_dumps_total", rank, "", static_cast<double>(in.dumps));
   t.Family("ncclwatch_last_update_timestamp_seconds", "gauge", "When this file was written (Unix time).");
-  t.Sample("ncclwatch_last_update_timestamp_seconds", rank, static_cast<double>(now_unix_ns / 1000000) / 1e3);
+  t.Sample("ncclwatch_last_update_timestamp_seconds", rank, "", static_cast<double>(now_unix_ns / 1000000) / 1e3);
   t.Family("ncclwatch_info", "gauge", "Always 1: the process is watched; labels say by what.");
-  t.Sample("ncclwatch_info", rank + ",nccl_version=\"" + std::to_string(in.nccl_version) + "\"", 1);
-  return std::move(t.str());
+  std::snprintf(op, sizeof op, ",nccl_version=\"%d\"", in.nccl_version);
+  t.Sample("ncclwatch_info", rank, op, 1);
 }
 
 bool MetricsWriter::Write(const MetricsInput& in, uint64_t now_mono_ns, uint64_t now_unix_ns) {
@@ -116,13 +146,23 @@ bool MetricsWriter::Write(const MetricsInput& in, uint64_t now_mono_ns, uint64_t
 
 void MetricsWriter::Remove() { unlink(file_.c_str()); }
 
-uint64_t MetricsWriter::Tend(uint64_t now, const FlightRing& ring, const std::function<MetricsInput()>& input) {
+uint64_t MetricsWriter::Tend(uint64_t now, const FlightRing& ring, const std::function<void(MetricsInput*)>& fill) {
   Count(ring);
   if (now < next_write_ns_) return now;
   next_write_ns_ = now + timing::Ns(timing::kMetricsInterval);
-  if (!Write(input(), now, UnixNs()) && !write_failure_said_) {
+  input_.comms.clear();
+  input_.inflight.clear();
+  fill(&input_);
+  RenderInto(input_, now, UnixNs(), &text_);
+  if (tmp_path_.empty()) {  // hidden beside it, as WriteFileReplacing's: dir/.tmp-<name>-<pid>
+    const size_t slash = file_.rfind('/');
+    tmp_path_ = (slash == std::string::npos ? std::string(".") : file_.substr(0, slash)) + "/.tmp-" +
+                (slash == std::string::npos ? file_ : file_.substr(slash + 1)) + "-" + std::to_string(getpid());
+  }
+  const int e = WriteFileReplacingVia(file_, tmp_path_, text_, 0644);
+  if (e != 0 && !write_failure_said_) {
     write_failure_said_ = true;
-    LogWarn("cannot write %s: %s; metrics are retried every %d s", file_.c_str(), strerror(errno),
+    LogWarn("cannot write %s: %s; metrics are retried every %d s", file_.c_str(), strerror(e),
             timing::Ms(timing::kMetricsInterval) / 1000);
   }
   return now;  // counted every tick

@@ -35,14 +35,20 @@ class MetricsWriter {
 
   // Counts the ring's new operations (since the last call); cheap, every poll.
   void Count(const FlightRing& ring);
+  // Whether Tend would write the file now.
+  bool Due(uint64_t now_mono_ns) const { return now_mono_ns >= next_write_ns_; }
   // The text of one sample (also for tests), and writing it.
   std::string Render(const MetricsInput& in, uint64_t now_mono_ns, uint64_t now_unix_ns);
   bool Write(const MetricsInput& in, uint64_t now_mono_ns, uint64_t now_unix_ns);
+  // The same into storage the writer keeps: once it has held a sample as large, a sample
+  // allocates nothing (the watchdog's steady path).
+  void RenderInto(const MetricsInput& in, uint64_t now_mono_ns, uint64_t now_unix_ns, std::string* out);
   // At a normal exit: the file goes (a dead process must not look alive to the collector).
   void Remove();
   // A watchdog-thread duty (TickSchedule): counts every tick, writes a sample (read from
   // `input`) every kMetricsInterval; a file that cannot be written is said once, then retried.
-  uint64_t Tend(uint64_t now_mono_ns, const FlightRing& ring, const std::function<MetricsInput()>& input);
+  // `fill` fills the input it is given (its vectors cleared, their storage kept).
+  uint64_t Tend(uint64_t now_mono_ns, const FlightRing& ring, const std::function<void(MetricsInput*)>& fill);
 
   const std::string& file() const { return file_; }
 
@@ -56,6 +62,12 @@ class MetricsWriter {
   uint64_t next_index_ = 0;                                   // ring index not yet counted
   std::map<std::pair<uint64_t, trace::OpKind>, Totals> totals_;  // (comm, op)
   std::map<uint64_t, std::pair<uint64_t, uint64_t>> last_completion_;  // comm -> (seq, mono ns seen)
+  // Kept across samples (Tend, watchdog thread): the input, the text, the temporary file's
+  // path, and the in-flight counts by (comm, op) and the oldest by comm.
+  MetricsInput input_;
+  std::string text_, tmp_path_;
+  std::vector<std::pair<std::pair<uint64_t, trace::OpKind>, int>> inflight_;
+  std::vector<std::pair<uint64_t, const InflightView*>> oldest_;
 };
 
 // "ncclwatch-<host>-<pid>.prom": the rank is a label (it may be learnt after start).

@@ -104,6 +104,12 @@ class CommRegistry {
   CommInfo* Lookup(const void* handle) const;
   // Every communicator still known, in creation order (dump time).
   std::vector<CommInfo*> All() const;
+  // The same appended to `out` (storage the caller keeps).
+  template <typename T>
+  void All(std::vector<T*>* out) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& c : all_) out->push_back(c.get());
+  }
   // Forgets ended (destroyed, finalized, aborted) communicators past the newest `keep` of them
   // that ended before `ended_before_ns` and are not in `in_use` (the watchdog still follows an
   // operation of theirs): elastic jobs create and destroy thousands, and dumps and memory must

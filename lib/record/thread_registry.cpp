@@ -23,15 +23,20 @@ void ThreadRegistry::Release(ThreadSlot* slot) {
 
 std::vector<ThreadRegistry::InCall> ThreadRegistry::InsideNccl() const {
   std::vector<InCall> out;
+  InsideNccl(&out);
+  return out;
+}
+
+void ThreadRegistry::InsideNccl(std::vector<InCall>* out) const {
+  out->clear();
   for (size_t i = 0; i < kCapacity; ++i) {
     ThreadSlot& s = slots_[i];
     int32_t tid = s.tid.load(std::memory_order_acquire);
     const char* fn = s.function.load(std::memory_order_acquire);
-    if (tid != 0 && fn) out.push_back({tid, fn, s.since_ns.load(std::memory_order_relaxed),
-                                        s.op_index1.load(std::memory_order_relaxed),
-                                        s.creating.load(std::memory_order_relaxed)});
+    if (tid != 0 && fn) out->push_back({tid, fn, s.since_ns.load(std::memory_order_relaxed),
+                                         s.op_index1.load(std::memory_order_relaxed),
+                                         s.creating.load(std::memory_order_relaxed)});
   }
-  return out;
 }
 
 }  // namespace ncclwatch

@@ -45,6 +45,8 @@ class ThreadRegistry {
     bool creating;
   };
   std::vector<InCall> InsideNccl() const;
+  // The same into `out` (cleared first): storage the caller keeps, no allocation once it holds kCapacity.
+  void InsideNccl(std::vector<InCall>* out) const;
   // Every thread that has called NCCL (and holds a slot).
   std::vector<int> Threads() const;
   // Writes the name of each slot's current call beside it (watchdog thread, every poll).

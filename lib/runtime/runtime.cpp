@@ -7,6 +7,8 @@
 #include <mutex>
 
 #include "common/clock.h"
+#include "common/fd_room.h"
+#include "common/memory_room.h"
 #include "common/log.h"
 #include "common/quietly.h"
 #include "common/real_nccl.h"
@@ -93,6 +95,15 @@ bool Runtime::Start() {
     SetLogRank(identity_.env_rank);
   }
   rank_.world_size.store(identity_.env_world_size);
+  // A job that set RLIMIT_NOFILE this low counted its descriptors: none is kept (the black
+  // box's, the relay's and the caretaker's locks), and the library goes without them.
+  if (const int limit = FdLimit(); limit < kKeepFdsMinLimit && (config_.blackbox_dir != "none" || config_.relay_dir != "none")) {
+    LogInfo("RLIMIT_NOFILE is %d: no descriptor is kept open, so no black box (a rank that ends without a word "
+            "leaves no evidence) and no request relay (this process reads the dump directory itself)",
+            limit);
+    config_.blackbox_dir = "none";
+    config_.relay_dir = "none";
+  }
   UsePrivateDir(&config_.blackbox_dir, "NCCLWATCH_BLACKBOX_DIR", "no black box");
   UsePrivateDir(&config_.relay_dir, "NCCLWATCH_RELAY_DIR", "each rank reads the dump directory itself");
   if (config_.blackbox_dir != "none") {
@@ -104,6 +115,7 @@ bool Runtime::Start() {
               "evidence",
               why.c_str());
   }
+  if (box_) own_box_name_ = box_->path().substr(box_->path().rfind('/') + 1);
   // The ring, the communicators' sequence state and the threads' calls live in the black box.
   ring_ = std::make_unique<FlightRing>(config_.ring, box_ ? box_->ring() : nullptr);
   if (box_) {
@@ -205,9 +217,6 @@ void Runtime::StartPieces(const std::string& start_dir) {
 }
 
 // The watchdog thread's duties after each poll, in this order; each says when it is next due.
-std::string Runtime::OwnBoxName() const {
-  return box_ ? box_->path().substr(box_->path().rfind('/') + 1) : std::string();
-}
 
 void Runtime::ScheduleDuties() {
   duties_.Add("a signal's dump", [this](uint64_t now) { return exit_->DumpPendingSignal(now); });
@@ -222,19 +231,22 @@ void Runtime::ScheduleDuties() {
       return stacks::WatchPythonExit(timing::Ms(timing::kBackgroundGilWait)) ? TickSchedule::kNever
                                                                               : now + timing::Ns(timing::kPythonExitRetry);
     });
-  duties_.Add("ended communicators", [this](uint64_t now) { return ForgetEndedComms(comms_, *watchdog_, now); });
+  duties_.Add("ended communicators", [this](uint64_t now) {
+    return AddressSpaceRoom() ? ForgetEndedComms(comms_, *watchdog_, now) : now + timing::Ns(timing::kEndedCommCheck);
+  });
   if (metrics_)
     duties_.Add("the metrics", [this](uint64_t now) {
-      return metrics_->Tend(now, *ring_, [&] {
-        MetricsInput in;
-        in.rank = rank_.global.load();
-        for (CommInfo* c : comms_.All()) in.comms.push_back(c);
-        in.ring = ring_.get();
-        in.inflight = watchdog_->Inflight(0, now);
-        in.stalls = policy_->stalls();
-        in.dumps = policy_->dumps_written();
-        in.nccl_version = nccl_version_;
-        return in;
+      // The file is written every few seconds (it allocates): only with room to spare.
+      if (!metrics_->Due(now)) return metrics_->Count(*ring_), now;
+      if (!FdRoom(1) || !AddressSpaceRoom()) return now;
+      return metrics_->Tend(now, *ring_, [&](MetricsInput* in) {
+        in->rank = rank_.global.load();
+        comms_.All(&in->comms);
+        in->ring = ring_.get();
+        watchdog_->Inflight(0, now, &in->inflight);
+        in->stalls = policy_->stalls();
+        in->dumps = policy_->dumps_written();
+        in->nccl_version = nccl_version_;
       });
     });
   duties_.Add("setup hangs", [this](uint64_t now) { return policy_->CheckSetups(now); });

@@ -61,7 +61,7 @@ class Runtime {
   void StartPieces(const std::string& start_dir);
   void ScheduleDuties();
   // This process's black box file name ("" none): the caretaker never touches it.
-  std::string OwnBoxName() const;
+  const std::string& OwnBoxName() const { return own_box_name_; }
   void OnTick();
   static void OnExitThunk(int status, void*);
   static void OnSignalEnding(void* runtime);
@@ -89,6 +89,7 @@ class Runtime {
   std::unique_ptr<PendingLaunches> pending_;
   std::unique_ptr<Recorder> recorder_;
   TickSchedule duties_;  // watchdog thread
+  std::string own_box_name_;  // OwnBoxName(), set once the box is made
 };
 
 }  // namespace ncclwatch

@@ -1,6 +1,7 @@
 #include "python_api.h"
 
 #include "common/own_thread_mask.h"
+#include "common/own_thread.h"
 #include "common/timing.h"
 
 #include <dlfcn.h>
@@ -211,6 +212,7 @@ class GilHelper {
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    SetOwnThreadStack(&attr);
     pthread_t thread;
     const int rc = pthread_create(&thread, &attr, &GilHelper::Main, this);
     pthread_attr_destroy(&attr);
@@ -219,6 +221,7 @@ class GilHelper {
   }
 
   static void* Main(void* self) {
+    WarmAllocator();
     pthread_setname_np(pthread_self(), "ncclwatch-gil");
     MarkOwnThread();
     static_cast<GilHelper*>(self)->Serve();

@@ -11,6 +11,8 @@
 #include <cstdio>
 
 #include "common/clock.h"
+#include "common/memory_room.h"
+#include "common/own_thread.h"
 #include "common/lock_within.h"
 #include "common/own_thread_mask.h"
 #include "format/display.h"
@@ -47,11 +49,13 @@ Watchdog::Watchdog(const Config& config, FlightRing* ring, GpuMarkers* markers, 
       threads_(threads),
       callbacks_(std::move(callbacks)),
       deadlines_(config.timeout, config.adaptive, config.adaptive_floor_s, config.adaptive_min_samples),
-      queue_(kQueueCapacity) {}
+      queue_(kQueueCapacity) {
+  inside_.reserve(ThreadRegistry::kCapacity);
+}
 
 Watchdog::~Watchdog() {
-  if (thread_.joinable()) {
-    thread_.detach();  // never joined: the runtime's watchdog lives until the process exits
+  if (started_) {
+    pthread_detach(thread_);  // never joined: the runtime's watchdog lives until the process exits
     return;
   }
   // A watchdog that never ran a thread (tests): hand its markers back to their pools.
@@ -70,11 +74,16 @@ bool Watchdog::Start() {
   sigdelset(&all, SIGABRT);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   running_.store(true, std::memory_order_release);
-  try {
-    thread_ = std::thread([this] { Run(); });
-  } catch (...) {
-    running_.store(false);
-  }
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  SetOwnThreadStack(&attr);
+  auto main = [](void* self) -> void* {
+    static_cast<Watchdog*>(self)->Run();
+    return nullptr;
+  };
+  started_ = pthread_create(&thread_, &attr, main, this) == 0;
+  pthread_attr_destroy(&attr);
+  if (!started_) running_.store(false);
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   return running_.load();
 }
@@ -89,18 +98,20 @@ void Watchdog::Wake() {
 }
 
 void Watchdog::Stop(int timeout_ms) {
-  if (!thread_.joinable()) return;
+  if (!started_) return;
   stop_.store(true, std::memory_order_release);
   Wake();
   for (int waited = 0; running_.load(std::memory_order_acquire) && waited < timeout_ms; waited += 5)
     usleep(5000);
   if (running_.load(std::memory_order_acquire))
-    thread_.detach();  // stuck in the driver: never hold up the process
+    pthread_detach(thread_);  // stuck in the driver: never hold up the process
   else
-    thread_.join();
+    pthread_join(thread_, nullptr);
+  started_ = false;
 }
 
 void Watchdog::Run() {
+  bool warm = WarmAllocator();  // started out of memory: nothing runs until it is done
   thread_id_.store(std::this_thread::get_id());
   pthread_setname_np(pthread_self(), "ncclwatch");
   if (markers_) markers_->PrepareThread();
@@ -120,6 +131,7 @@ void Watchdog::Run() {
       wake_word_.store(0, std::memory_order_release);
     }
     if (stop_.load(std::memory_order_acquire)) break;
+    if (!warm && !(warm = WarmAllocator())) continue;  // the queue waits (full: unmonitored)
     const uint64_t now = MonoNs();
     size_t taken = 0;
     // Out of memory here ends this round only: the thread, and the process, go on.
@@ -147,11 +159,20 @@ size_t Watchdog::Drain() {
   InflightItem item;
   size_t taken = 0;
   while (queue_.TryPop(&item)) {
+    // A new stream, or one past the most operations it held, takes storage: out of address space
+    // (where jemalloc may crash) the operation goes unfollowed, its marker back to the pool.
+    auto it = streams_.find(item.stream);
+    if ((it == streams_.end() || it->second.items.full()) && !AddressSpaceRoom()) {
+      if (markers_) markers_->Release(item.marker);
+      ++taken;
+      continue;
+    }
+    if (it == streams_.end()) it = streams_.emplace(item.stream, StreamTrack{}).first;
     Tracked t;
     if (!ring_->Read(item.index, &t.op)) t.op = item.Fallback();  // overwritten in a burst
     t.comm = item.comm;
     t.marker = item.marker;
-    streams_[item.stream].items.push_back(t);
+    it->second.items.push_back(t);
     ++taken;
   }
   return taken;
@@ -313,8 +334,10 @@ void Watchdog::CheckDeadlines(uint64_t now_ns, std::vector<std::pair<InflightVie
 }
 
 void Watchdog::CheckHostBlocked(uint64_t now_ns, std::vector<std::pair<InflightView, std::string>>* stalls) {
+  // Nothing is allocated unless a call is late (a stall: a dump follows).
   std::map<std::pair<int32_t, uint64_t>, bool> still;
-  for (auto& call : threads_->InsideNccl()) {
+  threads_->InsideNccl(&inside_);
+  for (auto& call : inside_) {
     if (call.creating) continue;  // a setup hang (CheckSetups), naming the communicator
     auto key = std::make_pair(call.tid, call.since_ns);
     bool reported = host_stalls_reported_.count(key) > 0;
@@ -323,7 +346,7 @@ void Watchdog::CheckHostBlocked(uint64_t now_ns, std::vector<std::pair<InflightV
     v.age_s = ElapsedS(call.since_ns, now_ns);
     bool has_op = call.op_index1 != 0 && ring_->Read(call.op_index1 - 1, &v.op);
     v.deadline_s = has_op ? deadlines_.DeadlineS(v.op.comm_id, v.op.kind, v.op.bytes) : deadlines_.DefaultS();
-    if (reported || v.age_s > v.deadline_s) still[key] = true;
+    if (reported || v.age_s > v.deadline_s) still[key] = true;  // a stall's (allocates)
     if (reported || v.age_s <= v.deadline_s) continue;
     v.stalled = true;
     char where[160];
@@ -339,12 +362,19 @@ void Watchdog::CheckHostBlocked(uint64_t now_ns, std::vector<std::pair<InflightV
       stalls->emplace_back(v, detail);
     outstanding_stall_ = true;
   }
-  host_stalls_reported_.swap(still);
+  if (!still.empty() || !host_stalls_reported_.empty()) host_stalls_reported_.swap(still);
 }
 
 std::vector<InflightView> Watchdog::Inflight(int lock_timeout_ms, uint64_t now_ns) {
-  uint64_t now = now_ns ? now_ns : MonoNs();
   std::vector<InflightView> out;
+  Inflight(lock_timeout_ms, now_ns, &out);
+  return out;
+}
+
+void Watchdog::Inflight(int lock_timeout_ms, uint64_t now_ns, std::vector<InflightView>* out_ptr) {
+  std::vector<InflightView>& out = *out_ptr;
+  out.clear();
+  uint64_t now = now_ns ? now_ns : MonoNs();
   // Callers on the watchdog thread are callbacks: PollOnce has released the lock by then.
   bool locked = LockWithin(mu_, lock_timeout_ms);
   std::unique_lock<std::mutex> lock(mu_, std::adopt_lock_t{});
@@ -354,8 +384,12 @@ std::vector<InflightView> Watchdog::Inflight(int lock_timeout_ms, uint64_t now_n
     for (auto& kv : streams_)
       for (auto& t : kv.second.items) out.push_back(ViewOf(t, now));
   }
-  // Operations whose NCCL call has not returned yet (not handed to us so far).
-  for (auto& call : threads_->InsideNccl()) {
+  // Operations whose NCCL call has not returned yet (not handed to us so far); with the lock,
+  // into the watchdog's kept vector.
+  std::vector<ThreadRegistry::InCall> own;
+  std::vector<ThreadRegistry::InCall>& calls = locked ? inside_ : own;
+  threads_->InsideNccl(&calls);
+  for (auto& call : calls) {
     InflightView v;
     if (call.op_index1 == 0 || !ring_->Read(call.op_index1 - 1, &v.op)) continue;
     v.host_blocked = true;
@@ -366,7 +400,6 @@ std::vector<InflightView> Watchdog::Inflight(int lock_timeout_ms, uint64_t now_n
   }
   std::sort(out.begin(), out.end(),
             [](const InflightView& a, const InflightView& b) { return a.op.index < b.op.index; });
-  return out;
 }
 
 bool Watchdog::CommsInUse(int lock_timeout_ms, std::vector<const CommInfo*>* out) {

@@ -3,9 +3,10 @@
 // and reports an operation that passes its deadline. A stall is a report, not a kill.
 #pragma once
 
+#include <pthread.h>
+
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -152,6 +153,8 @@ class Watchdog {
   // returned). Waits at most `lock_timeout_ms` for the watchdog's state.
   // `now_ns` 0: the current time (tests pass their own clock).
   std::vector<InflightView> Inflight(int lock_timeout_ms, uint64_t now_ns = 0);
+  // The same into `out` (cleared first; storage the caller keeps: the metrics' sample).
+  void Inflight(int lock_timeout_ms, uint64_t now_ns, std::vector<InflightView>* out);
   std::vector<Recovery> Recoveries();
   // The communicators of the operations it follows (queued ones included); false when its
   // state could not be had within `lock_timeout_ms`.
@@ -182,8 +185,42 @@ class Watchdog {
     double deadline_s = 0;
     bool stall_reported = false;
   };
+  // A stream's operations in launch order. Popped from the front, pushed at the back, into
+  // storage it keeps: once it has held a stream's most operations at a time, following that
+  // stream allocates nothing more (the watchdog's steady path never calls malloc, which may
+  // crash out of memory: jemalloc does).
+  class TrackedQueue {
+   public:
+    bool empty() const { return head_ == v_.size(); }
+    size_t size() const { return v_.size() - head_; }
+    Tracked& front() { return v_[head_]; }
+    Tracked& operator[](size_t i) { return v_[head_ + i]; }
+    Tracked* begin() { return v_.data() + head_; }
+    Tracked* end() { return v_.data() + v_.size(); }
+    // A push_back now would allocate (no room kept, none to move down into).
+    bool full() const { return v_.size() == v_.capacity() && head_ == 0; }
+    void pop_front() {
+      if (++head_ == v_.size()) {
+        v_.clear();
+        head_ = 0;
+      }
+    }
+    void push_back(const Tracked& t) {
+      if (v_.size() == v_.capacity() && head_ > 0) {  // room at the front: moved down, not grown
+        v_.erase(v_.begin(), v_.begin() + static_cast<std::ptrdiff_t>(head_));
+        head_ = 0;
+      }
+      if (v_.capacity() == 0) v_.reserve(kStreamReserve);
+      v_.push_back(t);
+    }
+
+   private:
+    static constexpr size_t kStreamReserve = 64;
+    std::vector<Tracked> v_;
+    size_t head_ = 0;
+  };
   struct StreamTrack {
-    std::deque<Tracked> items;
+    TrackedQueue items;
     uint64_t last_done_ns = 0;
   };
 
@@ -208,9 +245,11 @@ class Watchdog {
   std::map<uint64_t, StreamTrack> streams_;
   std::vector<Recovery> recoveries_;
   std::map<std::pair<int32_t, uint64_t>, bool> host_stalls_reported_;  // (tid, since) -> reported
+  std::vector<ThreadRegistry::InCall> inside_;  // each poll's calls in progress (capacity kept)
   bool outstanding_stall_ = false;
 
-  std::thread thread_;
+  pthread_t thread_{};
+  bool started_ = false;  // thread_ was created (and not joined or detached by Stop)
   std::atomic<std::thread::id> thread_id_{};
   std::atomic<bool> stop_{false};
   std::atomic<bool> wake_requested_{false};
