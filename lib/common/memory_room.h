@@ -5,6 +5,8 @@
 // made and given back at once, never touched (two system calls, no memory used).
 #pragma once
 
+#include <sys/mman.h>
+
 #include <cstddef>
 
 namespace ncclwatch {
@@ -14,6 +16,12 @@ namespace ncclwatch {
 constexpr size_t kAllocRoomBytes = 2u << 20;
 
 // True when `bytes` of address space can be mapped now. Async-signal-safe.
-bool AddressSpaceRoom(size_t bytes = kAllocRoomBytes);
+// Header-only: the stacks archive (linked without the core) uses it too.
+inline bool AddressSpaceRoom(size_t bytes = kAllocRoomBytes) {
+  void* p = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return false;
+  munmap(p, bytes);
+  return true;
+}
 
 }  // namespace ncclwatch

@@ -4,9 +4,14 @@
 // to spare, plus the static TLS glibc carves out of it.
 #pragma once
 
+#include <limits.h>
+#include <link.h>
 #include <pthread.h>
 
 #include <cstddef>
+#include <cstdlib>
+
+#include "common/memory_room.h"
 
 namespace ncclwatch {
 
@@ -16,12 +21,37 @@ constexpr size_t kOwnThreadStackBytes = 512u << 10;
 
 // Sets `attr`'s stack size to `bytes` plus the process's static TLS (never below
 // PTHREAD_STACK_MIN).
-void SetOwnThreadStack(pthread_attr_t* attr, size_t bytes = kOwnThreadStackBytes);
+inline void SetOwnThreadStack(pthread_attr_t* attr, size_t bytes = kOwnThreadStackBytes);
 
 // An own thread's first allocation: one, given back, made only while there is address space
 // (AddressSpaceRoom). An allocator's first use on a thread sets up that thread's cache, and
 // jemalloc crashes (SIGSEGV) when it cannot, out of address space; once set up, an allocation
 // that cannot be had fails. False: not made (the thread allocates nothing until it is).
-bool WarmAllocator();
+inline bool WarmAllocator();
+
+// Header-only: the stacks archive (linked without the core) uses them too.
+
+inline void SetOwnThreadStack(pthread_attr_t* attr, size_t bytes) {
+  // glibc takes every module's static TLS (and the guard) from the stack's size.
+  size_t tls = 0;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* sum) {
+        for (int i = 0; i < info->dlpi_phnum; ++i)
+          if (info->dlpi_phdr[i].p_type == PT_TLS) *static_cast<size_t*>(sum) += info->dlpi_phdr[i].p_memsz + 64;
+        return 0;
+      },
+      &tls);
+  size_t size = bytes + tls + 64 * 1024;
+  if (size < static_cast<size_t>(PTHREAD_STACK_MIN)) size = PTHREAD_STACK_MIN;
+  size = (size + 4095) & ~static_cast<size_t>(4095);
+  pthread_attr_setstacksize(attr, size);
+}
+
+inline bool WarmAllocator() {
+  if (!AddressSpaceRoom()) return false;
+  void* volatile p = malloc(64);  // volatile: a pair of malloc and free is otherwise elided
+  free(p);
+  return p != nullptr;
+}
 
 }  // namespace ncclwatch

@@ -34,14 +34,14 @@ bool DumpPolicy::Dump(trace::DumpReason reason, const std::string& detail,
             "the application)",
             trace::DumpReasonName(reason), detail.empty() ? "-" : detail.c_str(), extra.exit_record ? "exit record" : "dump",
             free, FdLimit(), kFdReserve);
-    return;
+    return false;
   }
   // Out of address space an allocation may crash (jemalloc): no dump, its event still said.
   if (!AddressSpaceRoom()) {
     LogWarn(
         "%s: %s (no %s: the process is out of address space, and an allocation now could crash it)",
         trace::DumpReasonName(reason), detail.empty() ? "-" : detail.c_str(), extra.exit_record ? "exit record" : "dump");
-    return;
+    return false;
   }
   DumpInput in = AssembleDumpInput(p_.sources, reason, detail, answered, stalled, extra);
   in.global_rank = p_.rank->global.load();
