@@ -65,6 +65,20 @@ size_t CountArgs(const char* first, va_list* ap) {
   return n;
 }
 
+// execl's arguments, `first` up to the NULL, into an array on the stack for `run`; `ap` is left
+// after the NULL (execle's environment follows it).
+template <typename Run>
+int WithArgv(const char* first, va_list* ap, Run run) {
+  va_list count;
+  va_copy(count, *ap);
+  const size_t n = CountArgs(first, &count);
+  va_end(count);
+  const char* argv[n];
+  argv[0] = first;
+  for (size_t i = 1; i < n; ++i) argv[i] = va_arg(*ap, const char*);
+  return run(const_cast<char* const*>(argv));
+}
+
 }  // namespace
 
 extern "C" {
@@ -107,41 +121,26 @@ __attribute__((visibility("default"))) int execveat(int dirfd, const char* path,
 __attribute__((visibility("default"))) int execl(const char* path, const char* arg, ...) noexcept {
   va_list ap;
   va_start(ap, arg);
-  const size_t n = CountArgs(arg, &ap);
+  const int rc = WithArgv(arg, &ap, [&](char* const* argv) { return execve(path, argv, environ); });
   va_end(ap);
-  const char* argv[n];
-  va_start(ap, arg);
-  argv[0] = arg;
-  for (size_t i = 1; i < n; ++i) argv[i] = va_arg(ap, const char*);
-  va_end(ap);
-  return execve(path, const_cast<char* const*>(argv), environ);
+  return rc;
 }
 
 __attribute__((visibility("default"))) int execlp(const char* file, const char* arg, ...) noexcept {
   va_list ap;
   va_start(ap, arg);
-  const size_t n = CountArgs(arg, &ap);
+  const int rc = WithArgv(arg, &ap, [&](char* const* argv) { return execvp(file, argv); });
   va_end(ap);
-  const char* argv[n];
-  va_start(ap, arg);
-  argv[0] = arg;
-  for (size_t i = 1; i < n; ++i) argv[i] = va_arg(ap, const char*);
-  va_end(ap);
-  return execvp(file, const_cast<char* const*>(argv));
+  return rc;
 }
 
 __attribute__((visibility("default"))) int execle(const char* path, const char* arg, ...) noexcept {
   va_list ap;
   va_start(ap, arg);
-  const size_t n = CountArgs(arg, &ap);
-  char* const* envp = va_arg(ap, char* const*);
+  // The environment follows the arguments' NULL: read once they are.
+  const int rc = WithArgv(arg, &ap, [&](char* const* argv) { return execve(path, argv, va_arg(ap, char* const*)); });
   va_end(ap);
-  const char* argv[n];
-  va_start(ap, arg);
-  argv[0] = arg;
-  for (size_t i = 1; i < n; ++i) argv[i] = va_arg(ap, const char*);
-  va_end(ap);
-  return execve(path, const_cast<char* const*>(argv), envp);
+  return rc;
 }
 
 }  // extern "C"

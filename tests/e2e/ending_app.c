@@ -35,13 +35,7 @@ static ncclComm_t start(void) {
 }
 
 static void run_ops(ncclComm_t comm, int count) {
-  CUstream stream;
-  CUdeviceptr buf;
-  int i;
-  CUCHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
-  buf = simutil_alloc(1024 * sizeof(float));
-  for (i = 0; i < count; ++i) NCCLCHECK(ncclAllReduce((void*)buf, (void*)buf, 1024, ncclFloat32, ncclSum, comm, stream));
-  CUCHECK(cuStreamSynchronize(stream));
+  simutil_run_allreduces(comm, count);
   printf("ran %d operations\n", count);
   fflush(stdout);
 }

@@ -106,16 +106,7 @@ static int start_nccl_as(ncclComm_t* comm, const char* name) {
 
 static int start_nccl(ncclComm_t* comm) { return start_nccl_as(comm, "world"); }
 
-/* `count` all-reduces on a new stream, then waits for them. */
-static void run_ops(ncclComm_t comm, int count) {
-  CUstream stream;
-  CUdeviceptr buf;
-  int i;
-  CUCHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
-  buf = simutil_alloc(1024 * sizeof(float));
-  for (i = 0; i < count; ++i) NCCLCHECK(ncclAllReduce((void*)buf, (void*)buf, 1024, ncclFloat32, ncclSum, comm, stream));
-  CUCHECK(cuStreamSynchronize(stream));
-}
+static void run_ops(ncclComm_t comm, int count) { simutil_run_allreduces(comm, count); }
 
 int main(int argc, char** argv) {
   const char* scenario = argc > 1 ? argv[1] : "";

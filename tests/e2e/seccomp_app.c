@@ -31,6 +31,7 @@
 #include <sys/syscall.h>
 #include <ucontext.h>
 
+#include "../support/refuse_process_vm_readv.h"
 #include "simutil.h"
 
 static volatile sig_atomic_t g_sigsys_runs = 0;
@@ -49,27 +50,7 @@ static void on_sigsys(int sig, siginfo_t* info, void* uctx) {
 #endif
 }
 
-static int install_filter(unsigned int action, unsigned int flags) {
-#if defined(__x86_64__)
-  const unsigned int arch = AUDIT_ARCH_X86_64;
-#elif defined(__aarch64__)
-  const unsigned int arch = AUDIT_ARCH_AARCH64;
-#else
-  const unsigned int arch = 0;
-#endif
-  struct sock_filter code[] = {
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, arch, 1, 0),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 0, 1),
-      BPF_STMT(BPF_RET | BPF_K, action),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-  };
-  struct sock_fprog prog = {(unsigned short)(sizeof code / sizeof code[0]), code};
-  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return -1;
-  return (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog);
-}
+static int install_filter(unsigned int action, unsigned int flags) { return refuse_process_vm_readv(action, flags); }
 
 /* Generated code, as a JIT writes it: no unwind information; it sets the frame pointer to
  * `frame` (inside a PROT_NONE page) and spins until *stop is non-zero.

@@ -23,32 +23,13 @@
 #include "native_unwind.h"
 #include "stacks.h"
 #include "testing.h"
+#include "../support/refuse_process_vm_readv.h"
 
 using namespace ncclwatch::stacks;
 
 namespace {
 
-int InstallFilter(unsigned int action) {
-#if defined(__x86_64__)
-  const unsigned int arch = AUDIT_ARCH_X86_64;
-#elif defined(__aarch64__)
-  const unsigned int arch = AUDIT_ARCH_AARCH64;
-#else
-  const unsigned int arch = 0;
-#endif
-  sock_filter code[] = {
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, arch, 1, 0),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 0, 1),
-      BPF_STMT(BPF_RET | BPF_K, action),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-  };
-  sock_fprog prog{static_cast<unsigned short>(sizeof code / sizeof code[0]), code};
-  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return -1;
-  return static_cast<int>(syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog));
-}
+int InstallFilter(unsigned int action) { return refuse_process_vm_readv(action, 0); }
 
 // The child's exit status: 0 when every check held, else the number of the first that failed.
 int InChild(const std::function<int()>& body) {

@@ -111,4 +111,15 @@ static inline CUdeviceptr simutil_alloc(size_t bytes) {
   return p;
 }
 
+/* `count` all-reduces of 1024 floats on a new stream, then waits for them. */
+static inline void simutil_run_allreduces(ncclComm_t comm, int count) {
+  CUstream stream;
+  CUdeviceptr buf;
+  int i;
+  CUCHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  buf = simutil_alloc(1024 * sizeof(float));
+  for (i = 0; i < count; ++i) NCCLCHECK(ncclAllReduce((void*)buf, (void*)buf, 1024, ncclFloat32, ncclSum, comm, stream));
+  CUCHECK(cuStreamSynchronize(stream));
+}
+
 #endif /* SIMUTIL_H */
