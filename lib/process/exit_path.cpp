@@ -70,6 +70,12 @@ void ExitPath::OnQuickExit(int status) {
     if (quick_exit_.load(std::memory_order_acquire) == kQuickExitDone) return;
     nanosleep(&step, nullptr);
   }
+  // Not written in time (the watchdog busy, or started out of memory and not yet able to
+  // allocate): the exit goes ahead, its black box keeps this ending, and one line says so.
+  if (!quick_exit_late_said_.exchange(true))
+    LogWarn("exit: exit status %d (no exit record: the watchdog did not write it within %llu ms; the black box keeps "
+            "this ending)",
+            status, static_cast<unsigned long long>(p_.config->signal_wait_ms));
 }
 
 void ExitPath::OnSignalEnding() {

@@ -74,6 +74,7 @@ class ExitPath {
   enum : int { kNoQuickExit = 0, kQuickExitAsked = 1, kQuickExitDone = 2 };
   std::atomic<int> quick_exit_{kNoQuickExit};
   std::atomic<bool> quick_exit_claimed_{false};
+  std::atomic<bool> quick_exit_late_said_{false};
   std::atomic<int> quick_exit_status_{0};
   std::atomic<int32_t> quick_exit_site_{-1};
   std::atomic<int32_t> quick_exit_tid_{0};
