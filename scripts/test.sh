@@ -21,17 +21,21 @@ sanitizer_build() {  # NAME SANITIZERS JOBS TARGETS...
 }
 # The sanitizer builds run while the main tests do, one compile at a time at the normal
 # priority: the tests mostly wait on their ranks and keep the other core. (At nice 19 on a
-# machine that others load the builds got no CPU at all until the tests were done, and then
-# took ten minutes.) ASan first, its tests are the longer ones; the TSan build goes on while
-# they run.
+# machine that others load, the builds got no CPU at all until the tests were done, and then
+# took ten minutes.) ASan first, its tests are the longer ones; the TSan build starts when the
+# ASan build or the main tests are done, whichever comes first, and goes on while the ASan
+# tests run.
 sanitizers_log=build/sanitizers.log
-asan_built=build-asan/.built
+asan_built=build/.asan-built
+main_tested=build/.main-tested
 if ! $quick; then
-  rm -f "$asan_built"
-  (sanitizer_build asan "address;undefined" 1 "${asan_targets[@]}" && touch "$asan_built" &&
-   sanitizer_build tsan thread 1 "${tsan_targets[@]}") >"$sanitizers_log" 2>&1 &
-  sanitizers=$!
-  trap 'kill "$sanitizers" 2>/dev/null || true' EXIT
+  rm -f "$asan_built" "$main_tested"
+  (sanitizer_build asan "address;undefined" 1 "${asan_targets[@]}" && touch "$asan_built") >"$sanitizers_log.asan" 2>&1 &
+  asan=$!
+  (while [ ! -e "$asan_built" ] && [ ! -e "$main_tested" ] && kill -0 "$asan" 2>/dev/null; do sleep 1; done
+   sanitizer_build tsan thread 1 "${tsan_targets[@]}") >"$sanitizers_log.tsan" 2>&1 &
+  tsan=$!
+  trap 'kill "$asan" "$tsan" 2>/dev/null || true' EXIT
 fi
 
 # Every run fails when a test left a new entry in / (tests write only in their temporary directories).
@@ -44,19 +48,19 @@ inside ctest --test-dir build --output-on-failure -j "$jobs" -LE e2e
 inside ctest --test-dir build --output-on-failure -j "$((jobs * 2 > 4 ? jobs * 2 : 4))" -L e2e
 $quick && exit 0
 
-echo "== sanitizer builds (build-asan/, build-tsan/; log: $sanitizers_log)"
-sanitizer_failed() {
-  cat "$sanitizers_log"
-  echo "test.sh: a sanitizer build failed (above)" >&2
+echo "== sanitizer builds (build-asan/, build-tsan/; logs: $sanitizers_log.asan, .tsan)"
+touch "$main_tested"
+sanitizer_failed() {  # NAME
+  cat "$sanitizers_log.$1"
+  echo "test.sh: the $1 build failed (above)" >&2
   exit 1
 }
-while [ ! -e "$asan_built" ] && kill -0 "$sanitizers" 2>/dev/null; do sleep 1; done
-[ -e "$asan_built" ] || sanitizer_failed
+wait "$asan" || sanitizer_failed asan
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp:print_suppressions=0
 echo "== tests under address;undefined (build-asan/)"
 inside ctest --test-dir build-asan --output-on-failure -j "$jobs" -R '^(core:|format:|stacks:|sim_cuda\.|sim_nccl:|analyzer:)'
-wait "$sanitizers" || sanitizer_failed
+wait "$tsan" || sanitizer_failed tsan
 trap - EXIT
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 echo "== tests under thread (build-tsan/)"
