@@ -13,21 +13,29 @@ scripts/build.sh build
 
 asan_targets=(test_core test_format test_stacks test_sim_cuda test_sim_nccl analyzer_tests)
 tsan_targets=(test_core test_stacks)
-sanitizer_build() {  # NAME SANITIZERS TARGETS...
-  local dir=build-$1 san=$2
-  shift 2
+sanitizer_build() {  # NAME SANITIZERS JOBS TARGETS...
+  local dir=build-$1 san=$2 j=$3
+  shift 3
   cmake -S . -B "$dir" -DNCCLWATCH_SANITIZE="$san" -DNCCLWATCH_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null
-  cmake --build "$dir" -j "$jobs" --target "$@"
+  cmake --build "$dir" -j "$j" --target "$@"
 }
-# The sanitizer builds run while the main tests do, at the lowest priority: the end-to-end cases
-# mostly wait on their ranks, and nice 19 leaves the tests the CPU they ask for.
+# The sanitizer builds run while the main tests do, one compile at a time at the normal
+# priority: the tests mostly wait on their ranks and keep the other core. (At nice 19 on a
+# machine that others load, the builds got no CPU at all until the tests were done, and then
+# took ten minutes.) ASan first, its tests are the longer ones; the TSan build starts when the
+# ASan build or the main tests are done, whichever comes first, and goes on while the ASan
+# tests run.
 sanitizers_log=build/sanitizers.log
+asan_built=build/.asan-built
+main_tested=build/.main-tested
 if ! $quick; then
-  (renice -n 19 -p "$BASHPID" >/dev/null
-   sanitizer_build asan "address;undefined" "${asan_targets[@]}" && sanitizer_build tsan thread "${tsan_targets[@]}") \
-    >"$sanitizers_log" 2>&1 &
-  sanitizers=$!
-  trap 'kill "$sanitizers" 2>/dev/null || true' EXIT
+  rm -f "$asan_built" "$main_tested"
+  (sanitizer_build asan "address;undefined" 1 "${asan_targets[@]}" && touch "$asan_built") >"$sanitizers_log.asan" 2>&1 &
+  asan=$!
+  (while [ ! -e "$asan_built" ] && [ ! -e "$main_tested" ] && kill -0 "$asan" 2>/dev/null; do sleep 1; done
+   sanitizer_build tsan thread 1 "${tsan_targets[@]}") >"$sanitizers_log.tsan" 2>&1 &
+  tsan=$!
+  trap 'kill "$asan" "$tsan" 2>/dev/null || true' EXIT
 fi
 
 # Every run fails when a test left a new entry in / (tests write only in their temporary directories).
@@ -40,20 +48,20 @@ inside ctest --test-dir build --output-on-failure -j "$jobs" -LE e2e
 inside ctest --test-dir build --output-on-failure -j "$((jobs * 2 > 4 ? jobs * 2 : 4))" -L e2e
 $quick && exit 0
 
-echo "== sanitizer builds (build-asan/, build-tsan/; log: $sanitizers_log)"
-# The tests are done: the builds get a normal share of the CPU back (where we may raise it).
-descendants() { local p; for p in $(pgrep -P "$1" 2>/dev/null); do echo "$p"; descendants "$p"; done; }
-renice -n 0 -p "$sanitizers" $(descendants "$sanitizers") >/dev/null 2>&1 || true
-if ! wait "$sanitizers"; then
-  cat "$sanitizers_log"
-  echo "test.sh: a sanitizer build failed (above)" >&2
+echo "== sanitizer builds (build-asan/, build-tsan/; logs: $sanitizers_log.asan, .tsan)"
+touch "$main_tested"
+sanitizer_failed() {  # NAME
+  cat "$sanitizers_log.$1"
+  echo "test.sh: the $1 build failed (above)" >&2
   exit 1
-fi
-trap - EXIT
+}
+wait "$asan" || sanitizer_failed asan
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp:print_suppressions=0
 echo "== tests under address;undefined (build-asan/)"
 inside ctest --test-dir build-asan --output-on-failure -j "$jobs" -R '^(core:|format:|stacks:|sim_cuda\.|sim_nccl:|analyzer:)'
+wait "$tsan" || sanitizer_failed tsan
+trap - EXIT
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 echo "== tests under thread (build-tsan/)"
 inside ctest --test-dir build-tsan --output-on-failure -j "$jobs" -R '^(core:|stacks:)'
