@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <link.h>
 #include <pthread.h>
+#include <signal.h>
 
 #include <cstddef>
 #include <cstdlib>
@@ -30,6 +31,38 @@ inline void SetOwnThreadStack(pthread_attr_t* attr, size_t bytes = kOwnThreadSta
 inline bool WarmAllocator();
 
 // Header-only: the stacks archive (linked without the core) uses them too.
+
+// Every signal blocked, so that signals sent to the process go to the application's threads,
+// except those the kernel raises on the instruction that caused them: SIGSEGV, SIGBUS, SIGFPE,
+// SIGILL, SIGTRAP and SIGSYS (a seccomp filter's SECCOMP_RET_TRAP). Raised in a thread that
+// blocks it, such a signal kills the whole process: the kernel unblocks it and resets it to its
+// default action, skipping the handler the application set (and ours). Unblocked, it runs that
+// handler on our thread as it would on the application's own: a SIGSYS handler that emulates a
+// refused system call, a runtime's SIGSEGV handler that maps the page in. The price: one of them
+// sent with kill() to the process may land on our thread (the kernel tries the main thread first)
+// and run the same handler there.
+inline void OwnThreadMask(sigset_t* mask) {
+  sigfillset(mask);
+  for (int s : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS}) sigdelset(mask, s);
+}
+
+// Starts one of the library's own threads on a small stack (SetOwnThreadStack), with
+// OwnThreadMask's signals blocked except `also_unblocked` (0: none), detached when `detached`.
+// The caller's mask is as it was on return. pthread_create's result.
+inline int StartOwnThread(pthread_t* thread, void* (*main)(void*), void* arg, int also_unblocked, bool detached) {
+  sigset_t mask, saved;
+  OwnThreadMask(&mask);
+  if (also_unblocked > 0) sigdelset(&mask, also_unblocked);
+  pthread_sigmask(SIG_SETMASK, &mask, &saved);  // a new thread inherits its creator's mask
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  if (detached) pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  SetOwnThreadStack(&attr);
+  const int rc = pthread_create(thread, &attr, main, arg);
+  pthread_attr_destroy(&attr);
+  pthread_sigmask(SIG_SETMASK, &saved, nullptr);
+  return rc;
+}
 
 inline void SetOwnThreadStack(pthread_attr_t* attr, size_t bytes) {
   // glibc takes every module's static TLS (and the guard) from the stack's size.

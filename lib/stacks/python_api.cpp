@@ -1,6 +1,5 @@
 #include "python_api.h"
 
-#include "common/own_thread_mask.h"
 #include "common/own_thread.h"
 #include "common/timing.h"
 
@@ -205,19 +204,8 @@ class GilHelper {
   // faults (OwnThreadMask says why): process-directed signals must go to the application's
   // threads, but a dump should still see this thread's stack.
   bool Start() {
-    sigset_t all, saved;
-    OwnThreadMask(&all);
-    if (const int signo = ThreadStackSignal()) sigdelset(&all, signo);
-    pthread_sigmask(SIG_SETMASK, &all, &saved);
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    SetOwnThreadStack(&attr);
     pthread_t thread;
-    const int rc = pthread_create(&thread, &attr, &GilHelper::Main, this);
-    pthread_attr_destroy(&attr);
-    pthread_sigmask(SIG_SETMASK, &saved, nullptr);
-    return rc == 0;
+    return StartOwnThread(&thread, &GilHelper::Main, this, ThreadStackSignal(), /*detached=*/true) == 0;
   }
 
   static void* Main(void* self) {

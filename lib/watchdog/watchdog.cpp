@@ -14,7 +14,6 @@
 #include "common/memory_room.h"
 #include "common/own_thread.h"
 #include "common/lock_within.h"
-#include "common/own_thread_mask.h"
 #include "format/display.h"
 #include "common/log.h"
 #include "common/quietly.h"
@@ -69,22 +68,13 @@ bool Watchdog::Start() {
   // The thread starts with every asynchronous signal blocked: SIGTERM/SIGINT/the dump signal
   // must be handled by application threads, whose handlers ask this thread to dump. The faults
   // stay unblocked (OwnThreadMask says why), and SIGABRT (abort() in this thread).
-  sigset_t all, old;
-  OwnThreadMask(&all);
-  sigdelset(&all, SIGABRT);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
   running_.store(true, std::memory_order_release);
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  SetOwnThreadStack(&attr);
   auto main = [](void* self) -> void* {
     static_cast<Watchdog*>(self)->Run();
     return nullptr;
   };
-  started_ = pthread_create(&thread_, &attr, main, this) == 0;
-  pthread_attr_destroy(&attr);
+  started_ = StartOwnThread(&thread_, main, this, SIGABRT, /*detached=*/false) == 0;
   if (!started_) running_.store(false);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
   return running_.load();
 }
 
