@@ -249,19 +249,17 @@ std::string DeepestExisting(std::string path) {
 DumpDirectory::DumpDirectory(std::string configured, std::string fallback_name, uint64_t max_dumps, std::string base,
                              std::string start_anchor)
     : configured_(std::move(configured)), fallback_name_(std::move(fallback_name)), base_(std::move(base)), max_dumps_(max_dumps) {
-  auto from_base = [&](const std::string& c) { return base_.empty() || c.empty() || c[0] == '/' ? c : base_ + "/" + c; };
-  if (!configured_.empty()) anchors_[0] = start_anchor.empty() ? DeepestExisting(from_base(configured_)) : start_anchor;
+  if (!configured_.empty()) anchors_[0] = start_anchor.empty() ? DeepestExisting(FromBase(configured_)) : start_anchor;
   if (configured_.empty() && !start_anchor.empty()) anchors_[1] = start_anchor;
   else if (!start_anchor.empty() && !base_.empty()) anchors_[1] = base_;
-  else anchors_[1] = DeepestExisting(from_base(fallback_name_));
+  else anchors_[1] = DeepestExisting(FromBase(fallback_name_));
   anchors_[2] = DeepestExisting("/tmp/" + fallback_name_);  // a chroot's /tmp is not created either
 }
 
 bool DumpDirectory::EnsureDirectory(std::string first_error, bool quiet) {
   if (dir_ready_) return true;
   const std::string shared = "/tmp/" + fallback_name_ + "-" + std::to_string(getuid());
-  auto from_base = [&](const std::string& c) { return base_.empty() || c.empty() || c[0] == '/' ? c : base_ + "/" + c; };
-  const std::string candidates[] = {from_base(configured_), from_base(fallback_name_), shared};
+  const std::string candidates[] = {FromBase(configured_), FromBase(fallback_name_), shared};
   for (size_t i = next_candidate_; i < 3; ++i) {
     const std::string& c = candidates[i];
     if (c.empty()) continue;
@@ -376,9 +374,8 @@ void DumpDirectory::RequestPathInto(std::string* out) {
     return;
   }
   if (request_dirs_[0].empty()) {
-    auto from_base = [&](const std::string& c) { return base_.empty() || c[0] == '/' ? c : base_ + "/" + c; };
-    request_dirs_[0] = from_base(configured_.empty() ? fallback_name_ : configured_);
-    request_dirs_[1] = from_base(fallback_name_);
+    request_dirs_[0] = FromBase(configured_.empty() ? fallback_name_ : configured_);
+    request_dirs_[1] = FromBase(fallback_name_);
     request_dirs_[2] = "/tmp/" + fallback_name_ + "-" + std::to_string(getuid());
     for (int i = 0; i < 3; ++i) request_paths_[i] = request_dirs_[i] + "/" + trace::kDumpRequestFile;
   }

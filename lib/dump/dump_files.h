@@ -90,6 +90,10 @@ class DumpDirectory {
   bool EnsureDirectory(std::string first_error = "", bool quiet = false);
   int WriteUnique(const std::string& stem, const ContentWriter& content, std::string* path);
   bool LimitReachedLocked();  // mu_ held
+  // A relative candidate `c` under base_ (the start's working directory); "" and absolute as they are.
+  std::string FromBase(const std::string& c) const {
+    return base_.empty() || c.empty() || c[0] == '/' ? c : base_ + "/" + c;
+  }
 
   std::string configured_;
   std::string fallback_name_;

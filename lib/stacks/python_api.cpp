@@ -29,12 +29,6 @@ std::atomic<int> g_api_state{kUnresolved};
 PythonApi g_api;  // written once, before g_api_state becomes kAbsent/kPresent
 std::atomic<bool> g_python_callsites{true};
 
-template <typename Fn>
-bool Lookup(Fn* slot, const char* name) {
-  *slot = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));
-  return *slot != nullptr;
-}
-
 // Sets the interpreter's code range: the executable PT_LOAD segment holding PyEval_GetFrame.
 void FindInterpreterCode(PythonApi* api) {
   struct Search {

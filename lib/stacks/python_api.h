@@ -7,6 +7,7 @@
 // calling thread are read without the GIL at offsets known per version (python_frames.h).
 #pragma once
 
+#include <dlfcn.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -20,6 +21,13 @@
 namespace ncclwatch {
 namespace stacks {
 namespace detail {
+
+// `*slot` = the interpreter's function `name` (in the process: never linked); false when absent.
+template <typename Fn>
+bool Lookup(Fn* slot, const char* name) {
+  *slot = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));
+  return *slot != nullptr;
+}
 
 struct PyObject;  // opaque
 

@@ -403,12 +403,6 @@ int OnAuditEvent(const char* event, PyObject* args, void*) {
   return 0;
 }
 
-template <typename Fn>
-bool Find(Fn* slot, const char* name) {
-  *slot = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));
-  return *slot != nullptr;
-}
-
 // PySys_AddAuditHook(our hook) (GIL held); false when something is missing.
 bool AddAuditHook() {
   ExitApi& x = g_exit_api;
@@ -419,10 +413,10 @@ bool AddAuditHook() {
     if (auto* type = static_cast<PyObject*>(dlsym(RTLD_DEFAULT, name))) x.plain_types.push_back(type);
     else return false;
   }
-  if (!Find(&x.PySys_AddAuditHook, "PySys_AddAuditHook") || !Find(&x.PyObject_Str, "PyObject_Str") ||
-      !Find(&x.PyObject_Type, "PyObject_Type") || !Find(&x.PyTuple_Size, "PyTuple_Size") ||
-      !Find(&x.PyTuple_GetItem, "PyTuple_GetItem") || !Find(&x.PyType_GetFlags, "PyType_GetFlags") ||
-      !Find(&x.PyMapping_HasKeyString, "PyMapping_HasKeyString") || !x.none || !x.type_type || !x.tuple_type) {
+  if (!Lookup(&x.PySys_AddAuditHook, "PySys_AddAuditHook") || !Lookup(&x.PyObject_Str, "PyObject_Str") ||
+      !Lookup(&x.PyObject_Type, "PyObject_Type") || !Lookup(&x.PyTuple_Size, "PyTuple_Size") ||
+      !Lookup(&x.PyTuple_GetItem, "PyTuple_GetItem") || !Lookup(&x.PyType_GetFlags, "PyType_GetFlags") ||
+      !Lookup(&x.PyMapping_HasKeyString, "PyMapping_HasKeyString") || !x.none || !x.type_type || !x.tuple_type) {
     return false;
   }
   return x.PySys_AddAuditHook(&OnAuditEvent, nullptr) == 0;
