@@ -313,14 +313,15 @@ void RenderVerdict(std::ostream& out, const Style& st, const Report& report, con
     out << "\n";
   }
   for (const auto& c : v.p2p_calls) {
+    // "rank 2: Send #13 to rank 5"
+    const std::string side = "rank " + std::to_string(c.rank) + ": " + OpLabel(c.op, c.p2p_seq) +
+                             (c.op == "Send" ? " to" : " from") + " rank " + std::to_string(c.peer);
     if (c.count < 0) {
-      out << "   rank " << c.rank << ": " << OpLabel(c.op, c.p2p_seq) << (c.op == "Send" ? " to" : " from") << " rank "
-          << c.peer << ": no record of it is left (not in its dump, or its ring no longer holds it): "
+      out << "   " << side << ": no record of it is left (not in its dump, or its ring no longer holds it): "
           << "the two sides cannot be compared\n";
       continue;
     }
-    out << "   rank " << c.rank << ": " << OpLabel(c.op, c.p2p_seq) << (c.op == "Send" ? " to" : " from") << " rank "
-        << c.peer << ", " << c.count << " " << Printable(c.dtype) << " (" << FormatBytes(c.bytes) << "), "
+    out << "   " << side << ", " << c.count << " " << Printable(c.dtype) << " (" << FormatBytes(c.bytes) << "), "
         << (c.group.id <= 0 || c.group.ops.size() <= 1 ? std::string("outside any group")
                                                         : "in its " + Printable(P2pGroupText(c.group)))
         << "; " << Printable(P2pStateText(c.state)) << "\n";
