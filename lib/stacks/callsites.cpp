@@ -100,9 +100,17 @@ class PythonFrameCache {
 
   bool Has(const Location& location) const { return frames_.count(location) != 0; }
 
+  // Names that came in after their request timed out (see NameAll): into the cache.
+  void TakeLateNames() {
+    std::lock_guard<std::mutex> lock(late_->mu);
+    for (auto& named : late_->frames) frames_[named.first] = std::move(named.second);
+    late_->frames.clear();
+  }
+
   // Names every frame of the published call sites that is not named yet. Returns an empty
   // string on success, else why frames stay unnamed.
   std::string NameAll(int gil_timeout_ms) {
+    TakeLateNames();
     std::vector<Location> missing;
     std::set<Location> seen;
     detail::CallsiteKey key;
@@ -115,10 +123,15 @@ class PythonFrameCache {
     }
     if (missing.empty()) return std::string();
 
-    // Shared: work that started may finish after a timed-out wait.
-    auto named = std::make_shared<std::vector<PythonFrame>>();
+    // A request that times out still names them once the GIL is free, while their code lives
+    // (at the end, after the interpreter is gone, nothing can be named), a few at a time: its
+    // names come back through `late_`, which it shares.
+    const bool finish_late = late_->pending.load(std::memory_order_relaxed) < kMaxLateRequests;
+    auto state = std::make_shared<std::atomic<int>>(kWaited);
+    std::shared_ptr<LateNames> late = late_;
     const detail::GilResult status = detail::RunWithGil(
-        [named, missing](const detail::PythonApi& api) {
+        [late, missing, state](const detail::PythonApi& api) {
+          std::vector<std::pair<Location, PythonFrame>> named;
           const std::string stdlib_dir = detail::StandardLibraryDir(api);
           std::unordered_map<uintptr_t, std::optional<detail::CodeNames>> names;  // nullopt: not live
           for (const Location& location : missing) {
@@ -141,14 +154,19 @@ class PythonFrameCache {
               frame.line = api.LineOf(code, location.second);
               frame.library = detail::IsLibraryFile(frame.file, stdlib_dir);
             }
-            named->push_back(std::move(frame));
+            named.emplace_back(location, std::move(frame));
           }
+          std::lock_guard<std::mutex> lock(late->mu);
+          for (auto& n : named) late->frames.push_back(std::move(n));
+          if (state->exchange(kRan) == kLeftLate) late->pending.fetch_sub(1, std::memory_order_relaxed);
         },
-        gil_timeout_ms);
+        gil_timeout_ms, finish_late);
+    if (status == detail::GilResult::kTimedOut && finish_late && state->exchange(kLeftLate) == kWaited)
+      late_->pending.fetch_add(1, std::memory_order_relaxed);
+    TakeLateNames();
     if (status != detail::GilResult::kRan) {
       return std::string("python frames not named: ") + detail::GilResultText(status);
     }
-    for (size_t i = 0; i < missing.size(); ++i) frames_[missing[i]] = std::move((*named)[i]);
     return std::string();
   }
 
@@ -159,7 +177,16 @@ class PythonFrameCache {
   }
 
  private:
+  struct LateNames {
+    std::mutex mu;  // never held while waiting for anything
+    std::vector<std::pair<Location, PythonFrame>> frames;
+    std::atomic<int> pending{0};  // requests queued that may still run
+  };
+  static constexpr int kMaxLateRequests = 4;  // queued after their caller left, at most
+  enum : int { kWaited, kLeftLate, kRan };  // a request: its caller waits, left it to finish late, it ran
+
   std::map<Location, PythonFrame> frames_;
+  std::shared_ptr<LateNames> late_ = std::make_shared<LateNames>();
 };
 
 std::atomic<NewCallsiteHook> g_new_callsite_hook{nullptr};

@@ -172,7 +172,7 @@ class GilHelper {
  public:
   explicit GilHelper(const PythonApi* api) : api_(api) {}
 
-  GilResult Run(std::function<void(const PythonApi&)> work, int timeout_ms) {
+  GilResult Run(std::function<void(const PythonApi&)> work, int timeout_ms, bool finish_late) {
     auto request = std::make_shared<GilRequest>();
     request->work = std::move(work);
     std::unique_lock<std::mutex> lock(mu_);
@@ -187,7 +187,7 @@ class GilHelper {
         holding_ ? now + timeout : std::min(now + timeout, std::max(waiting_since_ + timeout, now + timing::kMinGilWait));
     queue_.push_back(request);
     if (!cv_.wait_until(lock, deadline, [&] { return request->finished; })) {
-      queue_.erase(std::remove(queue_.begin(), queue_.end(), request), queue_.end());
+      if (!finish_late) queue_.erase(std::remove(queue_.begin(), queue_.end(), request), queue_.end());
       return GilResult::kTimedOut;
     }
     return request->ran ? GilResult::kRan : GilResult::kNoPython;
@@ -219,7 +219,7 @@ class GilHelper {
       {
         std::lock_guard<std::mutex> lock(mu_);
         holding_ = usable;
-        batch.swap(queue_);  // requests that timed out have left the queue
+        batch.swap(queue_);  // requests that timed out have left the queue, unless they finish late
       }
       for (const auto& request : batch) {
         if (!usable || !api_->InterpreterUsable()) break;
@@ -365,7 +365,7 @@ const char* GilResultText(GilResult result) {
   return "?";
 }
 
-GilResult RunWithGil(std::function<void(const PythonApi&)> work, int timeout_ms) {
+GilResult RunWithGil(std::function<void(const PythonApi&)> work, int timeout_ms, bool finish_late) {
   const PythonApi* api = GetPythonApi();
   if (api == nullptr || !api->InterpreterUsable()) return GilResult::kNoPython;
   if (api->ThisThreadHoldsGil()) {
@@ -379,7 +379,7 @@ GilResult RunWithGil(std::function<void(const PythonApi&)> work, int timeout_ms)
   }
   static std::once_flag at_fork_once;
   std::call_once(at_fork_once, [] { pthread_atfork(nullptr, nullptr, ResetGilHelperInChild); });
-  return TheGilHelper()->Run(std::move(work), timeout_ms);
+  return TheGilHelper()->Run(std::move(work), timeout_ms, finish_late);
 }
 
 }  // namespace detail

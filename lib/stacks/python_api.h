@@ -151,7 +151,9 @@ const char* GilResultText(GilResult result);
 // from it); while it waits, other requests wait only until the GIL has been unavailable for
 // their timeout. `work` that did start may outlive
 // a timed-out caller: it must write only to state it owns (captured by value / shared_ptr).
-GilResult RunWithGil(std::function<void(const PythonApi&)> work, int timeout_ms);
+// With `finish_late`, `work` that timed out stays queued and runs once the GIL is free (naming
+// code objects while they live: at the end, the interpreter may be gone).
+GilResult RunWithGil(std::function<void(const PythonApi&)> work, int timeout_ms, bool finish_late = false);
 
 // Names of a code object (under the GIL).
 struct CodeNames {

@@ -424,3 +424,38 @@ TEST_CASE("an init hang where the missing ranks are elsewhere stays an ordinary 
   CHECK(report.verdicts[0].id_groups.empty());
   CHECK(report.verdicts[0].culprit_ranks == Ranks({3}));
 }
+
+TEST_CASE("a driven call site whose Python frames were never named prints no name of its own", "[attribution]") {
+  // A native thread's call site, driven from the main thread, whose Python frames were read but
+  // not named (the interpreter was gone when the rank wrote its record): never "? (:0)" or
+  // "during `` at :0"; a named frame among them is still the line shown.
+  for (bool one_named : {false, true}) {
+    TempDir dir;
+    std::vector<Document> dumps;
+    Document busy = Dump(0, 2, {Comm(kWorld, 2, 0, 7, 7, 7)});
+    trace::Op last = Op(kWorld, 7, "AllReduce", "completed");
+    last.tid = busy.summary.pid + 3;
+    last.callsite = 0;
+    busy.detail.ring.entries.push_back(last);
+    trace::Callsite site;
+    site.id = 0;
+    site.python_driven_from = "main thread";
+    site.stack.python = {trace::PythonFrame{}, trace::PythonFrame{}};
+    if (one_named) site.stack.python[1] = {"train.py", 31, "train_step", false};
+    busy.detail.callsites.push_back(site);
+    dumps.push_back(busy);
+    dumps.push_back(Dump(1, 2, {Comm(kWorld, 2, 1, 8, 8, 7)}, {Op(kWorld, 8, "AllReduce", "gpu_reached", 30)}));
+    auto report = Analyze(dir, dumps);
+    const std::string text = analysis::RenderReportText(report, {});
+    INFO(text);
+    CHECK(text.find("? (:0)") == std::string::npos);
+    CHECK(text.find("during ``") == std::string::npos);
+    CHECK(text.find(" at :0") == std::string::npos);
+    if (one_named) {
+      CHECK(text.find("during `train_step` at train.py:31, driven from the main thread") != std::string::npos);
+    } else {
+      CHECK(text.find("driven from the main thread (its Python line was not named") != std::string::npos);
+      CHECK(text.find("(a Python frame not named: its code was gone when it was read)") != std::string::npos);
+    }
+  }
+}

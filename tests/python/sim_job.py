@@ -18,6 +18,9 @@ has: a step's collective not finished after T seconds aborts the communicator (n
 then the process (abort(): SIGABRT; WATCHDOG_ENDING=exit: sys-level exit status 6 instead).
 Rank HOLD_RANK at step HOLD_STEP waits 4 s without the GIL, then in C code that keeps it
 (HOLD_HOW=spin: in a pure-Python loop that no other thread can take the GIL from).
+GIL_HOG_RANK=R (with NATIVE_ISSUER): on rank R, the first step's native all-reduce is issued
+while a thread keeps the GIL in C code for GIL_HOG_S seconds (default 2: a C extension's long
+call): the first sight of that call site cannot name its Python frames.
 """
 import concurrent.futures
 import ctypes
@@ -38,6 +41,7 @@ END_RANK, END_STEP = int(os.environ.get("END_RANK", "-1")), int(os.environ.get("
 ENDING = os.environ.get("ENDING", "")
 HOLD_RANK, HOLD_STEP = int(os.environ.get("HOLD_RANK", "-1")), int(os.environ.get("HOLD_STEP", "-1"))
 WATCHDOG_S = float(os.environ.get("WATCHDOG_S", "0"))
+GIL_HOG_RANK, GIL_HOG_S = int(os.environ.get("GIL_HOG_RANK", "-1")), float(os.environ.get("GIL_HOG_S", "2"))
 
 ctypes.CDLL("libcuda.so.1", mode=ctypes.RTLD_GLOBAL)
 ctypes.CDLL("libnccl.so.2", mode=ctypes.RTLD_GLOBAL)
@@ -52,6 +56,9 @@ if NATIVE_ISSUER is not None:
     native_all_reduce = (NATIVE_ISSUER.sim_all_reduce_on_worker if os.environ.get("WORKER") == "1"
                          else NATIVE_ISSUER.sim_all_reduce_on_native_thread)
     native_all_reduce.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_size_t, ctypes.c_void_p]
+    # Called with the GIL held (PyDLL): it hands the GIL to a thread of its own (GIL_HOG_RANK).
+    native_all_reduce_with_gil_taken = ctypes.PyDLL(os.environ["NATIVE_ISSUER"]).sim_all_reduce_with_gil_taken
+    native_all_reduce_with_gil_taken.argtypes = native_all_reduce.argtypes + [ctypes.c_uint]
 
 
 def check(r, what):
@@ -144,8 +151,11 @@ def framework_watchdog(comm):
 def train_step(comm, buf, count, stream):
     step_started[0] = time.monotonic()  # for the framework's watchdog (WATCHDOG_S)
     if NATIVE_ISSUER is not None:  # the all-reduce comes from a C thread; this one waits for it
-        check(native_all_reduce(comm, buf, ctypes.c_size_t(count), stream),  # DRIVER-LINE
-              "all-reduce on a native thread")
+        issue, args = native_all_reduce, [comm, buf, ctypes.c_size_t(count), stream]
+        if RANK == GIL_HOG_RANK and not getattr(train_step, "hogged", False):
+            train_step.hogged = True  # its first call: another thread keeps the GIL while it is first seen
+            issue, args = native_all_reduce_with_gil_taken, args + [int(GIL_HOG_S * 1000)]
+        check(issue(*args), "all-reduce on a native thread")  # DRIVER-LINE
         return
     check(api.ncclAllReduce(buf, buf, ctypes.c_size_t(count), 7, 0, comm, stream), "ncclAllReduce")  # CALL-LINE
     check(sync_api.cuStreamSynchronize(stream), "cuStreamSynchronize")

@@ -227,18 +227,19 @@ std::string Headline(const Verdict& v) {
 // 9) during `train_step` at train.py:31, driven from the main thread"; empty otherwise.
 std::string IssuedByText(const CulpritEvidence& e) {
   if (e.callsite_driven_from.empty() || e.callsite.python.empty()) return "";
-  const trace::PythonFrame* at = &e.callsite.python.front();
+  const trace::PythonFrame* at = nullptr;  // the script's own line, not the framework's; else the first named
   for (const auto& f : e.callsite.python) {
-    if (!f.library) {  // the script's own line, not the framework's
-      at = &f;
-      break;
-    }
+    const bool named = !f.function.empty() || !f.file.empty();
+    if (named && (!at || (at->library && !f.library))) at = &f;
+    if (at && !at->library) break;
   }
+  const std::string call = (e.callsite_op ? OpRefText(*e.callsite_op) : std::string("its last call")) + " issued by " +
+                           e.callsite_thread;
+  if (!at) return call + ", driven from the " + e.callsite_driven_from + " (its Python line was not named: the code was gone when it was read)";
   const size_t slash = at->file.rfind('/');
   const std::string file = slash == std::string::npos ? at->file : at->file.substr(slash + 1);
-  return (e.callsite_op ? OpRefText(*e.callsite_op) : std::string("its last call")) + " issued by " +
-         e.callsite_thread + " during `" + at->function + "` at " + file + ":" + std::to_string(at->line) +
-         ", driven from the " + e.callsite_driven_from;
+  return call + " during `" + at->function + "` at " + file + ":" + std::to_string(at->line) + ", driven from the " +
+         e.callsite_driven_from;
 }
 
 void RenderEvidence(std::ostream& out, const Style& st, const CulpritEvidence& e, const SourceLines& lines,

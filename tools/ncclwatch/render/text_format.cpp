@@ -51,6 +51,8 @@ std::string FormatBytes(int64_t bytes) {
 }
 
 std::string FormatPythonFrame(const trace::PythonFrame& f) {
+  // A frame read without being named (its code object was gone by then, or the GIL never came).
+  if (f.function.empty() && f.file.empty()) return "(a Python frame not named: its code was gone when it was read)";
   return Printable((f.function.empty() ? "?" : f.function) + " (" + f.file + ":" + std::to_string(f.line) + ")");
 }
 

@@ -8,6 +8,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stddef.h>
+#include <unistd.h>
 
 struct Work {
   void *comm, *buf, *stream;
@@ -80,4 +81,50 @@ __attribute__((visibility("default"))) int sim_all_reduce_on_worker(void* comm, 
   while (!g_task_finished) pthread_cond_wait(&g_task_done, &g_mu);
   pthread_mutex_unlock(&g_mu);
   return w.result;
+}
+
+/* Called with the GIL held (ctypes.PyDLL): releases it, lets another thread of its own take it
+ * and keep it for hold_ms (as a C extension's long call does), and issues the all-reduce from a
+ * native thread meanwhile: nobody can name Python frames while the call is first seen. Returns
+ * when the all-reduce is done and the GIL is back. Python's C API is looked up in the process. */
+struct GilHold {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int taken;
+  unsigned hold_ms;
+};
+
+static void* HoldGil(void* arg) {
+  struct GilHold* h = (struct GilHold*)arg;
+  int (*ensure)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "PyGILState_Ensure");
+  void (*release)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "PyGILState_Release");
+  int state = ensure();
+  pthread_mutex_lock(&h->mu);
+  h->taken = 1;
+  pthread_cond_signal(&h->cv);
+  pthread_mutex_unlock(&h->mu);
+  usleep(h->hold_ms * 1000u);
+  release(state);
+  return NULL;
+}
+
+__attribute__((visibility("default"))) int sim_all_reduce_with_gil_taken(void* comm, void* buf, size_t count,
+                                                                        void* stream, unsigned hold_ms) {
+  void* (*save)(void) = (void* (*)(void))dlsym(RTLD_DEFAULT, "PyEval_SaveThread");
+  void (*restore)(void*) = (void (*)(void*))dlsym(RTLD_DEFAULT, "PyEval_RestoreThread");
+  if (!save || !restore || !dlsym(RTLD_DEFAULT, "PyGILState_Ensure")) return -1;
+  struct GilHold h = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, hold_ms};
+  pthread_t holder;
+  void* thread_state = save();
+  if (pthread_create(&holder, NULL, HoldGil, &h) != 0) {
+    restore(thread_state);
+    return -1;
+  }
+  pthread_mutex_lock(&h.mu);
+  while (!h.taken) pthread_cond_wait(&h.cv, &h.mu);
+  pthread_mutex_unlock(&h.mu);
+  int result = sim_all_reduce_on_native_thread(comm, buf, count, stream);
+  pthread_join(holder, NULL);
+  restore(thread_state);
+  return result;
 }
