@@ -69,16 +69,22 @@ def recovered_stall_is_no_hang():
 @case
 def recovered_stall_names_the_busy_rank_whoever_asked():
     # 4 ranks, rank 0 busy 6 s at iteration 10: ranks 1-3 stall, whichever got stuck first
-    # writes the job-wide request, rank 0 answers it and then goes on. The finding says the
-    # stall waited for rank 0, busy, from its answer: never dead, never "left no dump".
+    # writes the job-wide request, rank 0 answers it and then goes on. Rank 1 straggles 250 ms
+    # at every iteration, so it gets stuck after ranks 2 and 3: the request rank 0 answers is not
+    # the lowest stalled rank's. The finding says the stall waited for rank 0, busy, from its
+    # answer: never dead, never "left no dump".
     nw = built("bin", "ncclwatch")
-    r, tmp, dumps = run_busy_then_on(4, 0, ["--jitter-ms", "3"], ["--no-analyze"])
+    r, tmp, dumps = run_busy_then_on(4, 0, ["--jitter-ms", "3", "--straggler-rank", "1", "--straggler-ms", "250"],
+                                     ["--no-analyze"])
     check(r.returncode == 0, f"the job finished: {r.returncode}\n{r.stderr[-3000:]}")
     a = subprocess.run([nw, "analyze", "--json", dumps], capture_output=True, text=True)
     report = json.loads(a.stdout)
     rs = report["recovered_stalls"]
     check(rs and all(x["waiting_for"] == [0] and x["cause"] == "rank_missing" for x in rs),
           f"every recovered stall waited for rank 0, busy: {json.dumps(rs)[:2000]}")
+    asked = [(json.load(open(os.path.join(dumps, f))).get("summary", {}).get("answered") or {}).get("origin_rank")
+             for f in os.listdir(dumps) if f.startswith("rank00000-") and f.endswith("-peer_request.json")]
+    check(asked and 1 not in asked, f"rank 0 answered a request of rank 2 or 3, not of rank 1: {asked}")
     text = subprocess.run([nw, "analyze", "--no-color", dumps], capture_output=True, text=True).stdout
     check("left no dump" not in text and "rank_dead" not in text, f"rank 0 is never dead or without a dump:\n{text[-3000:]}")
 
