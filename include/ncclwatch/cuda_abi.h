@@ -54,6 +54,15 @@ typedef enum {
   CU_EVENT_INTERPROCESS = 0x4
 } CUevent_flags;
 
+/* cuEventRecordWithFlags (CUDA 11.1). EXTERNAL: during stream capture, the record becomes an
+ * event record node that records the event again at each launch of the graph (host-queryable);
+ * invalid outside of capture. A plain record during capture only orders streams within the
+ * capture: the event is then "captured" (CUDA_ERROR_CAPTURED_EVENT) until recorded again. */
+typedef enum {
+  CU_EVENT_RECORD_DEFAULT = 0x0,
+  CU_EVENT_RECORD_EXTERNAL = 0x1
+} CUevent_record_flags;
+
 typedef enum {
   CU_STREAM_CAPTURE_STATUS_NONE = 0,
   CU_STREAM_CAPTURE_STATUS_ACTIVE = 1,
@@ -84,6 +93,7 @@ typedef enum {
   CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
   CUDA_ERROR_STREAM_CAPTURE_UNMATCHED = 903,
   CUDA_ERROR_STREAM_CAPTURE_IMPLICIT = 906,
+  CUDA_ERROR_CAPTURED_EVENT = 907,
   CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD = 908,
   CUDA_ERROR_UNKNOWN = 999
 } CUresult;
@@ -142,6 +152,7 @@ CUresult cuGraphExecDestroy(CUgraphExec hGraphExec);
 CUresult cuGraphDestroy(CUgraph hGraph);
 CUresult cuEventCreate(CUevent* phEvent, unsigned int Flags);
 CUresult cuEventRecord(CUevent hEvent, CUstream hStream);
+CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags);
 CUresult cuEventQuery(CUevent hEvent);
 CUresult cuEventSynchronize(CUevent hEvent);
 CUresult cuEventElapsedTime_v2(float* pMilliseconds, CUevent hStart, CUevent hEnd);
@@ -177,5 +188,10 @@ CUresult cuGetErrorName(CUresult error, const char** pStr);
     "cuEventElapsedTime")                                                                    \
   X(EventDestroy, (CUevent), "cuEventDestroy_v2", "cuEventDestroy")                          \
   X(GetErrorString, (CUresult, const char**), "cuGetErrorString", "cuGetErrorString")
+
+/* Optional: loaded when present (a driver without one works as before). CUDA 11.1+. */
+#define NCCLWATCH_FOR_EACH_OPTIONAL_DRIVER_FN(X)                                             \
+  X(EventRecordWithFlags, (CUevent, CUstream, unsigned int), "cuEventRecordWithFlags",       \
+    "cuEventRecordWithFlags")
 
 #endif /* NCCLWATCH_CUDA_ABI_H */

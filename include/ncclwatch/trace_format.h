@@ -332,6 +332,9 @@ constexpr const char* kCallsite = "callsite";
 constexpr const char* kGpuMs = "gpu_ms";
 constexpr const char* kAgeS = "age_s";
 constexpr const char* kDeadlineS = "deadline_s";
+// Added within version 3: an operation captured into a CUDA graph and watched at each replay,
+// in a replay now (in_flight[], stalled): the replays seen begin, this one included.
+constexpr const char* kReplays = "replays";
 // ring
 constexpr const char* kCapacity = "capacity";
 constexpr const char* kRecorded = "recorded";

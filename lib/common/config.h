@@ -37,6 +37,7 @@ constexpr const char* kNodeLocalDir = "/dev/shm";
   X(adaptive_floor_s, ADAPTIVE_FLOOR, Seconds, 10.0, "the adaptive deadline is never below this, s") \
   X(adaptive_min_samples, ADAPTIVE_MIN_SAMPLES, Count, 3, "completions needed before adapting")  \
   X(gpu_timing, GPU_TIMING, Bool, false, "1: timing events, exact GPU durations (breaks overlap)") \
+  X(graphs, GRAPHS, Bool, true, "watch operations captured into CUDA graphs at every replay (external event records)") \
   X(callsites, CALLSITES, Bool, true, "record the call-site stack of each operation")             \
   X(callsite_depth, CALLSITE_DEPTH, Count, 16, "native frames per call-site stack")               \
   X(stacks, STACKS, Bool, true, "native stacks of the main thread and the NCCL-calling threads in each dump") \

@@ -124,6 +124,7 @@ trace::Op InflightRecordOf(const InflightView& v) {
   trace::Op r = OpRecordOf(v.op);
   r.age_s = v.age_s;
   r.deadline_s = v.deadline_s;
+  if (v.captured) r.replays = static_cast<int64_t>(v.replays);
   return r;
 }
 

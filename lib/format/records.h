@@ -115,7 +115,8 @@ struct DumpReasonValue {
   X(int64_t, callsite, -1, kCallsite, Int)                                                       \
   X(double, gpu_ms, -1, kGpuMs, RealIfSet) /* < 0: absent (only with NCCLWATCH_GPU_TIMING=1) */  \
   X(double, age_s, -1, kAgeS, RealIfSet)   /* < 0: absent (in_flight and stalled only) */        \
-  X(double, deadline_s, -1, kDeadlineS, RealIfSet) /* < 0: absent */
+  X(double, deadline_s, -1, kDeadlineS, RealIfSet) /* < 0: absent */                          \
+  X(int64_t, replays, -1, kReplays, IntIfSet) /* < 0: absent; captured into a CUDA graph and watched (in_flight, stalled) */
 
 struct Op {
   NCCLWATCH_RECORD_FIELDS(Op, NCCLWATCH_FOR_EACH_OP_FIELD)

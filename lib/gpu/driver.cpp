@@ -26,6 +26,14 @@ bool CudaDriver::Load(const std::string& library, std::string* why) {
   }
   NCCLWATCH_FOR_EACH_DRIVER_FN(NCCLWATCH_DRIVER_LOAD)
 #undef NCCLWATCH_DRIVER_LOAD
+#define NCCLWATCH_DRIVER_LOAD_OPTIONAL(field, params, sym1, sym2)                      \
+  {                                                                                     \
+    void* f = dlsym(h, sym1);                                                           \
+    if (!f) f = dlsym(h, sym2);                                                         \
+    d.field = reinterpret_cast<decltype(d.field)>(f);                                   \
+  }
+  NCCLWATCH_FOR_EACH_OPTIONAL_DRIVER_FN(NCCLWATCH_DRIVER_LOAD_OPTIONAL)
+#undef NCCLWATCH_DRIVER_LOAD_OPTIONAL
   // cuInit is idempotent; the application has called it already if it uses NCCL.
   if (d.Init(0) != CUDA_SUCCESS) {
     *why = "cuInit failed";

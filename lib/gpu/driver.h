@@ -11,6 +11,7 @@ namespace ncclwatch {
 struct CudaDriver {
 #define NCCLWATCH_DRIVER_FIELD(field, params, sym1, sym2) CUresult(*field) params = nullptr;
   NCCLWATCH_FOR_EACH_DRIVER_FN(NCCLWATCH_DRIVER_FIELD)
+  NCCLWATCH_FOR_EACH_OPTIONAL_DRIVER_FN(NCCLWATCH_DRIVER_FIELD)  // null when absent
 #undef NCCLWATCH_DRIVER_FIELD
   int version = 0;
 

@@ -67,7 +67,8 @@ struct ContextPool {
   }
 };
 
-GpuMarkers::GpuMarkers(const CudaDriver* driver, bool timing) : driver_(driver), timing_(timing) {}
+GpuMarkers::GpuMarkers(const CudaDriver* driver, bool timing, bool watch_captures)
+    : driver_(driver), timing_(timing), watch_captures_(watch_captures) {}
 
 // The runtime's GpuMarkers is never destroyed (the driver may already be shutting down at
 // exit). One that is (tests) frees its memory, but never calls the driver to destroy events.
@@ -175,7 +176,8 @@ MarkResult GpuMarkers::Begin(CUstream stream, Marker** out) {
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   CUresult r = driver_->StreamIsCapturing(stream, &status);
   if (r != CUDA_SUCCESS) return MarkResult::kUnmonitored;  // e.g. legacy stream during a global capture
-  if (status != CU_STREAM_CAPTURE_STATUS_NONE) return MarkResult::kCaptured;
+  if (status == CU_STREAM_CAPTURE_STATUS_ACTIVE) return BeginCaptured(stream, out);
+  if (status != CU_STREAM_CAPTURE_STATUS_NONE) return MarkResult::kCaptured;  // invalidated: leave it
   Marker* m = Acquire(stream);
   if (!m) return MarkResult::kUnmonitored;
   if (driver_->EventRecord(m->start, stream) != CUDA_SUCCESS) {
@@ -192,6 +194,44 @@ bool GpuMarkers::End(Marker* m, CUstream stream) {
   if (driver_->EventRecord(m->end, stream) == CUDA_SUCCESS) return true;
   Abandon(m);
   return false;
+}
+
+// Only a call on the capturing stream itself: an external event record is stream work, legal
+// in every capture mode (global, thread-local, relaxed), never a "potentially unsafe" call
+// that could invalidate a capture. A marker comes from the stream's context pool; an event
+// created for it (a cold pool) is created in that context, which capture allows too.
+MarkResult GpuMarkers::BeginCaptured(CUstream stream, Marker** out) {
+  if (!watch_captures_ || !driver_->EventRecordWithFlags || capture_refused_.load(std::memory_order_relaxed))
+    return MarkResult::kCaptured;
+  if (captured_.fetch_add(1, std::memory_order_relaxed) >= kMaxCapturedMarkers) {
+    captured_.fetch_sub(1, std::memory_order_relaxed);
+    return MarkResult::kCaptured;
+  }
+  Marker* m = Acquire(stream);
+  if (!m) {
+    captured_.fetch_sub(1, std::memory_order_relaxed);
+    return MarkResult::kCaptured;
+  }
+  if (driver_->EventRecordWithFlags(m->start, stream, CU_EVENT_RECORD_EXTERNAL) != CUDA_SUCCESS) {
+    // Nothing went into the graph: the marker goes back, and captures stay unwatched from now on.
+    if (!capture_refused_.exchange(true, std::memory_order_relaxed))
+      LogInfo("the CUDA driver refused an event record in a stream capture: operations captured into CUDA graphs "
+              "are not watched during replays");
+    captured_.fetch_sub(1, std::memory_order_relaxed);
+    Abandon(m);
+    return MarkResult::kCaptured;
+  }
+  m->refs.store(1, std::memory_order_relaxed);
+  *out = m;
+  return MarkResult::kCapturedWatched;
+}
+
+bool GpuMarkers::EndCaptured(Marker* m, CUstream stream) {
+  if (driver_->EventRecordWithFlags(m->end, stream, CU_EVENT_RECORD_EXTERNAL) == CUDA_SUCCESS) return true;
+  if (!capture_refused_.exchange(true, std::memory_order_relaxed))
+    LogInfo("the CUDA driver refused an event record in a stream capture: operations captured into CUDA graphs "
+            "are not watched during replays");
+  return false;  // its start record is in the graph: the marker is the graph's, never reused
 }
 
 void GpuMarkers::Abandon(Marker* m) {

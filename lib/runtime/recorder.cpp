@@ -91,6 +91,14 @@ ncclResult_t Recorder::Launch(ThreadSlot* slot, GroupedOp* ops, int n, const cha
   for (int m = 0; m < nmarks; ++m) {
     StreamMark& sm = marks[m];
     if (!sm.marker) continue;
+    if (sm.result == MarkResult::kCapturedWatched) {
+      // The end record goes into the capture now, or never: the marker is the graph's either way.
+      if (r == ncclInProgress || !markers->EndCaptured(sm.marker, reinterpret_cast<CUstream>(sm.stream))) {
+        sm.marker = nullptr;
+        sm.result = MarkResult::kCaptured;
+      }
+      continue;
+    }
     if (r == ncclInProgress) continue;  // the end marker goes in once NCCL confirms the launch
     if (!markers->End(sm.marker, reinterpret_cast<CUstream>(sm.stream))) {
       sm.marker = nullptr;
@@ -103,16 +111,24 @@ ncclResult_t Recorder::Launch(ThreadSlot* slot, GroupedOp* ops, int n, const cha
   Marker* marker_of[kMaxGroupOps];
   for (int i = 0; i < n; ++i) {
     int m = stream_of[i];
-    marker_of[i] = m >= 0 ? marks[m].marker : nullptr;
+    const bool watched = m >= 0 && marks[m].result == MarkResult::kCapturedWatched;
+    marker_of[i] = m >= 0 && !watched ? marks[m].marker : nullptr;
     if (marker_of[i]) continue;
-    trace::OpState state = StateFor(m >= 0 ? marks[m].result : MarkResult::kUnmonitored);
+    trace::OpState state = watched ? trace::OpState::Captured
+                                   : StateFor(m >= 0 ? marks[m].result : MarkResult::kUnmonitored);
     ring.SetState(ops[i].op.index, state);
-    // A collective captured into a CUDA graph is launched by every replay: it is never "not
-    // reached", so its sequence number counts as reached and completed (a replay that hangs
-    // is not seen: no markers go into a graph).
+    // A collective captured into a CUDA graph is launched by every replay: its capture-time
+    // sequence number counts as reached and completed at capture (every rank captures the same
+    // operations). Its replays are followed by the watchdog when it is watched.
     if (state == trace::OpState::Captured && ops[i].comm && !trace::IsPointToPoint(ops[i].op.kind)) {
       StoreMax(ops[i].comm->live().last_gpu_reached, ops[i].op.seq);
       StoreMax(ops[i].comm->live().last_completed, ops[i].op.seq);
+    }
+    if (watched) {
+      // Shared by the group's operations on that stream: each is followed (the watchdog never
+      // gives a captured marker back). A full queue leaves it unwatched, as before.
+      if (!p_.watchdog->Submit(InflightItem::Of(ops[i].op, ops[i].comm, marks[m].marker, /*captured=*/true)))
+        LogDebug("a captured operation is not watched: the watchdog's queue is full");
     }
   }
   if (r == ncclInProgress) {

@@ -126,7 +126,7 @@ bool Runtime::Start() {
 
   std::string why;
   if (driver_.Load(config_.cuda_lib, &why))
-    markers_ = std::make_unique<GpuMarkers>(&driver_, config_.gpu_timing);
+    markers_ = std::make_unique<GpuMarkers>(&driver_, config_.gpu_timing, config_.graphs);
   else
     LogWarn("%s: operations are recorded but not followed on the GPU", why.c_str());
 

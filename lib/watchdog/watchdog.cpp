@@ -26,7 +26,19 @@ std::string DescribeStall(const InflightView& v, const char* where) {
   char buf[512];
   const OpSnapshot& o = v.op;
   std::string id = CommIdHex(o.comm_id);
-  if (o.seq > 0)
+  if (v.captured && o.seq > 0)
+    snprintf(buf, sizeof buf,
+             "%s seq %llu (captured in a CUDA graph) on comm %s (%s), replays seen %llu: %s for %.1f s; deadline %.1f s",
+             trace::OpKindName(o.kind), static_cast<unsigned long long>(o.seq), id.c_str(),
+             trace::FormatBytes(o.bytes).c_str(), static_cast<unsigned long long>(v.replays), where, v.age_s,
+             v.deadline_s);
+  else if (v.captured)
+    snprintf(buf, sizeof buf,
+             "%s #%llu %s peer %d (captured in a CUDA graph) on comm %s (%s), replays seen %llu: %s for %.1f s; deadline %.1f s",
+             trace::OpKindName(o.kind), static_cast<unsigned long long>(o.p2p_seq),
+             o.kind == trace::OpKind::Send ? "to" : "from", o.peer, id.c_str(), trace::FormatBytes(o.bytes).c_str(),
+             static_cast<unsigned long long>(v.replays), where, v.age_s, v.deadline_s);
+  else if (o.seq > 0)
     snprintf(buf, sizeof buf, "%s seq %llu on comm %s (%s) %s for %.1f s; deadline %.1f s",
              trace::OpKindName(o.kind), static_cast<unsigned long long>(o.seq), id.c_str(),
              trace::FormatBytes(o.bytes).c_str(), where, v.age_s, v.deadline_s);
@@ -151,6 +163,21 @@ size_t Watchdog::Drain() {
   while (queue_.TryPop(&item)) {
     // A new stream, or one past the most operations it held, takes storage: out of address space
     // (where jemalloc may crash) the operation goes unfollowed, its marker back to the pool.
+    if (item.captured) {
+      if (graphs_.size() == graphs_.capacity() && !AddressSpaceRoom()) {
+        ++taken;  // unwatched (its marker stays the graph's)
+        continue;
+      }
+      GraphTracked g;
+      if (!ring_->Read(item.index, &g.op)) g.op = item.Fallback();
+      g.comm = item.comm;
+      g.marker = item.marker;
+      graphs_.push_back(g);
+      LogInfo("watching %s seq %llu, captured into a CUDA graph, at every replay", trace::OpKindName(g.op.kind),
+              static_cast<unsigned long long>(g.op.seq));
+      ++taken;
+      continue;
+    }
     auto it = streams_.find(item.stream);
     if ((it == streams_.end() || it->second.items.full()) && !AddressSpaceRoom()) {
       if (markers_) markers_->Release(item.marker);
@@ -186,6 +213,7 @@ size_t Watchdog::PollOnce(uint64_t now_ns) {
       else
         ++it;
     }
+    AdvanceGraphs(now_ns);
     CheckDeadlines(now_ns, &stalls);
     CheckHostBlocked(now_ns, &stalls);
     recovered.assign(recoveries_.begin() + before, recoveries_.end());
@@ -285,6 +313,58 @@ void Watchdog::Complete(Tracked& t, uint64_t now_ns) {
   markers_->Release(t.marker);
 }
 
+void Watchdog::AdvanceGraphs(uint64_t now_ns) {
+  using Phase = GraphTracked::Phase;
+  size_t kept = 0;
+  for (size_t i = 0; i < graphs_.size(); ++i) {
+    GraphTracked& g = graphs_[i];
+    // Its communicator ended: no replay can run it any more (the marker stays the graph's).
+    const bool ended = g.comm && g.comm->live().state.load(std::memory_order_acquire) != CommState::Active;
+    const CUresult end = ended ? CUDA_ERROR_INVALID_HANDLE : markers_->QueryEnd(g.marker);
+    const CUresult start = end == CUDA_ERROR_NOT_READY ? markers_->QueryStart(g.marker) : CUDA_SUCCESS;
+    if ((end != CUDA_SUCCESS && end != CUDA_ERROR_NOT_READY) || (start != CUDA_SUCCESS && start != CUDA_ERROR_NOT_READY)) {
+      if (!ended)
+        LogInfo("CUDA error %d while following captured %s seq %llu; no longer following it",
+                static_cast<int>(end != CUDA_SUCCESS && end != CUDA_ERROR_NOT_READY ? end : start),
+                trace::OpKindName(g.op.kind), static_cast<unsigned long long>(g.op.seq));
+      continue;  // dropped
+    }
+    const Phase now_phase = end == CUDA_SUCCESS ? Phase::kIdle : start == CUDA_SUCCESS ? Phase::kStarted : Phase::kLaunched;
+    if (now_phase != g.phase) {
+      // A replay begins: from idle, or a start pending again after it was reached (the next
+      // launch recorded it anew).
+      if (g.phase == Phase::kIdle || (g.phase == Phase::kStarted && now_phase == Phase::kLaunched)) ++g.replays;
+      if (g.stall_reported && now_phase != Phase::kStarted) {
+        Recovery r;
+        r.comm_id = g.op.comm_id;
+        r.seq = g.op.seq;
+        r.kind = g.op.kind;
+        r.stalled_after_s = g.deadline_s;
+        r.recovered_after_s = ElapsedS(g.since_ns, now_ns);
+        recoveries_.push_back(r);
+        g.stall_reported = false;
+      }
+      g.phase = now_phase;
+      g.since_ns = now_ns;
+    }
+    if (kept != i) graphs_[kept] = g;
+    ++kept;
+  }
+  graphs_.resize(kept);
+}
+
+InflightView Watchdog::GraphViewOf(const GraphTracked& g, uint64_t now_ns) const {
+  InflightView v;
+  v.op = g.op;
+  v.op.state = g.phase == GraphTracked::Phase::kStarted ? trace::OpState::GpuReached : trace::OpState::Enqueued;
+  v.age_s = ElapsedS(g.since_ns, now_ns);
+  v.deadline_s = g.deadline_s > 0 ? g.deadline_s : deadlines_.DeadlineS(g.op.comm_id, g.op.kind, g.op.bytes);
+  v.stalled = g.stall_reported;
+  v.captured = true;
+  v.replays = g.replays;
+  return v;
+}
+
 InflightView Watchdog::ViewOf(const Tracked& t, uint64_t now_ns) const {
   InflightView v;
   v.op = t.op;
@@ -301,6 +381,23 @@ void Watchdog::CheckDeadlines(uint64_t now_ns, std::vector<std::pair<InflightVie
   bool outstanding = false;
   for (auto& kv : streams_)
     for (auto& t : kv.second.items) outstanding = outstanding || t.stall_reported;
+  for (auto& g : graphs_) outstanding = outstanding || g.stall_reported;
+  // A captured operation whose start was recorded in a replay and whose end was not, for longer
+  // than its deadline. One launched but not reached is not a stall of its own (the host may run
+  // replays ahead of the GPU): peers' stalls make this rank dump, and the dump shows it.
+  for (auto& g : graphs_) {
+    if (g.phase != GraphTracked::Phase::kStarted) continue;
+    g.deadline_s = deadlines_.DeadlineS(g.op.comm_id, g.op.kind, g.op.bytes);
+    if (g.stall_reported || ElapsedS(g.since_ns, now_ns) <= g.deadline_s) continue;
+    g.stall_reported = true;
+    InflightView v = GraphViewOf(g, now_ns);
+    std::string detail = DescribeStall(v, "reached by the GPU but not completed");
+    if (outstanding)
+      LogInfo("also late: %s", detail.c_str());
+    else
+      stalls->emplace_back(v, detail);
+    outstanding = true;
+  }
   for (auto& kv : streams_) {
     if (kv.second.items.empty()) continue;
     Tracked& t = kv.second.items.front();  // only the current operation of a stream can be late
@@ -373,6 +470,8 @@ void Watchdog::Inflight(int lock_timeout_ms, uint64_t now_ns, std::vector<Inflig
     Drain();
     for (auto& kv : streams_)
       for (auto& t : kv.second.items) out.push_back(ViewOf(t, now));
+    for (auto& g : graphs_)
+      if (g.phase != GraphTracked::Phase::kIdle) out.push_back(GraphViewOf(g, now));
   }
   // Operations whose NCCL call has not returned yet (not handed to us so far); with the lock,
   // into the watchdog's kept vector.
@@ -398,6 +497,7 @@ bool Watchdog::CommsInUse(int lock_timeout_ms, std::vector<const CommInfo*>* out
   Drain();
   for (auto& kv : streams_)
     for (auto& t : kv.second.items) out->push_back(t.comm);
+  for (auto& g : graphs_) out->push_back(g.comm);
   return true;
 }
 

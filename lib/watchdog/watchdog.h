@@ -39,8 +39,9 @@ struct InflightItem {
   Marker* marker = nullptr;
   int32_t peer_or_root = -1;
   trace::OpKind kind = trace::OpKind::AllReduce;
+  bool captured = false;  // captured into a CUDA graph: followed at every replay
 
-  static InflightItem Of(const OpSnapshot& op, CommInfo* comm, Marker* marker) {
+  static InflightItem Of(const OpSnapshot& op, CommInfo* comm, Marker* marker, bool captured = false) {
     const bool p2p = trace::IsPointToPoint(op.kind);
     InflightItem item;
     item.index = op.index;
@@ -52,6 +53,7 @@ struct InflightItem {
     item.marker = marker;
     item.peer_or_root = p2p ? op.peer : op.root;
     item.kind = op.kind;
+    item.captured = captured;
     return item;
   }
   // The operation as far as the item knows it, for when the ring no longer holds its record.
@@ -79,6 +81,11 @@ struct InflightView {
   double deadline_s = 0;
   bool stalled = false;
   bool host_blocked = false;  // the NCCL call itself has not returned
+  // Captured into a CUDA graph and watched: in a replay now. `replays`: the replays the
+  // watchdog has seen begin (a lower bound: replays that begin and end between two polls are
+  // not seen), the current one included.
+  bool captured = false;
+  uint64_t replays = 0;
 };
 
 struct Recovery {
@@ -223,10 +230,28 @@ class Watchdog {
     TrackedQueue items;
     uint64_t last_done_ns = 0;
   };
+  // An operation captured into a CUDA graph, followed for as long as its communicator lives:
+  // each replay records its external start and end events again. From the two queries:
+  //   end reached                 -> kIdle (between replays, or never replayed yet)
+  //   end pending, start reached  -> kStarted (inside the operation in a replay)
+  //   end pending, start pending  -> kLaunched (a replay launched, the GPU not there yet)
+  struct GraphTracked {
+    enum class Phase : uint8_t { kIdle, kLaunched, kStarted };
+    OpSnapshot op;  // as captured (the capture-time sequence number and call site)
+    CommInfo* comm = nullptr;
+    Marker* marker = nullptr;  // the graph's: never given back
+    Phase phase = Phase::kIdle;
+    uint64_t since_ns = 0;  // when the phase was first seen
+    uint64_t replays = 0;   // replays seen begin
+    double deadline_s = 0;
+    bool stall_reported = false;
+  };
 
   void Run();
   size_t Drain();
   void Advance(StreamTrack& track, uint64_t now_ns);
+  void AdvanceGraphs(uint64_t now_ns);
+  InflightView GraphViewOf(const GraphTracked& g, uint64_t now_ns) const;
   void Complete(Tracked& t, uint64_t now_ns);
   void CheckDeadlines(uint64_t now_ns, std::vector<std::pair<InflightView, std::string>>* stalls);
   void CheckHostBlocked(uint64_t now_ns, std::vector<std::pair<InflightView, std::string>>* stalls);
@@ -243,6 +268,7 @@ class Watchdog {
 
   std::mutex mu_;  // guards everything below; held by the watchdog during a poll
   std::map<uint64_t, StreamTrack> streams_;
+  std::vector<GraphTracked> graphs_;  // captured operations (GpuMarkers::kMaxCapturedMarkers at most)
   std::vector<Recovery> recoveries_;
   std::map<std::pair<int32_t, uint64_t>, bool> host_stalls_reported_;  // (tid, since) -> reported
   std::vector<ThreadRegistry::InCall> inside_;  // each poll's calls in progress (capacity kept)

@@ -132,6 +132,42 @@ def worker(mode):
             torch.cuda.synchronize()
             assert bool((x == i + 1.0).all()), f"replay {i}: wrong result"
         print("graph ok", flush=True)
+    elif mode in ("graph_watch", "graph_speed"):
+        # Issue 47: a captured all_reduce is watched at every replay. graph_watch: the graph's
+        # first kernel never ends in replay 2, so the dump shows the all_reduce launched (replays
+        # seen) and not reached. graph_speed: a captured step's time with and without the library.
+        x = torch.ones(4096, device=dev)
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                dist.all_reduce(x)
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            if mode == "graph_watch":
+                torch.cuda._sleep(10**6)  # the graph's own kernel, before the collective
+            dist.all_reduce(x)
+        if mode == "graph_speed":
+            for _ in range(20):
+                g.replay()
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            for _ in range(2000):
+                g.replay()
+            torch.cuda.synchronize()
+            print(json.dumps({"seconds": time.perf_counter() - t}), flush=True)
+        else:
+            g.replay()
+            torch.cuda.synchronize()
+            time.sleep(0.5)
+            torch.cuda._sleep(10**12)  # the next replay waits behind a kernel that never ends
+            g.replay()
+            time.sleep(3)
+            os.kill(os.getpid(), signal.SIGUSR2)  # on-demand dump while the replay is launched
+            time.sleep(3)
+            print("graph_watch dumped", flush=True)
+            os._exit(0)  # the GPU never finishes: no teardown
     elif mode == "speed":
         x = torch.ones(16, device=dev)
         for _ in range(100):
@@ -282,6 +318,27 @@ def check_graph(c):
     return "capture succeeded, 5 replays gave the right results"
 
 
+def check_graph_watch(c):
+    rc, out, err, d = c.run("graph_watch", timeout=120)
+    assert "graph_watch dumped" in out, f"the graph job did not get to its dump:\n{err[-3000:]}"
+    on_demand = [x for x in dumps(d) if x["summary"]["reason"] == "on_demand"]
+    assert on_demand, f"no on-demand dump in {d}"
+    ops = [o for o in on_demand[0]["summary"]["in_flight"] if o.get("replays") is not None]
+    assert ops and ops[0]["op"] == "AllReduce" and ops[0]["replays"] >= 1 and ops[0]["state"] == "enqueued", \
+        f"the captured all_reduce is shown launched in a replay, not reached: {on_demand[0]['summary']['in_flight']}"
+    c.results["graph_watch"] = {"replays_seen": ops[0]["replays"], "state": ops[0]["state"]}
+    return f"captured all_reduce watched: replays seen {ops[0]['replays']}, state {ops[0]['state']} behind a hung kernel"
+
+
+def check_graph_speed(c):
+    runs = alternated(c, "graph_speed", {"without": (False, {}), "with": (True, {})})
+    med = {name: statistics.median(r["seconds"] for r in rs) for name, rs in runs.items()}
+    ratio = med["with"] / med["without"]
+    c.results["graph_speed"] = {"without_s": med["without"], "with_s": med["with"], "ratio": ratio}
+    return (f"2,000 replays of a captured all_reduce, medians of 3 alternated processes: {med['without']:.3f} s "
+            f"without, {med['with']:.3f} s with (ratio {ratio:.3f})")
+
+
 def alternated(c, mode, variants, rounds=3, env=None):
     """{variant: [figure per process]}: one process per variant per round, in turn, so that
     every variant sees the same machine. `variants`: {name: (preload, extra environment)}."""
@@ -373,7 +430,8 @@ def main():
                         "cuda": torch.version.cuda, "nccl": ".".join(map(str, torch.cuda.nccl.version()))}
     print("environment:", c.results["env"])
     failed = 0
-    checks = [("ops", check_ops), ("stall", check_stall), ("graph", check_graph), ("speed", check_speed),
+    checks = [("ops", check_ops), ("stall", check_stall), ("graph", check_graph), ("graph_watch", check_graph_watch),
+              ("graph_speed", check_graph_speed), ("speed", check_speed),
               ("overlap", check_overlap), ("ddp", check_ddp)]
     for name, fn in checks:
         try:

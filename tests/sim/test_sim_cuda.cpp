@@ -291,7 +291,8 @@ TEST_CASE("stream capture records work into a replayable graph") {
   CHECK(numDeps == 0);
 
   REQUIRE(cuLaunchHostFunc(s, countUp, &runs) == CUDA_SUCCESS);
-  REQUIRE(cuEventRecord(ev, s) == CUDA_SUCCESS);  // legal while capturing: becomes a node
+  // An external record is legal while capturing: it becomes an event record node.
+  REQUIRE(cuEventRecordWithFlags(ev, s, CU_EVENT_RECORD_EXTERNAL) == CUDA_SUCCESS);
   REQUIRE(cuStreamGetCaptureInfo_v2(s, &status, &id, &captureGraph, &deps, &numDeps) ==
           CUDA_SUCCESS);
   CHECK(numDeps == 1);

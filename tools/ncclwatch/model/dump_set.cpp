@@ -272,6 +272,14 @@ class UnionFind {
 bool CompletedIn(const Dump& d, const trace::Op& op) {
   const trace::CommSummary* c = d.summary.Comm(op.comm);
   if (!c || c->state == trace::CommStateName(trace::CommState::Aborted)) return false;
+  // Captured into a CUDA graph (counted complete at capture): a replay of it is over where a
+  // dump shows a later replay of it (replays are counted per process: see StallEndedIn).
+  if (op.replays >= 0) {
+    for (const trace::Op& o : d.summary.in_flight)
+      if (o.replays >= 0 && o.comm == op.comm && o.seq == op.seq && o.p2p_seq == op.p2p_seq && o.peer == op.peer)
+        return o.replays > op.replays;
+    return false;
+  }
   if (!op.IsP2p()) return op.seq > 0 && c->last_completed >= op.seq;
   if (op.p2p_seq <= 0) return false;
   for (const auto& p : c->p2p)
@@ -294,6 +302,15 @@ std::vector<const trace::CommSummary*> CreationsOf(const Dump& d) {
 // operation completed, or the creations it was in returned (the communicator created, or a
 // split's own id gone). A black box's postmortem does not list creations: it tells nothing.
 bool StallEndedIn(const Dump& stall, const Dump& later) {
+  const trace::Op* captured = stall.summary.stalled && stall.summary.stalled->replays >= 0 ? &*stall.summary.stalled : nullptr;
+  if (captured && !later.summary.reason.Is(trace::DumpReason::Postmortem)) {
+    // The same process, later: its replay ended if no replay of it is under way any more.
+    for (const trace::Op& o : later.summary.in_flight)
+      if (o.replays >= 0 && o.comm == captured->comm && o.seq == captured->seq && o.p2p_seq == captured->p2p_seq &&
+          o.peer == captured->peer)
+        return o.replays > captured->replays;
+    return true;
+  }
   if (stall.summary.stalled) return CompletedIn(later, *stall.summary.stalled);
   const auto creating = CreationsOf(stall);
   const std::string initializing = trace::CommStateName(trace::CommState::Initializing);

@@ -26,6 +26,7 @@ WaitGraph::WaitGraph(const DumpSet& set, DetailReader details)
   for (size_t c = 0; c < comms_.size(); ++c) {
     BuildInitBlockedOp(static_cast<int>(c));
     BuildCollectiveBlockedOp(static_cast<int>(c));
+    if (comms_[c].blocked_op < 0) BuildReplayBlockedOp(static_cast<int>(c));
   }
   BuildP2pBlockedOps();
   for (size_t bi = 0; bi < blocked_ops_.size(); ++bi) ResolveBlockers(static_cast<int>(bi));
@@ -342,6 +343,77 @@ void WaitGraph::BuildCollectiveBlockedOp(int ci) {
   blocked_ops_.push_back(std::move(blocked));
 }
 
+// Collectives captured into CUDA graphs count as completed at capture on every rank: a hang in
+// a replay shows only in the watched captured operations that are in a replay (in_flight with
+// `replays`). The one most members wait inside (started on their GPU) is blocked; a member
+// with the same operation launched but not reached lags on its GPU (an earlier kernel of the
+// graph, or of its stream); one inside another captured operation of the communicator replayed
+// the graphs in another order (the calls disagree: a mismatch); one with neither never began
+// that replay (its host is elsewhere).
+void WaitGraph::BuildReplayBlockedOp(int ci) {
+  CommIndex& c = comms_[ci];
+  auto in_replay = [&](const trace::Op& op) { return op.replays >= 0 && !op.IsP2p() && op.comm == c.id; };
+  std::map<int64_t, int> inside;  // capture-time seq -> members whose GPU is inside it
+  for (int r = 0; r < c.size; ++r) {
+    const int d = DumpOfMember(c, r);
+    if (d < 0) continue;
+    for (const trace::Op& op : dumps_[d].summary.in_flight)
+      if (in_replay(op) && op.state.Is(OpState::GpuReached)) ++inside[op.seq];
+  }
+  if (inside.empty()) return;
+  int64_t s = inside.begin()->first;
+  for (const auto& kv : inside)
+    if (kv.second > inside[s]) s = kv.first;
+  BlockedOp blocked;
+  blocked.comm = ci;
+  blocked.seq = s;
+  blocked.captured = true;
+  std::map<Signature, std::vector<int>> by_signature;
+  for (int r = 0; r < c.size; ++r) {
+    const int d = DumpOfMember(c, r);
+    Blocker b;
+    b.comm_rank = r;
+    b.global = c.global[r];
+    b.dump = d;
+    if (KindFromDump(d) != BlockKind::kGpuLag) {
+      b.kind = KindFromDump(d);
+      blocked.blockers.push_back(b);
+      continue;
+    }
+    const auto& ops = dumps_[d].summary.in_flight;
+    int oi = -1, other = -1;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (!in_replay(ops[i])) continue;
+      if (ops[i].seq == s && oi < 0) oi = static_cast<int>(i);
+      else if (ops[i].seq != s && other < 0 && ops[i].state.Is(OpState::GpuReached)) other = static_cast<int>(i);
+    }
+    // Inside it; else inside another captured collective of the communicator (even with this
+    // one launched behind it: the graphs run in another order there); else launched only.
+    if (oi >= 0 && !ops[oi].state.Is(OpState::GpuReached) && other >= 0) oi = -1;
+    const trace::Op* op = oi >= 0 ? &ops[oi] : other >= 0 ? &ops[other] : nullptr;
+    if (!op) {
+      b.kind = BlockKind::kHostMissing;
+      blocked.blockers.push_back(b);
+      continue;
+    }
+    by_signature[{op->OpName(), op->count, op->dtype, op->root, op->redop}].push_back(b.global);
+    if (!blocked.op) blocked.op = op;
+    if (oi < 0 || op->state.Is(OpState::GpuReached)) {
+      blocked.waiting.push_back(r);
+      blocked.waited_s = std::max(blocked.waited_s, op->age_s);
+      blocked.replays = std::max(blocked.replays, op->replays);
+      if (oi >= 0) blocked.op = op;
+    } else {
+      b.kind = BlockKind::kGpuLag;
+      b.lag_op = oi;
+      blocked.blockers.push_back(b);
+    }
+  }
+  if (by_signature.size() > 1) DescribeMismatch(c, s, by_signature, &blocked);
+  c.blocked_op = static_cast<int>(blocked_ops_.size());
+  blocked_ops_.push_back(std::move(blocked));
+}
+
 void WaitGraph::DescribeMismatch(const CommIndex& c, int64_t s, const std::map<Signature, std::vector<int>>& by_signature, BlockedOp* blocked) {
   blocked->mismatch = true;
   std::vector<std::pair<Signature, std::vector<int>>> groups(by_signature.begin(), by_signature.end());
@@ -581,6 +653,7 @@ int WaitGraph::BlockedOpOf(int dump, const trace::Op& op) const {
     return it == p2p_blocked_ops_.end() ? -1 : it->second;
   }
   int bi = comms_[cit->second].blocked_op;
+  if (bi >= 0 && blocked_ops_[bi].captured) return op.replays >= 0 ? bi : -1;  // any replayed op of the comm
   return bi >= 0 && op.seq >= blocked_ops_[bi].seq ? bi : -1;
 }
 

@@ -111,6 +111,10 @@ struct BlockedOp {
   std::vector<int> minority;          // global ranks
   bool tie = false;
   bool divergence = false;
+  // A collective captured into a CUDA graph (`seq`: its capture-time sequence number), blocked
+  // inside a replay: `replays` is the most replays a waiting member's watchdog saw begin.
+  bool captured = false;
+  int64_t replays = -1;
   // p2p: both sides of the transfer and how they compare.
   P2pSide send, recv;
   P2pMatch match = P2pMatch::kUnknown;
@@ -204,6 +208,7 @@ class WaitGraph {
   // for the members that never joined (no state for it).
   void BuildInitBlockedOp(int ci);
   void BuildCollectiveBlockedOp(int ci);
+  void BuildReplayBlockedOp(int ci);
   void DescribeMismatch(const CommIndex& c, int64_t s, const std::map<Signature, std::vector<int>>& by_signature, BlockedOp* blocked);
   // One blocked operation per incomplete Send/Recv transfer, keyed by (comm, src, dst, p2p_seq), built
   // from whichever side recorded it.

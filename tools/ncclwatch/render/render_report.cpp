@@ -592,6 +592,9 @@ std::string PositionText(const CulpritPosition& p) {
       where += (p.box_age_s >= 0 ? "; its GPU was inside " + seq + " at its black box's last update"
                                  : "; its GPU is inside " + seq) + age;
       break;
+    case CommPosition::NotInReplay:
+      where += "; no replay of the CUDA graph holding " + seq + " is under way on it (the last one ended)";
+      break;
     case CommPosition::Count: break;
   }
   if (!p.then.empty()) {
@@ -696,7 +699,31 @@ std::string StoppedPids(const Verdict& v) {
   return pids.empty() ? "<pid>" : pids;
 }
 
+// A hang inside a replay of a CUDA graph: what the verdict's operation is.
+std::string CapturedNote(const Verdict& v) {
+  if (!v.captured) return "";
+  return OpLabel(v.op, v.seq) + " was captured in a CUDA graph (#" + std::to_string(v.seq) +
+         " is its capture-time sequence number) and the hang is inside a replay" +
+         (v.replays > 0 ? " (replay " + std::to_string(v.replays) + " or later)" : "") + ". ";
+}
+
 std::string AdviceText(const Verdict& v, const Report& report) {
+  const std::string note = CapturedNote(v);
+  if (!note.empty()) {
+    Verdict plain = v;
+    plain.captured = false;
+    if (v.cause == Cause::RankMissing)
+      return note + CulpritName(v) + " never began that replay: " +
+             (v.culprit_in_nccl ? "it is stuck inside an NCCL call (see its stack)"
+                                : "its host is elsewhere, not inside NCCL: its stack shows what it does instead "
+                                  "(checkpoint save, evaluation, logging on one rank?)") +
+             ". Make every rank replay the same graphs, or move one-rank work off the replay path.";
+    if (v.cause == Cause::Mismatch)
+      return note + CulpritName(v) + " was inside another captured collective of the communicator: the ranks "
+             "replay their CUDA graphs in different orders (or different graphs). Make every rank launch the "
+             "same graphs in the same order.";
+    return note + AdviceText(plain, report);
+  }
   std::string who = CulpritName(v);
   switch (v.cause) {
     case Cause::RankMissing:
@@ -903,6 +930,10 @@ json ReportToJson(const Report& report) {
     j[rk::kCommName] = v.comm_name;
     j[rk::kCommSize] = v.comm_size;
     j[rk::kSeq] = v.seq;
+    if (v.captured) {  // only then: older reports keep their shape
+      j[rk::kCaptured] = true;
+      j[rk::kReplays] = v.replays < 0 ? json(nullptr) : json(v.replays);
+    }
     j[rk::kOp] = v.op.empty() ? json(nullptr) : json(v.op);
     j[rk::kBytes] = OrNull(v.bytes);
     if (v.p2p) {

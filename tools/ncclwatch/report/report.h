@@ -212,6 +212,10 @@ struct Verdict {
   std::vector<MismatchGroup> groups;      // mismatch: majority first
   bool tie = false;                       // mismatch: groups of equal size
   bool call_count_divergence = false;
+  // The operation was captured into a CUDA graph (seq: its capture-time number) and the hang is
+  // in a replay; replays: the most replays a waiting rank's watchdog saw begin (a lower bound).
+  bool captured = false;
+  int64_t replays = -1;
   std::map<std::string, std::string> nccl_env;  // stuck_in_collective: NCCL_* settings
   std::vector<Consequence> consequences;
   // init_hang: the ranks created communicators of the same size with different ids (a stale id

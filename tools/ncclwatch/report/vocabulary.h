@@ -56,7 +56,8 @@ NCCLWATCH_DEFINE_VOCABULARY(CulpritState, kCulpritStateNames, CulpritStateName, 
   X(NotCalled, "not_called")            /* its last call is seq, before the blocked one */    \
   X(GpuNotReached, "gpu_not_reached")   /* it called the blocked op; its GPU is not in it */  \
   X(GpuInside, "gpu_inside")            /* its GPU is inside the blocked op */                \
-  X(GpuUnknown, "gpu_unknown")          /* seq was issued after its black box's last update */
+  X(GpuUnknown, "gpu_unknown")          /* seq was issued after its black box's last update */ \
+  X(NotInReplay, "not_in_replay")       /* captured seq: no replay of its graph is under way there */
 
 NCCLWATCH_DEFINE_VOCABULARY(CommPosition, kCommPositionNames, CommPositionName, ParseCommPosition,
                             NCCLWATCH_FOR_EACH_COMM_POSITION)
@@ -122,6 +123,8 @@ constexpr const char* kRoot = "root";
 constexpr const char* kRedop = "redop";
 constexpr const char* kTie = "tie";
 constexpr const char* kCallCountDivergence = "call_count_divergence";
+constexpr const char* kCaptured = "captured";  // the operation was captured into a CUDA graph
+constexpr const char* kReplays = "replays";    // with captured: replays seen begin (a lower bound)
 constexpr const char* kNcclEnv = "nccl_env";
 constexpr const char* kAdvice = "advice";
 constexpr const char* kConsequences = "consequences";

@@ -316,6 +316,8 @@ class Attributor {
           if (v.op.empty()) v.op = t.function;
     v.waiting_ranks = Globals(blocked, blocked.waiting);
     v.waited_s = WaitedAsOfNewest(blocked);
+    v.captured = blocked.captured;
+    v.replays = blocked.replays;
     return v;
   }
 

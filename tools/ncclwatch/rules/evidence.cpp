@@ -223,7 +223,16 @@ CulpritPosition Evidence::PositionOf(const BlockedOp* blocked, int dump) const {
     int oi = g_.FindInFlight(dump, comm, seq);
     return oi < 0 || s.in_flight[oi].state.Is(trace::OpState::Unknown);
   };
-  if (blocked && !blocked->p2p) {
+  if (blocked && !blocked->p2p && blocked->captured) {
+    // Captured: counted complete at capture everywhere; where its replays are says the rest.
+    p.comm_seq = blocked->seq;
+    p.comm_state = Position::NotInReplay;
+    for (const trace::Op& op : s.in_flight) {
+      if (op.replays < 0 || op.comm != g_.comms()[blocked->comm].id || op.seq != blocked->seq) continue;
+      p.comm_state = op.state.Is(trace::OpState::GpuReached) ? Position::GpuInside : Position::GpuNotReached;
+      if (op.age_s >= 0) p.issued_age_s = op.age_s;
+    }
+  } else if (blocked && !blocked->p2p) {
     const trace::CommSummary* cs = g_.StateOf(dump, blocked->comm);
     if (!cs) {
       p.comm_state = Position::NotCreated;

@@ -88,6 +88,10 @@ struct CUevent_st {
   unsigned flags = 0;
   std::atomic<uint64_t> generation{0};  // bumped by every record, kept when the memory is reused
   bool recorded = false;                // recorded since it was created
+  // Last recorded by a plain record into a stream capture: that record only orders work within
+  // the capture, so the event has no host-visible state (CUDA_ERROR_CAPTURED_EVENT) until it
+  // is recorded again outside a capture, or by a replay of an external record node.
+  bool capturedRecord = false;
   // Device side, on its own cache line as a GPU's completion word is in its own memory:
   // written by the stream's worker, read by queries without the driver lock.
   alignas(64) std::atomic<uint64_t> completedGeneration{0};  // the latest record reached
@@ -413,6 +417,7 @@ CUresult enqueue(Driver& d, CUstream_st* s, Work w) {
   if (w.kind == Work::Kind::kEventRecord) {
     w.generation = ++w.event->generation;
     w.event->recorded = true;
+    w.event->capturedRecord = false;
     // As on a GPU, recording an event costs no more than writing a command: on an idle stream
     // it is reached at once; behind queued work the running worker gets to it without a wake-up.
     ++s->enqueued;
@@ -691,17 +696,37 @@ CUresult eventCreate(CUevent* out, unsigned flags) {
   ev->magic = CUevent_st::kLive;
   ev->flags = flags;
   ev->recorded = false;
+  ev->capturedRecord = false;
   ev->completedGeneration.store(ev->generation.load());
   *out = ev;
   return CUDA_SUCCESS;
 }
 
-CUresult eventRecord(CUevent hEvent, CUstream h) {
+// cuEventRecordWithFlags, per the driver API documentation. Outside a capture a plain record
+// marks the stream's position; CU_EVENT_RECORD_EXTERNAL is invalid there. In a capture an
+// external record becomes an event record node, which records the event at each launch of the
+// graph (as a stream record made then: the event is pending until the replay gets to it),
+// leaving its state untouched at capture; a plain record in a capture makes no node (it only
+// orders streams within the capture) and leaves the event "captured": queries fail with
+// CUDA_ERROR_CAPTURED_EVENT until it is recorded again. Recording is stream work, legal in
+// every capture mode.
+CUresult eventRecord(CUevent hEvent, CUstream h, unsigned flags = CU_EVENT_RECORD_DEFAULT) {
   Driver& d = driver();
+  if (flags & ~unsigned(CU_EVENT_RECORD_EXTERNAL)) return CUDA_ERROR_INVALID_VALUE;
   Lock lk(d.mu);
   CUevent_st* ev = findEvent(hEvent);
   CUstream_st* s = findStream(d, h);
   if (!ev || !s) return CUDA_ERROR_INVALID_HANDLE;
+  const bool external = flags & CU_EVENT_RECORD_EXTERNAL;
+  if (Capture* c = s->capture.get()) {
+    if (c->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    if (!external) {
+      ev->capturedRecord = true;
+      return CUDA_SUCCESS;
+    }
+  } else if (external) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   Work marker(Work::Kind::kEventRecord);
   marker.event = ev;
   return enqueue(d, s, std::move(marker));
@@ -718,6 +743,7 @@ CUresult eventQuery(CUevent hEvent) {
   }
   CUevent_st* ev = findEvent(hEvent);
   if (!ev) return CUDA_ERROR_INVALID_HANDLE;
+  if (ev->capturedRecord) return CUDA_ERROR_CAPTURED_EVENT;
   return ev->complete() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
@@ -727,6 +753,7 @@ CUresult eventSynchronize(CUevent hEvent) {
   if (CUresult r = checkUnsafeCall(d)) return r;
   CUevent_st* ev = findEvent(hEvent);
   if (!ev) return CUDA_ERROR_INVALID_HANDLE;
+  if (ev->capturedRecord) return CUDA_ERROR_CAPTURED_EVENT;
   // Waits for the record current at the call; a later re-record also ends the wait.
   const uint64_t target = ev->generation;
   ev->completedCv.wait(
@@ -741,6 +768,7 @@ CUresult eventElapsedTime(float* ms, CUevent hStart, CUevent hEnd) {
   CUevent_st* start = findEvent(hStart);
   CUevent_st* end = findEvent(hEnd);
   if (!start || !end) return CUDA_ERROR_INVALID_HANDLE;
+  if (start->capturedRecord || end->capturedRecord) return CUDA_ERROR_CAPTURED_EVENT;
   if ((start->flags | end->flags) & CU_EVENT_DISABLE_TIMING) return CUDA_ERROR_INVALID_HANDLE;
   if (!start->recorded || !end->recorded) return CUDA_ERROR_INVALID_HANDLE;
   if (!start->complete() || !end->complete()) return CUDA_ERROR_NOT_READY;
@@ -798,6 +826,8 @@ const ErrorText kErrorTexts[] = {
      "operation failed due to a previous error during capture"},
     {CUDA_ERROR_STREAM_CAPTURE_UNMATCHED, "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED",
      "capture was not ended in the same stream as it began"},
+    {CUDA_ERROR_CAPTURED_EVENT, "CUDA_ERROR_CAPTURED_EVENT",
+     "operation not permitted on an event last recorded in a capturing stream"},
     {CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT",
      "operation would make the legacy stream depend on a capturing blocking stream"},
     {CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD",
@@ -1136,6 +1166,13 @@ SIM_API CUresult cuEventRecord(CUevent hEvent, CUstream h) {
 }
 SIM_API CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream h) {
   return traced(__func__, eventRecord(hEvent, perThreadIfNull(h)));
+}
+
+SIM_API CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream h, unsigned int flags) {
+  return traced(__func__, eventRecord(hEvent, h, flags));
+}
+SIM_API CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream h, unsigned int flags) {
+  return traced(__func__, eventRecord(hEvent, perThreadIfNull(h), flags));
 }
 
 SIM_API CUresult cuEventQuery(CUevent hEvent) { return traced(__func__, eventQuery(hEvent)); }
