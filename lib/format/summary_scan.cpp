@@ -295,8 +295,13 @@ bool ScanOptional(Scanner& s, OptionalRecord* out) {
   return s.Eat('{') && ScanObject(s, &out->emplace());
 }
 
+// The length and first letter tell most keys apart before a comparison of their bytes.
+inline bool KeyIs(std::string_view k, std::string_view key) {
+  return k.size() == key.size() && !k.empty() && k[0] == key[0] && std::memcmp(k.data(), key.data(), k.size()) == 0;
+}
+
 #define NCCLWATCH_SCAN_MATCH(key_name, call) \
-  if (k == std::string_view(key::key_name)) { \
+  if (KeyIs(k, key::key_name)) {              \
     if (seen & bit) return false;             \
     seen |= bit;                              \
     return call;                              \
