@@ -2,6 +2,7 @@
 
 #include "format/file_name.h"
 #include "format/ring_columns.h"
+#include "format/summary_scan.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -11,6 +12,7 @@
 #include <charconv>
 #include <cmath>
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <iterator>
 #include <new>
@@ -684,7 +686,37 @@ std::string ErrorLine(const DumpDocument& doc, const char* consequence) {
 
 // ---------------------------------------------------------------------------------------------
 
-DumpDocument ParseDocumentFromFile(const std::string& path, ReadDepth depth) {
+namespace {
+
+std::atomic<bool> g_summary_scan{true};
+
+// A summary longer than the first chunk (a big job's p2p counters): the fast path reads on in
+// the chunks the generic pass would read (so that both count the same bytes), with pread, which
+// leaves the file's offset where the generic pass, if it is needed, goes on from.
+constexpr size_t kMaxScanBytes = size_t{1} << 20;
+bool ScanLonger(int fd, const ChunkedFile& file, LoadedDump* fast, uint64_t* bytes_read) {
+  static thread_local std::string bytes;
+  bytes.assign(file.data(), file.available());
+  for (bool more = true; more && bytes.size() < kMaxScanBytes;) {
+    const size_t had = bytes.size();
+    bytes.resize(had + kNextChunk);
+    ssize_t n;
+    do {
+      n = ::pread(fd, &bytes[had], kNextChunk, static_cast<off_t>(had));
+    } while (n < 0 && errno == EINTR);
+    bytes.resize(had + static_cast<size_t>(std::max<ssize_t>(n, 0)));
+    if (n <= 0) return false;
+    if (ScanSummary(bytes, &fast->version, &fast->summary, &more)) {
+      *bytes_read = bytes.size();
+      return true;
+    }
+  }
+  return false;
+}
+
+// `fast`: the summary pass may read the summary with ScanSummary into it; *scanned says it did
+// (the document then holds the sizes only).
+DumpDocument ParseFile(const std::string& path, ReadDepth depth, LoadedDump* fast, bool* scanned) {
   DumpDocument doc;
   // O_NONBLOCK: opening a FIFO named like a dump must not wait for a writer.
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
@@ -709,10 +741,22 @@ DumpDocument ParseDocumentFromFile(const std::string& path, ReadDepth depth) {
   // so that a dump read either way gives the same document and the same problems.
   bool parsed = false;
   if (depth == ReadDepth::kSummary && file.Ensure()) {
+    bool more = false;
+    if (fast && (ScanSummary(std::string_view(file.data(), file.available()), &fast->version, &fast->summary, &more) ||
+                 (more && ScanLonger(fd, file, fast, &doc.bytes_read)))) {
+      if (doc.bytes_read == 0) doc.bytes_read = file.bytes_read();
+      *scanned = true;
+      ::close(fd);
+      return doc;
+    }
+    // A digit at the end of a full chunk may be a number that goes on in the file (a version
+    // "31" cut after its "3"): then the chunks only.
+    const char last = file.data()[file.available() - 1];
+    const bool may_go_on = file.available() == kFirstChunk && last >= '0' && last <= '9';
     DumpDocument first;
     first.input_size = doc.input_size;
-    RunParser(file.data(), file.data() + file.available(), depth, &first, kMaxValueMemory);
-    if (first.stopped_early && !first.syntax_error) {
+    if (!may_go_on) RunParser(file.data(), file.data() + file.available(), depth, &first, kMaxValueMemory);
+    if (!may_go_on && first.stopped_early && !first.syntax_error) {
       doc = std::move(first);
       parsed = true;
     }
@@ -736,6 +780,14 @@ DumpDocument ParseDocumentFromFile(const std::string& path, ReadDepth depth) {
   }
   ::close(fd);
   return doc;
+}
+
+}  // namespace
+
+void UseSummaryScan(bool on) { g_summary_scan.store(on, std::memory_order_relaxed); }
+
+DumpDocument ParseDocumentFromFile(const std::string& path, ReadDepth depth) {
+  return ParseFile(path, depth, nullptr, nullptr);
 }
 
 DumpDocument ParseDocumentFromBuffer(std::string_view bytes, ReadDepth depth, uint64_t memory_bound) {
@@ -883,8 +935,17 @@ ReadResult InterpretDocument(const DumpDocument& doc, ReadDepth depth, LoadedDum
 }
 
 ReadResult ReadDumpFile(const std::string& path, ReadDepth depth, LoadedDump* dump) {
-  DumpDocument doc = ParseDocumentFromFile(path, depth);
-  ReadResult r = InterpretDocument(doc, depth, dump);
+  bool scanned = false;
+  const bool scan = depth == ReadDepth::kSummary && g_summary_scan.load(std::memory_order_relaxed);
+  DumpDocument doc = ParseFile(path, depth, scan ? dump : nullptr, &scanned);
+  ReadResult r;
+  if (scanned) {  // what InterpretDocument gives for a summary read whole and in range
+    r.usable = true;
+    r.bytes_read = doc.bytes_read;
+    r.file_size = doc.input_size;
+  } else {
+    r = InterpretDocument(doc, depth, dump);
+  }
   // A file named as the writer names dumps must be the dump its name says: one whose summary
   // says another rank (edited, or copied over another) would be read as that rank's.
   const std::string name = path.substr(path.rfind('/') == std::string::npos ? 0 : path.rfind('/') + 1);

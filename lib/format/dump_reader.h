@@ -60,7 +60,12 @@ DumpDocument ParseDocumentFromBuffer(std::string_view bytes, ReadDepth depth, ui
 // with dump->detail_problem set).
 ReadResult InterpretDocument(const DumpDocument& doc, ReadDepth depth, LoadedDump* dump);
 
+// The summary pass (kSummary) reads a dump ncclwatch wrote with ScanSummary (summary_scan.h)
+// and any other the generic way; both give the same records and result.
 ReadResult ReadDumpFile(const std::string& path, ReadDepth depth, LoadedDump* dump);
+// Off: ReadDumpFile reads every summary the generic way (tests compare the two; not for use
+// while files are being read).
+void UseSummaryScan(bool on);
 ReadResult ReadDumpBuffer(std::string_view bytes, ReadDepth depth, LoadedDump* dump);
 
 // Conversions from JSON, tolerant of missing or mistyped keys (they read as absent).
