@@ -245,7 +245,11 @@ void RenderEvidence(std::ostream& out, const Style& st, const CulpritEvidence& e
                     bool verbose) {
   std::string who = e.rank >= 0 ? "rank " + std::to_string(e.rank) : "comm rank " + std::to_string(e.comm_rank);
   out << "   " << st.Yellow(who);
-  if (!e.host.empty()) out << " (" << Printable(e.host) << ", pid " << e.pid << ")";
+  if (e.device >= 0)  // one of several ranks of its process
+    out << " (device " << e.device << " of pid " << e.pid << " on " << Printable(e.host) << ", which drives "
+        << FormatRanks(e.process_ranks) << ")";
+  else if (!e.host.empty())
+    out << " (" << Printable(e.host) << ", pid " << e.pid << ")";
   out << ": " << Printable(WhereText(e)) << "\n";
   const std::string issued_by = IssuedByText(e);
   if (!issued_by.empty()) out << "     " << Printable(issued_by) << "\n";
@@ -936,6 +940,10 @@ json ReportToJson(const Report& report) {
       s[rk::kSeq] = OrNull(e.position.comm_seq);
       s[rk::kHost] = e.host;
       s[rk::kPid] = e.pid;
+      if (e.device >= 0) {
+        s[rk::kDevice] = e.device;
+        s[rk::kProcessRanks] = e.process_ranks;
+      }
       s[rk::kFile] = e.file;
       s[rk::kCallsiteOp] = e.callsite_op ? OpRefText(*e.callsite_op) : "";
       s[rk::kCallsite] = StackFrames(e.callsite, report.source_lines);
