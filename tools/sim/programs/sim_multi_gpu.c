@@ -23,7 +23,9 @@ static const char* kUsage =
     "                      ends (the device never reaches the group's all-reduce)\n"
     "  --busy P:S          process P is busy in host code from step S on (every rank it drives\n"
     "                      misses the step's all-reduce)\n"
-    "  --mismatch P:D:S    process P, device D: step S's all-reduce has another count\n";
+    "  --mismatch P:D:S    process P, device D: step S's all-reduce has another count\n"
+    "  --no-rank-env       remove RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE and GROUP_RANK from\n"
+    "                      the environment before the first CUDA or NCCL call (JAX, nccl-tests)\n";
 
 struct Fault {
   int proc, dev, step;
@@ -50,7 +52,7 @@ static CUcontext device_context(int dev) {
 
 int main(int argc, char** argv) {
   struct Fault stuck = {-1, -1, -1}, busy = {-1, -1, -1}, mismatch = {-1, -1, -1};
-  int gpus = 4, steps = 20, step_ms = 10, init_all = 0, i, d, s, ndev = 0;
+  int gpus = 4, steps = 20, step_ms = 10, init_all = 0, no_rank_env = 0, i, d, s, ndev = 0;
   int proc, nproc;
   ncclComm_t comms[MAX_DEVICES];
   CUcontext ctx[MAX_DEVICES];
@@ -63,6 +65,8 @@ int main(int argc, char** argv) {
     const char* v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--init-all")) {
       init_all = 1;
+    } else if (!strcmp(a, "--no-rank-env")) {
+      no_rank_env = 1;
     } else if (v && !strcmp(a, "--gpus")) {
       gpus = atoi(v), ++i;
     } else if (v && !strcmp(a, "--steps")) {
@@ -82,6 +86,10 @@ int main(int argc, char** argv) {
   }
   proc = simutil_env_int("SIM_PROC", simutil_env_int("RANK", 0));
   nproc = simutil_env_int("SIM_PROCS", simutil_env_int("WORLD_SIZE", 1));
+  if (no_rank_env) {
+    static const char* const kNames[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"};
+    for (i = 0; i < (int)(sizeof kNames / sizeof kNames[0]); ++i) unsetenv(kNames[i]);
+  }
   CUCHECK(cuInit(0));
   CUCHECK(cuDeviceGetCount(&ndev));
   if (gpus < 1 || gpus > MAX_DEVICES || gpus > ndev || (init_all && nproc != 1)) {
