@@ -4,8 +4,9 @@ and host (sim_multi_gpu: process p drives global ranks p*G .. p*G+G-1, one per d
 import glob
 import json
 import os
+import subprocess
 
-from e2e_common import Failure, analyze, case, check, job, only_exit_records
+from e2e_common import Failure, analyze, built, case, check, job, only_exit_records
 
 GPUS = 4
 STALL = {"NCCLWATCH_TIMEOUT": "3"}
@@ -49,6 +50,15 @@ def multi_gpu_stuck_stream():
     s = v["culprit_stacks"]["6"]
     check(s.get("device") == 2 and s["pid"] == pid and s.get("process_ranks") == [4, 5, 6, 7],
           f"its device and its process's ranks in the JSON: {json.dumps(s)[:600]}")
+    # The timeline: one track per rank, each with its own stream.
+    out = os.path.join(j.tmp, "timeline.json")
+    r = subprocess.run([built("bin", "ncclwatch"), "timeline", j.dir, "-o", out], capture_output=True, text=True)
+    check(r.returncode == 0, f"timeline: {r.stderr[-800:]}")
+    with open(out) as f:
+        events = json.load(f)["traceEvents"]
+    tracks = sorted(e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name")
+    check([t.split(" (")[0] for t in tracks] == [f"rank {r}" for r in range(8)], f"a track per rank: {tracks}")
+    check(all(f"pid {pid})" in t for t in tracks[4:]), f"ranks 4-7 are the process of pid {pid}: {tracks}")
 
 
 @case
