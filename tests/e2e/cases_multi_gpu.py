@@ -110,3 +110,38 @@ def multi_gpu_healthy():
     rc, report, text = analyze(j)
     check(rc == 0 and [v["cause"] for v in report["verdicts"]] == ["no_hang"], f"no hang (exit {rc}):\n{text[:1500]}")
     check(f"{GPUS * 2} ranks with dumps, world size {GPUS * 2}" in text, f"every rank is seen:\n{text[:800]}")
+
+
+@case
+def multi_gpu_metrics_per_rank():
+    # NCCLWATCH_METRICS: a process that drives 4 ranks holds one communicator id as 4 ranks; each
+    # is a series of its own with its global rank as the `rank` label (never one label set twice,
+    # which the collector rejects).
+    import re
+    from cases_command import check_prometheus_text
+    from ncclwatch_testing import read_text, temp_dir, wait_for
+    metrics = temp_dir("ncclwatch-e2e-metrics-")
+    seen = {}
+
+    def counted():
+        texts = {p: read_text(p) for p in glob.glob(os.path.join(metrics, "*.prom"))}
+        ok = len(texts) == 2 and all(re.search(r"^ncclwatch_collectives_completed_total\{.*\} [1-9]", t, re.M)
+                                     for t in texts.values())
+        return ok and texts
+
+    def sample(p):
+        seen.update(wait_for(counted, "two metrics files counting completions"))
+    j = job(2, ["--gpus", str(GPUS), "--steps", "40", "--busy", "1:30"],
+            env={"NCCLWATCH_METRICS": metrics, "NCCLWATCH_TIMEOUT": "600"}, timeout=12, program="sim_multi_gpu",
+            after_start=sample)
+    ranks_seen = set()
+    for path, text in seen.items():
+        samples = check_prometheus_text(text)
+        keys = [(n, l) for n, l, v in samples]
+        dup = sorted({k for k in keys if keys.count(k) > 1})
+        check(not dup, f"{path}: a label set twice: {dup[:4]}\n{text[:1500]}")
+        done = [l for n, l, v in samples if n == "ncclwatch_collectives_completed_total"]
+        ranks = sorted(int(re.search(r'rank="(\d+)"', l).group(1)) for l in done)
+        check(ranks in ([0, 1, 2, 3], [4, 5, 6, 7]), f"{path}: one series per rank it drives: {done}")
+        ranks_seen.update(ranks)
+    check(ranks_seen == set(range(8)), f"every rank has its series: {sorted(ranks_seen)}")
