@@ -329,6 +329,7 @@ constexpr const char* kGpuReachedNs = "gpu_reached_ns";
 constexpr const char* kCompletedNs = "completed_ns";
 constexpr const char* kResult = "result";
 constexpr const char* kCallsite = "callsite";
+constexpr const char* kCommRank = "comm_rank";
 constexpr const char* kGpuMs = "gpu_ms";
 constexpr const char* kAgeS = "age_s";
 constexpr const char* kDeadlineS = "deadline_s";

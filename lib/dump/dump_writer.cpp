@@ -11,7 +11,28 @@ namespace ncclwatch {
 
 namespace {
 
-trace::Summary SummaryOf(const DumpInput& in) {
+// Whether the process drives several ranks (several devices, one communicator id held as
+// several ranks): its operations and communicator summaries then say whose they are.
+bool SeveralRanks(const DumpInput& in) {
+  for (size_t i = 0; i < in.comms.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (in.comms[i]->id == in.comms[j]->id && in.comms[i]->rank != in.comms[j]->rank) return true;
+  return false;
+}
+
+trace::Op OpRecordFor(const OpSnapshot& o, bool several_ranks) {
+  trace::Op r = OpRecordOf(o);
+  if (several_ranks) r.comm_rank = o.comm_rank;
+  return r;
+}
+
+trace::Op InflightRecordFor(const InflightView& v, bool several_ranks) {
+  trace::Op r = InflightRecordOf(v);
+  if (several_ranks) r.comm_rank = v.op.comm_rank;
+  return r;
+}
+
+trace::Summary SummaryOf(const DumpInput& in, bool several) {
   trace::Summary s;
   s.rank = in.global_rank;
   s.local_rank = in.identity.local_rank;
@@ -37,6 +58,7 @@ trace::Summary SummaryOf(const DumpInput& in) {
     cs.id = CommIdHex(c->id);
     cs.size = c->size;
     cs.rank = c->rank;
+    if (several) cs.device = c->device;
     cs.name = c->name;
     cs.state = CommStateName(c->live().state.load());
     cs.last_enqueued = static_cast<int64_t>(c->live().last_enqueued.load());
@@ -60,8 +82,8 @@ trace::Summary SummaryOf(const DumpInput& in) {
     cs.state = trace::CommStateName(trace::CommState::Initializing);
     s.comms.push_back(std::move(cs));
   }
-  for (auto& v : in.inflight) s.in_flight.push_back(InflightRecordOf(v));
-  if (in.stalled && in.stalled->op.comm_id) s.stalled = InflightRecordOf(*in.stalled);
+  for (auto& v : in.inflight) s.in_flight.push_back(InflightRecordFor(v, several));
+  if (in.stalled && in.stalled->op.comm_id) s.stalled = InflightRecordFor(*in.stalled, several);
   s.ring_overwritten = static_cast<int64_t>(in.ring_overwritten);
   s.process_uid = in.identity.process_uid;
   s.job_instance = in.identity.job_instance;
@@ -71,7 +93,7 @@ trace::Summary SummaryOf(const DumpInput& in) {
   s.states_as_of_mono_ns = in.states_as_of_mono_ns;
   s.exception = in.exception;
   s.stopped = in.stopped;
-  if (in.failed) s.failed = OpRecordOf(*in.failed);
+  if (in.failed) s.failed = OpRecordFor(*in.failed, several);
   return s;
 }
 
@@ -135,7 +157,8 @@ std::string DumpFileStem(const DumpInput& in) {
 
 bool StreamDump(const DumpInput& in, const trace::TextSink& sink) {
   trace::Document doc;
-  doc.summary = SummaryOf(in);
+  const bool several = SeveralRanks(in);
+  doc.summary = SummaryOf(in, several);
   trace::Detail& d = doc.detail;
   d.light = in.light;
   for (auto& r : in.recoveries)
@@ -164,13 +187,13 @@ bool StreamDump(const DumpInput& in, const trace::TextSink& sink) {
           OpSnapshot snap;
           while (next < in.ring_to)
             if (in.live_ring->Read(next++, &snap)) {
-              *op = OpRecordOf(snap);
+              *op = OpRecordFor(snap, several);
               return true;
             }
           return false;
         }
         if (next >= in.ring.size()) return false;
-        *op = OpRecordOf(in.ring[next++]);
+        *op = OpRecordFor(in.ring[next++], several);
         return true;
       },
       sink);

@@ -115,8 +115,11 @@ struct DumpReasonValue {
   X(int64_t, callsite, -1, kCallsite, Int)                                                       \
   X(double, gpu_ms, -1, kGpuMs, RealIfSet) /* < 0: absent (only with NCCLWATCH_GPU_TIMING=1) */  \
   X(double, age_s, -1, kAgeS, RealIfSet)   /* < 0: absent (in_flight and stalled only) */        \
-  X(double, deadline_s, -1, kDeadlineS, RealIfSet) /* < 0: absent */                          \
-  X(int64_t, replays, -1, kReplays, IntIfSet) /* < 0: absent; captured into a CUDA graph and watched (in_flight, stalled) */
+  X(double, deadline_s, -1, kDeadlineS, RealIfSet) /* < 0: absent */                            \
+  X(int64_t, replays, -1, kReplays, IntIfSet) /* < 0: absent; captured into a CUDA graph and watched (in_flight, stalled) */ \
+  /* The writer's rank in `comm`, written where its process drives several ranks (devices): one  \
+     communicator id is then issued on as each of them (added within version 3). -1: absent. */ \
+  X(int64_t, comm_rank, -1, kCommRank, IntIfSet)
 
 struct Op {
   NCCLWATCH_RECORD_FIELDS(Op, NCCLWATCH_FOR_EACH_OP_FIELD)
@@ -152,7 +155,9 @@ struct P2pCounters {
   X(int64_t, last_enqueued, 0, kLastEnqueued, Seq)                                           \
   X(int64_t, last_gpu_reached, 0, kLastGpuReached, Seq)                                      \
   X(int64_t, last_completed, 0, kLastCompleted, Seq)                                         \
-  X(std::vector<P2pCounters>, p2p, {}, kP2p, Objects)
+  X(std::vector<P2pCounters>, p2p, {}, kP2p, Objects)                                        \
+  /* Its CUDA device, written where the process drives several ranks (added within version 3). */ \
+  X(int64_t, device, -1, kDevice, IntIfSet)
 
 struct CommSummary {
   NCCLWATCH_RECORD_FIELDS(CommSummary, NCCLWATCH_FOR_EACH_COMM_SUMMARY_FIELD)

@@ -37,6 +37,7 @@ std::string ShapeKey(const Op& op) {
   add(op.stream);
   add(std::to_string(op.tid));
   add(std::to_string(op.callsite));
+  if (op.comm_rank >= 0) add(std::to_string(op.comm_rank));
   return key;
 }
 
@@ -55,6 +56,7 @@ void WriteShape(JsonWriter& w, const Op& op) {
   w.Field(k::kStream, op.stream);
   w.Field(k::kTid, op.tid);
   w.Field(k::kCallsite, op.callsite);
+  if (op.comm_rank >= 0) w.Field(k::kCommRank, op.comm_rank);
   w.EndObject();
 }
 

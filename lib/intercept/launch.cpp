@@ -18,6 +18,7 @@ void Describe(Recorder& rec, ThreadState& ts, const OpCall& c, GroupedOp* g) {
   g->comm = comm;
   o.comm_id = comm ? comm->id : 0;
   o.comm_size = comm ? comm->size : 0;
+  o.comm_rank = comm ? comm->rank : -1;
   o.kind = c.kind;
   o.count = c.count;
   o.dtype = static_cast<int8_t>(c.dtype);

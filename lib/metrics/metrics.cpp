@@ -60,7 +60,7 @@ void MetricsWriter::Count(const FlightRing& ring) {
   for (; next_index_ < head; ++next_index_) {
     OpSnapshot op;
     if (!ring.Read(next_index_, &op)) continue;  // still being written: skipped (a statistic)
-    Totals& t = totals_[{op.comm_id, op.kind}];
+    Totals& t = totals_[{{op.comm_id, op.comm_rank}, op.kind}];
     ++t.ops;
     t.bytes += op.bytes;
   }
@@ -72,23 +72,54 @@ std::string MetricsWriter::Render(const MetricsInput& in, uint64_t now_mono_ns, 
   return out;
 }
 
+int MetricsWriter::RankLabel(const MetricsInput& in, CommKey key) const {
+  if (!several_ranks_) return in.rank;
+  for (const CommInfo* c : in.comms)
+    if (c->id == key.first && c->rank == key.second)
+      for (const auto& [device, rank] : device_ranks_)
+        if (device == c->device) return rank;
+  return in.rank;
+}
+
 void MetricsWriter::RenderInto(const MetricsInput& in, uint64_t now_mono_ns, uint64_t now_unix_ns, std::string* out) {
   Text t(out);
-  char rank[32], comm[96], op[64];
+  char rank[32], comm[96], op[64], comm_rank[32];
   std::snprintf(rank, sizeof rank, "rank=\"%d\"", in.rank);
+  // A process that drives several ranks: each communicator's series carry the rank that holds it.
+  several_ranks_ = false;
+  device_ranks_.clear();
+  for (size_t i = 0; i < in.comms.size() && !several_ranks_; ++i)
+    for (size_t j = 0; j < i && !several_ranks_; ++j)
+      several_ranks_ = in.comms[i]->id == in.comms[j]->id && in.comms[i]->rank != in.comms[j]->rank;
+  if (several_ranks_) {
+    std::vector<int> sizes;  // of each device_ranks_ entry's communicator
+    for (const CommInfo* c : in.comms) {
+      auto it = std::find_if(device_ranks_.begin(), device_ranks_.end(), [&](const auto& e) { return e.first == c->device; });
+      if (it == device_ranks_.end()) {
+        device_ranks_.push_back({c->device, c->rank});
+        sizes.push_back(c->size);
+      } else if (c->size > sizes[static_cast<size_t>(it - device_ranks_.begin())]) {
+        it->second = c->rank;
+        sizes[static_cast<size_t>(it - device_ranks_.begin())] = c->size;
+      }
+    }
+  }
+  auto labels = [&](CommKey key) {
+    if (!several_ranks_) return CommLabels(comm, sizeof comm, rank, key.first);
+    std::snprintf(comm_rank, sizeof comm_rank, "rank=\"%d\"", RankLabel(in, key));
+    return CommLabels(comm, sizeof comm, comm_rank, key.first);
+  };
 
   t.Family("ncclwatch_operations_total", "counter", "NCCL operations issued, by communicator and operation.");
   for (const auto& [key, v] : totals_)
-    t.Sample("ncclwatch_operations_total", CommLabels(comm, sizeof comm, rank, key.first), OpLabel(op, sizeof op, key.second),
-             static_cast<double>(v.ops));
+    t.Sample("ncclwatch_operations_total", labels(key.first), OpLabel(op, sizeof op, key.second), static_cast<double>(v.ops));
   t.Family("ncclwatch_bytes_total", "counter", "Bytes of the NCCL operations issued (nccl-tests' size).");
   for (const auto& [key, v] : totals_)
-    t.Sample("ncclwatch_bytes_total", CommLabels(comm, sizeof comm, rank, key.first), OpLabel(op, sizeof op, key.second),
-             static_cast<double>(v.bytes));
+    t.Sample("ncclwatch_bytes_total", labels(key.first), OpLabel(op, sizeof op, key.second), static_cast<double>(v.bytes));
 
   t.Family("ncclwatch_collectives_completed_total", "counter", "Collectives the GPU completed, by communicator.");
   for (const CommInfo* c : in.comms)
-    t.Sample("ncclwatch_collectives_completed_total", CommLabels(comm, sizeof comm, rank, c->id), "",
+    t.Sample("ncclwatch_collectives_completed_total", labels({c->id, c->rank}), "",
              static_cast<double>(c->live().last_completed.load()));
 
   // In flight, per communicator and operation, and the oldest per communicator with its deadline
@@ -97,33 +128,34 @@ void MetricsWriter::RenderInto(const MetricsInput& in, uint64_t now_mono_ns, uin
   oldest_.clear();
   for (const auto& v : in.inflight) {
     if (v.op.state == trace::OpState::Completed) continue;
-    const std::pair<uint64_t, trace::OpKind> key{v.op.comm_id, v.op.kind};
+    const CommKey ck{v.op.comm_id, v.op.comm_rank};
+    const std::pair<CommKey, trace::OpKind> key{ck, v.op.kind};
     auto it = std::lower_bound(inflight_.begin(), inflight_.end(), key,
                                [](const auto& e, const auto& k) { return e.first < k; });
     if (it == inflight_.end() || it->first != key) it = inflight_.insert(it, {key, 0});
     ++it->second;
-    auto o = std::lower_bound(oldest_.begin(), oldest_.end(), v.op.comm_id,
-                              [](const auto& e, uint64_t k) { return e.first < k; });
-    if (o == oldest_.end() || o->first != v.op.comm_id) o = oldest_.insert(o, {v.op.comm_id, nullptr});
+    auto o = std::lower_bound(oldest_.begin(), oldest_.end(), ck,
+                              [](const auto& e, const CommKey& k) { return e.first < k; });
+    if (o == oldest_.end() || o->first != ck) o = oldest_.insert(o, {ck, nullptr});
     if (!o->second || v.age_s > o->second->age_s) o->second = &v;
   }
   t.Family("ncclwatch_operations_in_flight", "gauge", "NCCL operations issued and not completed.");
   for (const auto& [key, n] : inflight_)
-    t.Sample("ncclwatch_operations_in_flight", CommLabels(comm, sizeof comm, rank, key.first), OpLabel(op, sizeof op, key.second), n);
+    t.Sample("ncclwatch_operations_in_flight", labels(key.first), OpLabel(op, sizeof op, key.second), n);
   t.Family("ncclwatch_oldest_in_flight_seconds", "gauge", "Age of the oldest operation in flight.");
   for (const auto& [id, v] : oldest_)
-    t.Sample("ncclwatch_oldest_in_flight_seconds", CommLabels(comm, sizeof comm, rank, id), "", v->age_s);
+    t.Sample("ncclwatch_oldest_in_flight_seconds", labels(id), "", v->age_s);
   t.Family("ncclwatch_deadline_seconds", "gauge", "The deadline applied to the oldest operation in flight.");
   for (const auto& [id, v] : oldest_)
-    t.Sample("ncclwatch_deadline_seconds", CommLabels(comm, sizeof comm, rank, id), "", v->deadline_s);
+    t.Sample("ncclwatch_deadline_seconds", labels(id), "", v->deadline_s);
 
   t.Family("ncclwatch_seconds_since_last_completion", "gauge",
            "Seconds since the communicator last completed a collective (to the sampling interval).");
   for (const CommInfo* c : in.comms) {
     uint64_t seq = c->live().last_completed.load();
-    auto& last = last_completion_[c->id];
+    auto& last = last_completion_[{c->id, c->rank}];
     if (last.second == 0 || seq != last.first) last = {seq, now_mono_ns};
-    t.Sample("ncclwatch_seconds_since_last_completion", CommLabels(comm, sizeof comm, rank, c->id), "",
+    t.Sample("ncclwatch_seconds_since_last_completion", labels({c->id, c->rank}), "",
              static_cast<double>(now_mono_ns - last.second) / 1e9);
   }
 

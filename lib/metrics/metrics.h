@@ -60,14 +60,22 @@ class MetricsWriter {
   uint64_t next_write_ns_ = 0;
   bool write_failure_said_ = false;
   uint64_t next_index_ = 0;                                   // ring index not yet counted
-  std::map<std::pair<uint64_t, trace::OpKind>, Totals> totals_;  // (comm, op)
-  std::map<uint64_t, std::pair<uint64_t, uint64_t>> last_completion_;  // comm -> (seq, mono ns seen)
+  // A communicator as one rank holds it: (id, this process's rank in it). A process that drives
+  // several ranks (several devices) holds one id as several ranks, each a series of its own.
+  using CommKey = std::pair<uint64_t, int32_t>;
+  std::map<std::pair<CommKey, trace::OpKind>, Totals> totals_;  // (comm, op)
+  std::map<CommKey, std::pair<uint64_t, uint64_t>> last_completion_;  // comm -> (seq, mono ns seen)
   // Kept across samples (Tend, watchdog thread): the input, the text, the temporary file's
   // path, and the in-flight counts by (comm, op) and the oldest by comm.
   MetricsInput input_;
   std::string text_, tmp_path_;
-  std::vector<std::pair<std::pair<uint64_t, trace::OpKind>, int>> inflight_;
-  std::vector<std::pair<uint64_t, const InflightView*>> oldest_;
+  std::vector<std::pair<std::pair<CommKey, trace::OpKind>, int>> inflight_;
+  std::vector<std::pair<CommKey, const InflightView*>> oldest_;
+  // Of a process that drives several ranks: each device's global rank (its rank in the largest
+  // communicator on that device), the `rank` label of that device's series.
+  std::vector<std::pair<int, int>> device_ranks_;
+  bool several_ranks_ = false;
+  int RankLabel(const MetricsInput& in, CommKey comm) const;
 };
 
 // "ncclwatch-<host>-<pid>.prom": the rank is a label (it may be learnt after start).

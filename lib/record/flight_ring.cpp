@@ -82,6 +82,7 @@ bool FlightRing::Read(uint64_t index, OpSnapshot* out) const {
   o.callsite = s.callsite.get();
   o.tid = s.tid.get();
   o.comm_size = s.comm_size.get();
+  o.comm_rank = s.comm_rank_plus1.get() - 1;
   o.kind = static_cast<trace::OpKind>(s.kind.get());
   o.dtype = s.dtype.get();
   std::atomic_thread_fence(std::memory_order_acquire);

@@ -102,6 +102,7 @@ uint64_t FlightRing::RecordWith(OpSnapshot& op, MidWrite&& mid_write) {
   s.callsite.set(op.callsite);
   s.tid.set(op.tid);
   s.comm_size.set(op.comm_size);
+  s.comm_rank_plus1.set(op.comm_rank + 1);
   s.kind.set(static_cast<uint8_t>(op.kind));
   s.dtype.set(op.dtype);
   s.gen_state.store(Word(index, static_cast<uint64_t>(op.state)), std::memory_order_release);

@@ -30,6 +30,9 @@ struct OpSnapshot {
   int32_t tid = 0;
   int32_t result = 0;
   int32_t comm_size = 0;
+  // This process's rank in the communicator: a process that drives several ranks (several
+  // devices) issues operations of one communicator id as each of them. -1 unknown.
+  int32_t comm_rank = -1;
   trace::OpKind kind = trace::OpKind::AllReduce;
   int8_t dtype = 0;
   trace::OpState state = trace::OpState::Enqueued;
@@ -59,6 +62,8 @@ struct alignas(64) OpSlot {  // two whole cache lines
   Field<int32_t> result, root, peer, redop, callsite, tid, comm_size;
   Field<uint8_t> kind;
   Field<int8_t> dtype;
+  // comm_rank + 1: 0 (a zero-filled slot, a black box written before it) reads as unknown.
+  Field<int32_t> comm_rank_plus1;
 };
 static_assert(sizeof(OpSlot) == 128, "a slot is two cache lines");
 

@@ -157,13 +157,22 @@ void Recorder::Failed(const char* function, ncclResult_t r, const CommInfo* comm
 
 CommInfo* Recorder::AddCommunicator(std::unique_ptr<CommInfo> info) {
   int size = info->size, rank = info->rank;
+  const uint64_t id = info->id;
   CommInfo* c = p_.comms->Register(std::move(info));
   ProcessRank& r = *p_.rank;
   const int env_world_size = p_.identity->env_world_size;
   if (env_world_size < 0 && size > r.world_size.load()) r.world_size.store(size);
-  if (r.global.load() < 0 && (env_world_size < 0 || size == env_world_size)) {
-    int expected = -1;
-    if (r.global.compare_exchange_strong(expected, rank)) SetLogRank(rank);
+  if (env_world_size < 0 || size == env_world_size) {
+    // No rank in the environment: the first such communicator names the process. One that
+    // drives several ranks of it (several devices, created in one group in any order) is named
+    // by the lowest of them.
+    std::lock_guard<std::mutex> lock(naming_mu_);
+    const int cur = r.global.load();
+    if (cur < 0 || (p_.identity->env_rank < 0 && id == named_by_ && rank >= 0 && rank < cur)) {
+      r.global.store(rank);
+      named_by_ = id;
+      SetLogRank(rank);
+    }
   }
   if (p_.box) p_.box->SetRank(r.global.load(), r.world_size.load());
   return c;

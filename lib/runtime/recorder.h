@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 
 #include "blackbox/black_box.h"
 #include "common/config.h"
@@ -88,6 +89,8 @@ class Recorder {
 
  private:
   Parts p_;
+  std::mutex naming_mu_;  // the process's rank from its communicators (AddCommunicator)
+  uint64_t named_by_ = 0;  // the communicator that named it
 };
 
 }  // namespace ncclwatch

@@ -69,6 +69,7 @@ struct InflightItem {
     op.kind = kind;
     op.comm_id = comm ? comm->id : 0;
     op.comm_size = comm ? comm->size : 0;
+    op.comm_rank = comm ? comm->rank : -1;
     return op;
   }
 };

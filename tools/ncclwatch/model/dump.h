@@ -13,6 +13,8 @@
 namespace ncclwatch {
 namespace analysis {
 
+struct RankShare;
+
 // Below this, the framework did not abort because of a hang: an ncclCommAbort with only younger
 // operations in flight is a shutdown (frameworks tear down with abort), not a timeout.
 constexpr double kFrameworkTimeoutMinS = 1.0;
@@ -60,8 +62,20 @@ struct Dump : trace::LoadedDump {
     return {summary.dump_seq, summary.reason.Is(trace::DumpReason::Stopped) ? 0 : 1};
   }
 
-  // Unique in the job: process_uid, else host and pid (older dumps).
+  // Set when its process drives several ranks (several devices) and this dump is one rank's
+  // share of the process's file (model/rank_split.h): summary.rank is that rank.
+  std::shared_ptr<const RankShare> share;
+  bool SharedProcess() const { return share != nullptr; }
+
+  // Unique in the job: process_uid, else host and pid (older dumps); with the rank where the
+  // process drives several (each rank's dumps are a history of their own).
   std::string ProcessKey() const {
+    std::string key = summary.process_uid.empty() ? "h:" + summary.host + ":" + std::to_string(summary.pid)
+                                                  : "u:" + summary.process_uid;
+    return share ? key + "#" + std::to_string(summary.rank) : key;
+  }
+  // The process alone, whichever of its ranks.
+  std::string ProcessOnlyKey() const {
     return summary.process_uid.empty() ? "h:" + summary.host + ":" + std::to_string(summary.pid)
                                        : "u:" + summary.process_uid;
   }

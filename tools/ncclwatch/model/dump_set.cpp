@@ -1,4 +1,5 @@
 #include "model/dump_set.h"
+#include "model/rank_split.h"
 
 #include <dirent.h>
 
@@ -118,6 +119,7 @@ bool DumpSet::Load(const std::string& dir, const LoadOptions& options, std::stri
   }
 
   size_t kept = 0, newer = 0;  // files of a newer ncclwatch: one problem for all, said of the first
+  std::vector<Dump> shares;    // the ranks of processes that drive several
   std::string newer_file, newer_problem;
   for (size_t i = 0; i < read.size(); ++i) {
     Dump& d = read[i];
@@ -138,6 +140,12 @@ bool DumpSet::Load(const std::string& dir, const LoadOptions& options, std::stri
       continue;
     }
     if (!r.problem.empty()) AddProblem(d.file_name, ProblemKind::kReader, r.problem);
+    std::vector<Dump> ranks = SplitByRank(std::move(d));
+    if (ranks.size() > 1) {  // a process that drives several ranks: one dump each
+      for (Dump& one : ranks) shares.push_back(std::move(one));
+      continue;
+    }
+    d = std::move(ranks.front());
     if (d.summary.rank < 0) d.summary.rank = InferRank(d.summary);
     if (d.summary.rank < 0) {
       AddProblem(d.file_name, ProblemKind::kRankUnknown);
@@ -148,18 +156,22 @@ bool DumpSet::Load(const std::string& dir, const LoadOptions& options, std::stri
   }
   if (newer > 0) AddProblem(newer_file, ProblemKind::kNewerVersion, newer_problem, {}, 0, static_cast<int64_t>(newer));
   read.erase(read.begin() + static_cast<std::ptrdiff_t>(kept), read.end());
-  for (Dump d : options.in_memory) {
+  for (Dump& d : shares) read.push_back(std::move(d));
+  shares = {};
+  for (const Dump& given : options.in_memory) {
     ++files_seen_;
-    if (!options.job_instance.empty() && !OfJobInstance(d.summary.job_instance, options.job_instance)) {
+    if (!options.job_instance.empty() && !OfJobInstance(given.summary.job_instance, options.job_instance)) {
       ++other_jobs_files_;
       continue;
     }
-    if (d.summary.rank < 0) d.summary.rank = InferRank(d.summary);
-    if (d.summary.rank < 0) {
-      AddProblem(d.file_name, ProblemKind::kRankUnknown);
-      continue;
+    for (Dump& d : SplitByRank(given)) {
+      if (d.summary.rank < 0) d.summary.rank = InferRank(d.summary);
+      if (d.summary.rank < 0) {
+        AddProblem(d.file_name, ProblemKind::kRankUnknown);
+        continue;
+      }
+      read.push_back(std::move(d));
     }
-    read.push_back(std::move(d));
   }
   results = {};
   names = {};
@@ -170,10 +182,11 @@ bool DumpSet::Load(const std::string& dir, const LoadOptions& options, std::stri
 
 void DumpSet::LoadFromDumps(std::vector<Dump> dumps) {
   std::vector<Dump> usable;
-  for (auto& d : dumps) {
-    if (d.summary.rank < 0) d.summary.rank = InferRank(d.summary);
-    if (d.summary.rank >= 0) usable.push_back(std::move(d));
-  }
+  for (auto& given : dumps)
+    for (Dump& d : SplitByRank(std::move(given))) {
+      if (d.summary.rank < 0) d.summary.rank = InferRank(d.summary);
+      if (d.summary.rank >= 0) usable.push_back(std::move(d));
+    }
   files_seen_ = usable.size();
   Select(std::move(usable), 0);
 }
@@ -630,7 +643,7 @@ void DumpSet::IndexProcesses() {
       } else if (d.OnDisk()) {
         Dump full;
         if (trace::ReadDumpFile(d.Path(), trace::ReadDepth::kFull, &full).usable && full.detail)
-          d.recoveries = full.detail->recoveries;
+          d.recoveries = (d.share ? ShareOf(*d.share, full.detail) : full.detail)->recoveries;
       }
     }
   for (auto& [key, list] : by_process_)
@@ -748,7 +761,7 @@ const trace::Detail* DumpSet::JoinedDetail(size_t index) {
       trace::ReadResult r = trace::ReadDumpFile(d->Path(), trace::ReadDepth::kFull, &full);
       detail_bytes_read_ += r.bytes_read;
       if (!r.usable || !full.detail) continue;
-      detail = full.detail;
+      detail = d->share ? ShareOf(*d->share, full.detail) : full.detail;
     }
     if (d == &evidence) detail = nullptr;  // `base`, below
     const trace::Detail& det = detail ? *detail : *base;
@@ -811,7 +824,7 @@ const trace::Detail* DumpSet::Detail(size_t index) {
     return nullptr;
   }
   if (!full.detail_problem.empty()) AddProblem(d.file_name, ProblemKind::kReader, full.detail_problem);
-  d.detail = full.detail;
+  d.detail = d.share ? ShareOf(*d.share, full.detail) : full.detail;
   return d.detail.get();
 }
 

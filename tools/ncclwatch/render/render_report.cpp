@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -27,6 +28,14 @@ namespace {
 
 std::string CulpritName(const Verdict& v) {
   std::string s = v.culprit_ranks.empty() ? "" : FormatRanks(v.culprit_ranks);
+  // Every rank of one process that drives several (a process busy, stopped or gone): the process.
+  if (!v.evidence.empty() && v.evidence.front().device >= 0 && v.culprit_ranks.size() > 1) {
+    std::vector<int> ranks = v.culprit_ranks;
+    std::sort(ranks.begin(), ranks.end());
+    const CulpritEvidence& e = v.evidence.front();
+    if (ranks == e.process_ranks)
+      s += " (every rank of pid " + std::to_string(e.pid) + " on " + Printable(e.host) + ")";
+  }
   if (!v.culprit_comm_ranks.empty())
     s += (s.empty() ? "" : " and ") + FormatRanks(v.culprit_comm_ranks, "comm rank") +
          " (global rank unknown)";
@@ -246,7 +255,11 @@ void RenderEvidence(std::ostream& out, const Style& st, const CulpritEvidence& e
                     bool verbose) {
   std::string who = e.rank >= 0 ? "rank " + std::to_string(e.rank) : "comm rank " + std::to_string(e.comm_rank);
   out << "   " << st.Yellow(who);
-  if (!e.host.empty()) out << " (" << Printable(e.host) << ", pid " << e.pid << ")";
+  if (e.device >= 0)  // one of several ranks of its process
+    out << " (device " << e.device << " of pid " << e.pid << " on " << Printable(e.host) << ", which drives "
+        << FormatRanks(e.process_ranks) << ")";
+  else if (!e.host.empty())
+    out << " (" << Printable(e.host) << ", pid " << e.pid << ")";
   out << ": " << Printable(WhereText(e)) << "\n";
   const std::string issued_by = IssuedByText(e);
   if (!issued_by.empty()) out << "     " << Printable(issued_by) << "\n";
@@ -333,7 +346,16 @@ void RenderVerdict(std::ostream& out, const Style& st, const Report& report, con
     out << "   wait cycle: " << chain << "\n";
     for (const auto& step : v.cycle_steps) out << "     " << CycleStepText(step) << "\n";
   }
-  for (const auto& e : v.evidence) RenderEvidence(out, st, e, report.source_lines, verbose);
+  std::set<std::pair<std::string, int64_t>> processes_shown;  // of ranks that share a process
+  for (const auto& e : v.evidence) {
+    if (e.device >= 0 && !processes_shown.insert({e.host, e.pid}).second) {
+      // Another rank of a process shown above: its stacks are that process's.
+      out << "   " << st.Yellow("rank " + std::to_string(e.rank)) << " (device " << e.device << " of the same pid "
+          << e.pid << "): " << Printable(WhereText(e)) << "\n";
+      continue;
+    }
+    RenderEvidence(out, st, e, report.source_lines, verbose);
+  }
   size_t named = v.culprit_ranks.size() + v.culprit_comm_ranks.size();
   if (named > v.evidence.size())
     out << "   " << st.Dim("(stacks shown for " + std::to_string(v.evidence.size()) + " of " +
@@ -968,6 +990,10 @@ json ReportToJson(const Report& report) {
       s[rk::kSeq] = OrNull(e.position.comm_seq);
       s[rk::kHost] = e.host;
       s[rk::kPid] = e.pid;
+      if (e.device >= 0) {
+        s[rk::kDevice] = e.device;
+        s[rk::kProcessRanks] = e.process_ranks;
+      }
       s[rk::kFile] = e.file;
       s[rk::kCallsiteOp] = e.callsite_op ? OpRefText(*e.callsite_op) : "";
       s[rk::kCallsite] = StackFrames(e.callsite, report.source_lines);

@@ -91,6 +91,9 @@ struct CulpritEvidence {
   int comm_rank = -1;  // rank in the verdict's communicator
   std::string host;
   int64_t pid = 0;
+  // Its process drives several ranks (several devices): its device, and every rank of it.
+  int64_t device = -1;
+  std::vector<int> process_ranks;
   std::string file;       // its dump file (or its unreadable one), empty when it left none
   CulpritPosition position;
   std::optional<OpRef> callsite_op;  // which operation `callsite` belongs to

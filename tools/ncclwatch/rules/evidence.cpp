@@ -1,5 +1,7 @@
 #include "rules/evidence.h"
 
+#include "model/rank_split.h"
+
 #include <algorithm>
 
 namespace ncclwatch {
@@ -48,6 +50,10 @@ void Evidence::Fill(const BlockedOp* blocked, int dump, CulpritEvidence* e) {
   const trace::Summary& s = dm.summary;
   e->host = s.host;
   e->pid = s.pid;
+  if (dm.share) {
+    e->device = dm.share->device;
+    e->process_ranks = dm.share->process_ranks;
+  }
   e->file = dm.file_name;
   e->position = PositionOf(blocked, dump);
 
