@@ -14,6 +14,7 @@
 #include <netinet/in.h>
 
 #include "common/tcp_store.h"
+#include "dump/store_evidence.h"
 
 using namespace ncclwatch;
 using namespace ncclwatch::store;
@@ -230,3 +231,21 @@ TEST_CASE("store: nothing listening, or a server that is not a TCPStore: Connect
   CHECK_FALSE(c.Connect("no-such-host.invalid", 1, 1000, &why));
 }
 
+TEST_CASE("store: a published dump reads back; anything else is refused") {
+  std::string text(50000, 'x');
+  for (size_t i = 0; i < text.size(); i += 7) text[i] = static_cast<char>('a' + i % 26);
+  std::string value, back, why;
+  REQUIRE(EncodeDump(text, &value));
+  CHECK(value.size() < text.size());  // compressed (libz.so.1 is there wherever the tests run)
+  CHECK(value.compare(0, 5, "NWZ1 ") == 0);
+  REQUIRE(DecodeDump(value, &back, &why));
+  CHECK(back == text);
+  CHECK(DecodeDump("NWR1 3\nabc", &back, &why));
+  CHECK(back == "abc");
+  CHECK_FALSE(DecodeDump("NWR1 4\nabc", &back, &why));
+  CHECK_FALSE(DecodeDump("{\"a\":1}", &back, &why));
+  CHECK_FALSE(DecodeDump("NWZ1 10\nnot zlib", &back, &why));
+  CHECK_FALSE(DecodeDump("NWZ1 99999999999\n", &back, &why));
+  CHECK(JobPrefix("job7", "2") == "ncclwatch/job7/2/");
+  CHECK(JobPrefix("", "") == "ncclwatch/none/0/");
+}
