@@ -4,6 +4,9 @@
 each host, each with its own dump, relay and black-box directories and NCCLWATCH_HOST).
 
 Cases (one PASS/FAIL/SKIP line each):
+  auto_under_torchrun   nothing set: NCCLWATCH_STORE=auto links each host to torchrun's own store
+                        (MASTER_ADDR:MASTER_PORT); `ncclwatch analyze --store` on host A names
+                        host B's busy rank with its stack
   verdict_on_host_a     a rank of host B busy in host code: host A's `ncclwatch run` prints the
                         verdict naming it with its stack, from B's dumps published in the store;
                         one link per host; `ncclwatch dump --store` from host B works too
@@ -59,6 +62,7 @@ class Host:
     """One host: its directories and its `ncclwatch run -- torchrun ...`."""
 
     def __init__(self, tmp, name, worker, rdzv_port, job, store_addr, nproc=2, nnodes=2, extra_env=None):
+        # store_addr None: no --store, NCCLWATCH_STORE left at its default (auto).
         self.name, self.dir = name, os.path.join(tmp, name)
         self.dumps = os.path.join(self.dir, "dumps")
         for d in ("relay", "boxes"):
@@ -70,7 +74,8 @@ class Host:
         self.env.update(extra_env or {})
         os.makedirs(self.env["NCCLWATCH_SIM_RUNDIR"], exist_ok=True)
         self.cmd = [os.path.join(BUILD, "bin", "ncclwatch"), "run", "--dir", self.dumps, "--timeout", "2",
-                    "--set", "PEER_POLL_MS=200", "--store", store_addr, "--store-job", job, "--",
+                    "--set", "PEER_POLL_MS=200"] + (["--store", store_addr, "--store-job", job] if store_addr else []) + [
+                    "--",
                     os.path.join(os.path.dirname(PY), "torchrun"), "--nnodes", str(nnodes), "--nproc-per-node",
                     str(nproc), "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{rdzv_port}",
                     "--rdzv-id", job, "--max-restarts", "0", "--monitor-interval", "0.5", "--no-python", "sh", worker]
@@ -234,7 +239,47 @@ for line in sys.stdin:
     return 0
 
 
-CASES = {"verdict_on_host_a": verdict_on_host_a, "store_killed": store_killed,
+def auto_under_torchrun():
+    # Nothing set: NCCLWATCH_STORE=auto sees a world of two hosts whose dump directories never
+    # show the other host's mark, and links to torchrun's store at MASTER_ADDR:MASTER_PORT. The
+    # request crosses hosts (every rank answers), and `ncclwatch analyze --store` on host A
+    # names host B's busy rank with its stack.
+    tmp = temp_dir("ncclwatch-store-")
+    port, job = free_port(), "job%d" % os.getpid()
+    worker = worker_script(tmp, "hostb")
+    a = Host(tmp, "hosta", worker, port, job, None)
+    time.sleep(1)
+    b = Host(tmp, "hostb", worker, port, job, None)
+    try:
+        wait_for(lambda: links(a.text()) == 1 and links(b.text()) == 1 or a.p.poll() is not None,
+                 "both hosts linked (auto)", timeout=JOB_TIMEOUT)
+        check(a.p.poll() is None, f"host A's job runs:\n{a.text()[-3000:]}")
+        busy = int(open(os.path.join(tmp, "busy_rank")).read()) if os.path.exists(os.path.join(tmp, "busy_rank")) else -1
+        out = os.path.join(tmp, "gathered")
+        # The workers' store: torchrun's MASTER_ADDR:MASTER_PORT (its agent's), as the link says.
+        store = re.search(r"linked to the launcher's store at (\S+) ", a.text()).group(1)
+
+        def verdict():
+            r = subprocess.run([os.path.join(BUILD, "bin", "ncclwatch"), "analyze", out, "--store", store,
+                                "--store-job", job, "--json"], env=a.env, capture_output=True, text=True, timeout=60)
+            try:
+                v = json.loads(r.stdout)["verdicts"]
+            except ValueError:
+                return None
+            return (v, r.stderr) if v and v[0]["cause"] == "rank_missing" else None
+        got = wait_for(verdict, "a verdict from the store", timeout=JOB_TIMEOUT, interval=2)
+        busy = int(open(os.path.join(tmp, "busy_rank")).read())
+        v, err = got
+        check(v[0]["culprit_ranks"] == [busy] and "main" in json.dumps(v[0]["culprit_stacks"][str(busy)]),
+              f"rank {busy} of host B, with its stack: {json.dumps(v)[:2000]}")
+        check("host hosta (" in err and "host hostb (" in err, f"both hosts' evidence: {err[-1000:]}")
+    finally:
+        for h in (b, a):
+            h.stop()
+    return 0
+
+
+CASES = {"auto_under_torchrun": auto_under_torchrun, "verdict_on_host_a": verdict_on_host_a, "store_killed": store_killed,
          "clean_after_normal_end": clean_after_normal_end}
 
 
