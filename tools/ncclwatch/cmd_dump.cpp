@@ -40,7 +40,8 @@ constexpr auto kStoreGatherInterval = std::chrono::seconds(1);
 
 void DumpHelp(std::FILE* out) {
   std::fprintf(out,
-               "usage: ncclwatch dump DIR [--wait SECONDS] [--json] [--no-color] [--store HOST:PORT]\n\n"
+               "usage: ncclwatch dump DIR [--wait SECONDS] [--json] [--no-color]\n"
+               "                          [--store HOST:PORT [--store-job ID]]\n\n"
                "Makes every rank of the running job whose dump directory is DIR write a dump now\n"
                "(the job goes on), waits until every rank answered or SECONDS passed (default\n"
                "15), says how many answered out of the world size, then analyzes the directory.\n"
