@@ -338,6 +338,11 @@ ConfigResult ParseConfig(EnvLookup getenv_fn, const char* const* envp) {
   clamp("NCCLWATCH_CALLSITE_DEPTH", &c.callsite_depth, 1, 64, d.callsite_depth);
   clamp("NCCLWATCH_MAX_DUMPS", &c.max_dumps, 1, 100000, d.max_dumps);
   clamp("NCCLWATCH_SIGNAL_WAIT_MS", &c.signal_wait_ms, 0, 600000, d.signal_wait_ms);
+  clamp("NCCLWATCH_STORE_MAX_KB", &c.store_max_kb, 1, 8192, d.store_max_kb);  // a value is at most 8 MiB
+  if (c.store != "auto" && c.store != "on" && c.store != "off") {
+    report("NCCLWATCH_STORE", c.store, "must be auto, on or off", "auto");
+    c.store = "auto";
+  }
   // Rounded to a power of two so the ring index is a mask.
   uint64_t p = 1;
   while (p < c.ring) p <<= 1;

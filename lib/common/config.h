@@ -33,6 +33,9 @@ constexpr const char* kNodeLocalDir = "/dev/shm";
   X(relay_dir, RELAY_DIR, String, kNodeLocalDir, "node-local directory where one process per host relays the request; none: off") \
   X(blackbox_dir, BLACKBOX_DIR, String, kNodeLocalDir, "node-local directory of each process's black box (read after a death without a word); none: off") \
   X(host, HOST, String, "", "this host's name in dumps and for the relay (default: the system's host name)") \
+  X(store, STORE, String, "auto", "auto, on or off: the job-wide request and the dumps through the launcher's TCPStore (auto: when the dump directory is not shared across hosts)") \
+  X(store_addr, STORE_ADDR, String, "", "the store's HOST:PORT (default MASTER_ADDR:MASTER_PORT)") \
+  X(store_max_kb, STORE_MAX_KB, Count, 1024, "a dump published to the store is at most this large, compressed, KiB") \
   X(adaptive, ADAPTIVE, Multiplier, 20.0, "adaptive deadline = this x slowest healthy completion; 0 off") \
   X(adaptive_floor_s, ADAPTIVE_FLOOR, Seconds, 10.0, "the adaptive deadline is never below this, s") \
   X(adaptive_min_samples, ADAPTIVE_MIN_SAMPLES, Count, 3, "completions needed before adapting")  \

@@ -19,6 +19,25 @@ using Duration = std::chrono::milliseconds;
 // from before the operation got stuck, or before a recovery of this rank) is followed by a new
 // one: every rank answers a hang with a dump taken during it.
 constexpr Duration kRequestFresh = 30s;
+// The launcher's store (dump/store_link.h), used by one process per host. NCCLWATCH_STORE=auto
+// looks for other hosts' marks in the dump directory this long after leaving its own (hosts
+// start within seconds of each other: the rendezvous). Connecting, and each query, is bounded
+// by its wait; the one blocking WAIT for the next request is renewed this often (its
+// cancellation and renewal: two small queries a host, the idle load). After each request the
+// host's dump directory is looked at every kStoreScanInterval for kStoreScanWindow, and at most
+// kStorePublishPerScan dumps are published a look; a dump's text is read up to kStoreMaxDumpText,
+// and a host publishes kStoreMaxHostBytes at most (compressed).
+constexpr Duration kStoreDetect = 10s;
+constexpr Duration kStoreConnectWait = 5s;
+constexpr Duration kStoreOpWait = 5s;
+constexpr Duration kStoreWait = 30s;
+// At a normal exit the host's keys are removed within this, or left (the store ends with the job).
+constexpr Duration kStoreLeaveWait = 2s;
+constexpr Duration kStoreScanWindow = 120s;
+constexpr Duration kStoreScanInterval = 1s;
+constexpr int kStorePublishPerScan = 16;
+constexpr size_t kStoreMaxDumpText = size_t{64} << 20;
+constexpr size_t kStoreMaxHostBytes = size_t{64} << 20;
 // Ended communicators (destroyed, finalized, aborted) past the newest kEndedCommsKept are
 // forgotten this long after they ended, checked this often: elastic jobs create thousands.
 constexpr Duration kEndedCommForget = 60s;

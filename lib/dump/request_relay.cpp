@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "common/timing.h"
 #include "format/request.h"
 
 namespace ncclwatch {
@@ -33,6 +34,10 @@ RequestRelay::RequestRelay(std::string relay_dir, std::string host)
 RequestRelay::~RequestRelay() = default;  // closing the lock's descriptor releases it: another rank takes over
 
 void RequestRelay::Leave() {
+  // The store's keys of this host first (bounded: a slow store is left to end with the process).
+  if (link_ && !link_->Stop(/*clean=*/true, static_cast<int>(timing::kStoreLeaveWait.count())))
+    (void)link_.release();  // its thread still runs: it and its object end with the process
+  link_.reset();
   // The watcher tidies the node-local directory at a normal exit. A rank still running keeps
   // the old lock and may take it over; one starting later makes a new one: two watchers at
   // worst, until the job ends, never none. A rank whose watcher was killed takes the watch
@@ -92,9 +97,25 @@ std::optional<trace::DumpRequest> RequestRelay::Poll(DumpDirectory* shared, cons
   }
   if (!tried_) usable_ = Open(shared->RequestPath());
   if (usable_ && !watcher_) watcher_ = flock(lock_fd_.fd(), LOCK_EX | LOCK_NB) == 0;
+  // The host's watcher links to the launcher's store (one link a host, for the process's life).
+  if (usable_ && watcher_ && !link_ && store_.mode != "off" && !store_.address.empty() &&
+      (store_.mode == "on" || store_.multi_host)) {
+    const std::string request_path = shared->RequestPath();
+    const size_t slash = request_path.rfind('/');
+    store_.instance = own_instance;
+    link_ = std::make_unique<StoreLink>(store_, slash == std::string::npos ? "." : request_path.substr(0, slash));
+    if (!link_->Start()) {
+      LogInfo("NCCLWATCH_STORE: cannot start the store's thread; this host's ranks use the dump directory only");
+      store_.mode = "off";
+      link_.reset();
+    }
+  }
   if (!usable_ || watcher_) {
     ++shared_checks_;
     std::optional<trace::DumpRequest> r = shared->PollRequest(own_instance, own_start_unix_ns);
+    // This host's request goes to the other hosts through the store (theirs, written here by
+    // the link, are not sent back).
+    if (r && link_) link_->Publish(*r);
     // Relayed before it is served here, so the host's other ranks dump as soon as this one.
     if (r && usable_) {
       // The user's own, as its lock: the host's other users have no business reading it.

@@ -13,8 +13,11 @@
 #include <optional>
 #include <string>
 
+#include <memory>
+
 #include "common/kept_fd.h"
 #include "dump/dump_files.h"
+#include "dump/store_link.h"
 
 namespace ncclwatch {
 
@@ -30,8 +33,14 @@ class RequestRelay {
   // One peer-poll tick: the request to serve, if one arrived since the last tick.
   std::optional<trace::DumpRequest> Poll(DumpDirectory* shared, const std::string& own_instance, uint64_t own_start_unix_ns);
 
-  // At a normal exit: hands the watch over (and the watcher removes the relay's files).
+  // At a normal exit: hands the watch over (and the watcher removes the relay's files, and its
+  // store link the host's keys).
   void Leave();
+
+  // The launcher's store (store_link.h): this host's watcher links to it when the settings say
+  // so; the link then carries the requests to and from the other hosts. Before the first Poll.
+  void UseStore(StoreSettings s) { store_ = std::move(s); }
+  const StoreLink* store_link() const { return link_.get(); }
 
   bool watcher() const { return watcher_; }
   // How many times this process looked at the shared directory's request file.
@@ -51,6 +60,8 @@ class RequestRelay {
   std::string relay_path_;
   RequestFileWatch relay_watch_;
   uint64_t shared_checks_ = 0;
+  StoreSettings store_;
+  std::unique_ptr<StoreLink> link_;  // the watcher's, once started
 };
 
 // The relay's file name for a shared request file and a host: the same for every rank of the

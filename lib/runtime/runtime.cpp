@@ -171,6 +171,14 @@ bool Runtime::Start() {
 void Runtime::StartPieces(const std::string& start_dir) {
   dumps_ = std::make_unique<DumpDirectory>(config_.dir, DefaultDumpDir(identity_), config_.max_dumps, start_dir);
   relay_ = std::make_unique<RequestRelay>(config_.relay_dir, identity_.host);
+  StoreSettings store = ReadStoreSettings(config_.store, config_.store_addr, config_.store_max_kb, identity_.host);
+  if (store.mode == "on" && store.address.empty())
+    LogWarn("NCCLWATCH_STORE=on: no store address (NCCLWATCH_STORE_ADDR, or MASTER_ADDR and MASTER_PORT); the "
+            "dump directory only");
+  if (store.mode != "off" && config_.relay_dir == "none")
+    LogDebug("NCCLWATCH_STORE: no request relay (NCCLWATCH_RELAY_DIR=none), so no process of this host links to the "
+             "store");
+  relay_->UseStore(std::move(store));
   if (box_) {
     // Who this process is, the modules, and call sites' raw frames from their first capture on:
     // a process killed before its watchdog's first poll still has its call sites' frames.

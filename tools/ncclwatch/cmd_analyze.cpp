@@ -10,6 +10,7 @@
 #include "debuginfo/symbolize_debug.h"
 #include "render/text_format.h"
 #include "dump_dir.h"
+#include "store_source.h"
 #include "subcommand.h"
 
 namespace ncclwatch {
@@ -34,7 +35,13 @@ void Help(std::FILE* out) {
                "  --slow-ranks  look for ranks that reach collectives last by a clear margin\n"
                "               (slow_rank, below the verdicts) whatever the number of ranks; by\n"
                "               default only up to 64 ranks (every full dump is read)\n"
-               "  --no-slow-ranks  never\n\n"
+               "  --no-slow-ranks  never\n"
+               "  --store HOST:PORT  first fetch into DIR (made if missing) the dumps that\n"
+               "               hosts without a shared dump directory published in the\n"
+               "               launcher's store (NCCLWATCH_STORE); one line names the hosts\n"
+               "               whose evidence it holds\n"
+               "  --store-job ID  the job there: torchrun's --rdzv-id (default\n"
+               "               TORCHELASTIC_RUN_ID, else none); its latest attempt is read\n\n"
                "Unreadable files are reported on stderr, one line each, and skipped. Nothing is\n"
                "changed: the black boxes of ranks killed without a word that no process of this\n"
                "host converted are read in memory (one line says which; `ncclwatch collect`\n"
@@ -55,7 +62,8 @@ int Run(int argc, char** argv) {
   bool json_out = false, no_color = false, verbose = false;
   LoadOptions load;
   AttributionOptions attribution;
-  const ArgSpec spec = {"analyze", Help,
+  StoreSource store;
+  ArgSpec spec = {"analyze", Help,
                         {{"--json", nullptr, nullptr, SetTo(&json_out, true)},
                          {"--no-color", nullptr, nullptr, SetTo(&no_color, true)},
                          {"--verbose", "-v", nullptr, SetTo(&verbose, true)},
@@ -64,8 +72,10 @@ int Run(int argc, char** argv) {
                          {"--slow-ranks", nullptr, nullptr, SetTo(&attribution.slow_ranks, 1)},
                          {"--no-slow-ranks", nullptr, nullptr, SetTo(&attribution.slow_ranks, 0)}},
                         "directory"};
+  for (Option& o : StoreOptions(&store)) spec.options.push_back(std::move(o));
   const ParsedArgs args = ParseArgs(spec, argc, argv);
   if (args.exit_status >= 0) return args.exit_status;
+  if (store.given()) GatherFromStore("analyze", store, args.operand, "", /*say=*/true);
 
   auto start = std::chrono::steady_clock::now();
   DumpSet set;

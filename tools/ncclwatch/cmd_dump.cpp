@@ -21,6 +21,7 @@
 #include "format/request.h"
 #include "common/process_info.h"
 #include "dump_dir.h"
+#include "store_source.h"
 #include "subcommand.h"
 
 namespace ncclwatch {
@@ -34,10 +35,13 @@ namespace {
 // its dump (stacks of every thread: up to a few seconds on a big process).
 constexpr double kDefaultWaitS = 15;
 constexpr auto kPollInterval = std::chrono::milliseconds(200);
+// The store's published dumps are fetched this often while waiting (a few queries a host).
+constexpr auto kStoreGatherInterval = std::chrono::seconds(1);
 
 void DumpHelp(std::FILE* out) {
   std::fprintf(out,
-               "usage: ncclwatch dump DIR [--wait SECONDS] [--json] [--no-color]\n\n"
+               "usage: ncclwatch dump DIR [--wait SECONDS] [--json] [--no-color]\n"
+               "                          [--store HOST:PORT [--store-job ID]]\n\n"
                "Makes every rank of the running job whose dump directory is DIR write a dump now\n"
                "(the job goes on), waits until every rank answered or SECONDS passed (default\n"
                "15), says how many answered out of the world size, then analyzes the directory.\n"
@@ -46,6 +50,9 @@ void DumpHelp(std::FILE* out) {
                "new dump (at most NCCLWATCH_MAX_DUMPS per process: the first and the latest are\n"
                "kept). DIR is created when no rank has written there yet, and removed again\n"
                "when no rank answered.\n\n"
+               "  --store HOST:PORT  hosts that do not share DIR (NCCLWATCH_STORE): the request\n"
+               "               goes through the launcher's store too, and their answers are\n"
+               "               fetched from it into DIR (--store-job ID: torchrun's --rdzv-id)\n\n"
                "exit status: that of `ncclwatch analyze`; 2 when no rank answered.\n");
 }
 
@@ -58,7 +65,8 @@ int Run(int argc, char** argv) {
       return std::string();
     };
   };
-  const ArgSpec spec = {"dump", DumpHelp,
+  StoreSource store;
+  ArgSpec spec = {"dump", DumpHelp,
                         {{"--wait", nullptr, "seconds", [&](const char* v) {
                             char* end = nullptr;
                             wait_s = std::strtod(v, &end);
@@ -69,6 +77,7 @@ int Run(int argc, char** argv) {
                          {"--json", nullptr, nullptr, pass_on("--json")},
                          {"--no-color", nullptr, nullptr, pass_on("--no-color")}},
                         "directory"};
+  for (Option& o : StoreOptions(&store)) spec.options.push_back(std::move(o));
   const ParsedArgs parsed = ParseArgs(spec, argc, argv);
   if (parsed.exit_status >= 0) return parsed.exit_status;
   const char* dir = parsed.operand.c_str();
@@ -110,6 +119,17 @@ int Run(int argc, char** argv) {
     return kExitBadInput;
   }
 
+  // The other hosts: the same request through the store (their links relay it to their ranks).
+  std::vector<store::HostEvidence> hosts;
+  if (store.given()) {
+    store::Client c;
+    std::string prefix, why;
+    if (!OpenStore("dump", store, &c, &prefix) || !store::PublishRequest(&c, prefix, trace::WriteRequest(req), &why))
+      std::fprintf(stderr, "ncclwatch dump: the request reaches only the ranks that read %s%s%s\n", dir,
+                   why.empty() ? "" : ": ", why.c_str());
+  }
+  auto last_gather = std::chrono::steady_clock::now() - std::chrono::seconds(10);
+
   // Watch the answers: new dumps that answer this request (summary.answered).
   bool tty = isatty(STDERR_FILENO);
   std::set<int> answered;
@@ -119,6 +139,10 @@ int Run(int argc, char** argv) {
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   while (elapsed() < wait_s && (world == 0 || static_cast<int>(answered.size()) < world)) {
     std::this_thread::sleep_for(kPollInterval);
+    if (store.given() && std::chrono::steady_clock::now() - last_gather >= kStoreGatherInterval) {
+      last_gather = std::chrono::steady_clock::now();
+      GatherFromStore("dump", store, dir, "", /*say=*/false, &hosts);
+    }
     for (const auto& name : DumpFiles(dir)) {
       if (!seen.insert(name).second) continue;
       trace::LoadedDump d;
@@ -143,6 +167,11 @@ int Run(int argc, char** argv) {
                  "NCCLWATCH_DIR=%s?\n",
                  wait_s, dir);
     return kExitBadInput;
+  }
+  if (store.given()) {  // the last answers, and which hosts' evidence the analysis holds
+    GatherFromStore("dump", store, dir, "", /*say=*/false, &hosts);
+    std::fprintf(stderr, "ncclwatch dump: evidence from the store at %s: %s\n", store.address.c_str(),
+                 DescribeHosts(hosts).c_str());
   }
   std::string missing;
   for (int r = 0; r < world && missing.size() < 200; ++r)

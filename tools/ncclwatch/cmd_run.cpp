@@ -32,6 +32,7 @@
 #include "format/display.h"
 #include "format/file_name.h"
 #include "dump_dir.h"
+#include "store_source.h"
 #include "left_boxes.h"
 #include "subcommand.h"
 
@@ -69,7 +70,14 @@ void RunHelp(std::FILE* out) {
                "  --timeout SPEC     NCCLWATCH_TIMEOUT: seconds, or AllGather=120,default=300\n"
                "  --set NAME=VALUE   any other setting, e.g. --set RING=8192 (NCCLWATCH_ prefix optional)\n"
                "  --lib PATH         libncclwatch.so to preload (default: next to this program)\n"
-               "  --no-analyze       do not analyze the dumps afterwards\n\n"
+               "  --no-analyze       do not analyze the dumps afterwards\n"
+               "  --store HOST:PORT  hosts that do not share the dump directory (Kubernetes):\n"
+               "                     the ranks carry the job-wide request and their dumps\n"
+               "                     through the launcher's store (NCCLWATCH_STORE=on), and this\n"
+               "                     command fetches the other hosts' dumps into its directory\n"
+               "                     for the verdict (e.g. the c10d --rdzv-endpoint)\n"
+               "  --store-job ID     the job in the store: torchrun's --rdzv-id (default none);\n"
+               "                     it names the run, the same on every host\n\n"
                "launchers (one line each):\n"
                "  ncclwatch run -- torchrun --nproc-per-node 8 train.py\n"
                "  ncclwatch run -- deepspeed --num_gpus 8 train.py\n"
@@ -200,7 +208,7 @@ std::vector<std::string> FallbackDirs() {
 // (`srun ncclwatch run -- python ...`: a run per task, each with another pid), where the
 // launcher's instance, the same for every task, is the job's (or none is known). *run_id: ""
 // in that case.
-std::string JobInstanceOfRun(std::string* run_id) {
+std::string JobInstanceOfRun(std::string* run_id, const std::string& fixed_id = "") {
   bool task = false;
   for (const char* v : {"SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "RANK"})
     task = task || (getenv(v) && *getenv(v));
@@ -209,6 +217,10 @@ std::string JobInstanceOfRun(std::string* run_id) {
   if (task) {  // one id per task would split the job: the launcher's ("" unknown: every dump is read)
     run_id->clear();
     return launcher;
+  }
+  if (!fixed_id.empty()) {  // named by the store's job: the same on every host
+    *run_id = fixed_id;
+    return fixed_id;
   }
   timespec now;
   clock_gettime(CLOCK_REALTIME, &now);
@@ -277,7 +289,14 @@ class LiveWatch {
   LiveWatch(std::string dir, bool print, std::string instance)
       : dir_(std::move(dir)), print_(print), instance_(std::move(instance)), before_(DumpFiles(dir_)) {}
 
+  // The other hosts' dumps, published in the launcher's store, are fetched into the directory.
+  void UseStore(StoreSource s, std::string own_host) {
+    store_ = std::move(s);
+    own_host_ = std::move(own_host);
+  }
+
   void Poll() {
+    GatherFromStore();
     std::set<std::string> now = DumpFiles(dir_);
     size_t fresh = 0;
     for (const auto& n : now) fresh += !before_.count(n);
@@ -314,6 +333,43 @@ class LiveWatch {
 
  private:
   static constexpr auto kEpisodeSettle = std::chrono::seconds(5);
+  // The store is looked at this often: one CHECK (was a request made?), then, once one was, the
+  // host list and each host's list of dumps; each dump is fetched once.
+  static constexpr auto kStoreLook = std::chrono::seconds(2);
+
+  void GatherFromStore() {
+    if (!store_.given()) return;
+    auto now = std::chrono::steady_clock::now();
+    if (now - last_store_look_ < kStoreLook) return;
+    last_store_look_ = now;
+    if (!client_.connected() || prefix_.empty()) {
+      if (store_failed_) return;  // said once; the local evidence is what there is
+      if (!OpenStore("run", store_, &client_, &prefix_, /*quiet=*/true)) {
+        if (store_linked_ && print_) {
+          std::fprintf(stderr, "ncclwatch: the store at %s is gone (%s); the report holds what was fetched before and this host's dumps\n",
+                       store_.address.c_str(), client_.error().empty() ? "nothing of this job there" : client_.error().c_str());
+          store_failed_ = true;
+        }
+        return;
+      }
+      store_linked_ = true;
+    }
+    bool asked = false;
+    if (!client_.Check(prefix_ + "req_seq", &asked, 5000) || !asked) return;
+    std::vector<store::HostEvidence> hosts;
+    std::string why;
+    store::FetchEvidence(&client_, prefix_, dir_, own_host_, &hosts, &why);
+    for (auto& h : hosts) store_hosts_[h.host] = h.files.size();
+  }
+
+  // Which hosts' evidence the report holds (under --store).
+  void SayHosts() const {
+    if (!store_.given() || !print_) return;
+    std::string text = "host " + own_host_ + " (this one)";
+    for (const auto& [host, n] : store_hosts_)
+      if (host != own_host_) text += ", host " + host + " (" + std::to_string(n) + " dump(s) from the store)";
+    std::fprintf(stderr, "ncclwatch: evidence of %s\n", text.c_str());
+  }
   static constexpr auto kFallbackLook = std::chrono::seconds(2);
   mutable std::unique_ptr<analysis::SummaryCache> cache_ = std::make_unique<analysis::SummaryCache>();
 
@@ -416,6 +472,7 @@ class LiveWatch {
     std::fprintf(stderr, "\nncclwatch: %s%zu%s ranks dumped (%zu dump(s) of this job in %s)%s:\n\n",
                  at_end ? "" : "while the job runs, ", set.dumps().size(), of_world.c_str(), ours, dir_.c_str(),
                  corrects ? " (the analysis changed: this report replaces the one above)" : "");
+    SayHosts();
     std::string text = analysis::RenderReportText(report, options);
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
@@ -489,6 +546,13 @@ class LiveWatch {
   std::chrono::steady_clock::time_point last_fallback_look_;
   std::string last_key_;
   std::vector<std::string> ended_after_;  // the same story's end: FrameworkEndingLines
+  StoreSource store_;
+  std::string own_host_;
+  store::Client client_;
+  std::string prefix_;
+  bool store_linked_ = false, store_failed_ = false;
+  std::chrono::steady_clock::time_point last_store_look_;
+  std::map<std::string, size_t> store_hosts_;  // host -> its dumps fetched or already here
 };
 
 pid_t g_child = -1;
@@ -516,7 +580,8 @@ int Run(int argc, char** argv) {
       return std::string();
     };
   };
-  const ArgSpec spec = {
+  StoreSource store;
+  ArgSpec spec = {
       "run", RunHelp,
       {{"--dir", nullptr, "a directory", into(&dir)},
        {"--lib", nullptr, "a path", into(&lib)},
@@ -535,6 +600,7 @@ int Run(int argc, char** argv) {
         }},
        {"--no-analyze", nullptr, nullptr, SetTo(&analyze, false)}},
       nullptr, false, "; the command goes after --"};
+  for (Option& o : StoreOptions(&store)) spec.options.push_back(std::move(o));
   const ParsedArgs parsed = ParseArgs(spec, argc, argv);
   if (parsed.exit_status >= 0) return parsed.exit_status;
   const int i = parsed.command;
@@ -558,11 +624,16 @@ int Run(int argc, char** argv) {
   setenv("LD_PRELOAD", preload.c_str(), 1);
   setenv("NCCLWATCH_DIR", dir.c_str(), 1);
   for (auto& kv : settings) setenv(kv.first.c_str(), kv.second.c_str(), 1);
+  if (store.given()) {  // the ranks' side: through the store, to this address (unless told otherwise)
+    setenv("NCCLWATCH_STORE_ADDR", store.address.c_str(), 0);
+    setenv("NCCLWATCH_STORE", "on", 0);
+  }
   std::string run_id;
-  const std::string instance = JobInstanceOfRun(&run_id);
+  const std::string instance = JobInstanceOfRun(&run_id, store.given() ? "store-" + store.Job() : "");
   if (!run_id.empty()) setenv("NCCLWATCH_RUN_ID", run_id.c_str(), 1);
   else unsetenv("NCCLWATCH_RUN_ID");
   LiveWatch watch(dir, print, instance);
+  if (store.given()) watch.UseStore(store, trace::SafeHostName(HostName()));
 
   // The child says through this pipe (closed by a successful exec) that COMMAND could not start.
   int exec_pipe[2];

@@ -592,11 +592,19 @@ void DumpSet::LeaveOutUnanswered() {
   if (first_answer.size() < 2) return;
   auto newest = std::max_element(first_answer.begin(), first_answer.end(),
                                  [](const auto& a, const auto& b) { return a.second < b.second; });
+  // A rank that answered the newest round too, in an earlier dump of its own, did answer it:
+  // two requests of one episode (hosts that asked at once, each through the launcher's store)
+  // reach ranks in either order, and its latest dump then answers the other one.
+  std::set<int> answered_newest;
+  for (const auto* list : {&dumps_, &history_})
+    for (const auto& d : *list)
+      if (d.summary.answered && d.summary.answered->request == newest->first) answered_newest.insert(d.summary.rank);
   std::vector<Dump> kept;
   kept.reserve(dumps_.size());
   for (auto& d : dumps_) {
     const bool older_round = d.summary.reason.Is(trace::DumpReason::PeerRequest) && d.summary.answered &&
-                             d.summary.answered->request != newest->first && d.summary.time_unix_ns < newest->second;
+                             d.summary.answered->request != newest->first && d.summary.time_unix_ns < newest->second &&
+                             !answered_newest.count(d.summary.rank);
     if (!older_round) {
       kept.push_back(std::move(d));
       continue;
