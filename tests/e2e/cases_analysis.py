@@ -11,7 +11,7 @@ import time
 
 from e2e_common import (analyze, analyze_dir, built, case, first_verdict, job, rank_pid, ranks_catching, serial_case,
                         stalled)
-from ncclwatch_testing import (blocked_in_syscall, check, temp_dir, wait_for, wait_for_ranks)
+from ncclwatch_testing import (blocked_in_syscall, check, dumped, temp_dir, wait_for, wait_for_ranks)
 
 
 def run_busy_then_on(n, busy_rank, workload_args, run_args=()):
@@ -156,7 +156,8 @@ def healthy_jitter_names_nobody():
 @serial_case
 def slow_rank_below_a_hang():
     j = job(8, ["--iters", "200", "--straggler-rank", "2", "--straggler-ms", "20", "--straggler-max-ms", "40",
-                "--busy-rank", "5", "--busy-at", "40", "--busy-ms", "-1"], env={"NCCLWATCH_TIMEOUT": "3"}, timeout=12)
+                "--busy-rank", "5", "--busy-at", "40", "--busy-ms", "-1"], env={"NCCLWATCH_TIMEOUT": "3"}, timeout=12,
+            until=lambda d: dumped(d, range(8)))
     report, found = findings(j)
     v = report["verdicts"][0]
     check(v["cause"] == "rank_missing" and v["culprit_ranks"] == [5], f"the hang leads: {v['cause']} {v['culprit_ranks']}")

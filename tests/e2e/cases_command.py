@@ -9,7 +9,7 @@ import signal
 import subprocess
 
 from e2e_common import (built, case, job, ranks_catching, serial_case)
-from ncclwatch_testing import (check, read_text, temp_dir, wait_for)
+from ncclwatch_testing import (check, child_pids, end_time_limit_when, read_text, temp_dir, wait_for)
 
 
 @case
@@ -315,10 +315,22 @@ def run_at_scale_says_how_many_ranks_dumped():
     ranks = 64
 
     def hang(name, env):
-        return subprocess.run([nw, "run", "--dir", os.path.join(tmp, name), "--timeout", "3", "--set", "PEER_POLL_MS=200",
-                               "--", built("bin", "simlaunch"), "-n", str(ranks), "--timeout", "20", "--",
-                               built("bin", "sim_workload"), "--iters", "20", "--busy-rank", "1", "--busy-at", "4",
-                               "--busy-ms", "-1"], env=dict(base, **env), cwd=tmp, capture_output=True, text=True)
+        # Once `run` has printed its live verdict, the job's time limit ends (it would end it the
+        # same way 20 s in).
+        cmd = [nw, "run", "--dir", os.path.join(tmp, name), "--timeout", "3", "--set", "PEER_POLL_MS=200",
+               "--", built("bin", "simlaunch"), "-n", str(ranks), "--timeout", "20", "--",
+               built("bin", "sim_workload"), "--iters", "20", "--busy-rank", "1", "--busy-at", "4", "--busy-ms", "-1"]
+        out, err = os.path.join(tmp, name + ".out"), os.path.join(tmp, name + ".err")
+        with open(out, "w") as o, open(err, "w") as e:
+            p = subprocess.Popen(cmd, env=dict(base, **env), cwd=tmp, stdout=o, stderr=e)
+
+        def launcher():
+            if p.poll() is not None:
+                return None
+            return next((c for c in child_pids(p.pid) if read_text(f"/proc/{c}/comm").strip() == "simlaunch"), 0)
+        end_time_limit_when(launcher, lambda: "rank_missing" in read_text(out) and "ranks dumped (" in read_text(err))
+        p.wait(timeout=120)
+        return subprocess.CompletedProcess(cmd, p.returncode, read_text(out), read_text(err))
 
     def rank_lines(err):
         return [l for l in err.splitlines() if re.match(r"ncclwatch\[(rank \d+ )?pid \d+\]", l)]

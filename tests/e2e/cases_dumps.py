@@ -10,7 +10,7 @@ import time
 
 from e2e_common import (built, case, job, only_exit_records, ranks_catching, ring_entries, serial_case, signal_app,
                         stalled)
-from ncclwatch_testing import (check, temp_dir)
+from ncclwatch_testing import (check, dumped, temp_dir)
 
 
 def world_comm(d):
@@ -20,7 +20,7 @@ def world_comm(d):
 @serial_case
 def busy_rank_every_rank_dumps():
     j = job(4, ["--iters", "20", "--busy-rank", "0", "--busy-at", "5", "--busy-ms", "-1"],
-            env={"NCCLWATCH_TIMEOUT": "3"}, timeout=12)
+            env={"NCCLWATCH_TIMEOUT": "3"}, timeout=12, until=lambda d: dumped(d, [0, 1, 2, 3]))
     dumps = j.dumps()
     check(sorted(dumps) == [0, 1, 2, 3], f"every rank dumped: {sorted(dumps)}")
     stall_times = []
@@ -98,7 +98,8 @@ def relay_missing_dir_each_rank_reads():
 @serial_case
 def adaptive_deadline_within_15s():
     # No NCCLWATCH_TIMEOUT: with millisecond collectives the adaptive deadline applies.
-    j = job(4, ["--iters", "400", "--busy-rank", "0", "--busy-at", "150", "--busy-ms", "-1"], timeout=30)
+    j = job(4, ["--iters", "400", "--busy-rank", "0", "--busy-at", "150", "--busy-ms", "-1"], timeout=30,
+            until=lambda d: dumped(d, [1], ["stall"]))
     d = j.first(1, "stall")
     s = stalled(d)
     check(s["seq"] == 151, f"stalled at seq 151: {s['seq']}")
