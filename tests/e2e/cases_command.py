@@ -9,7 +9,33 @@ import signal
 import subprocess
 
 from e2e_common import (built, case, job, ranks_catching, serial_case)
-from ncclwatch_testing import (check, child_pids, end_time_limit_when, read_text, temp_dir, wait_for)
+from ncclwatch_testing import (check, child_pids, dumped, end_time_limit_when, read_text, temp_dir, wait_for)
+
+
+def run_until_live_verdict(cmd, env, cwd, verdict):
+    """`ncclwatch run ... -- simlaunch ...` of a hung job, as subprocess.run with its output
+    captured; once `run` has printed its live `verdict` (and said so: "while the job runs"), the
+    launcher's time limit ends at once (SIGUSR1), as it would have ended the job later."""
+    out, err = os.path.join(cwd, "run.out"), os.path.join(cwd, "run.err")
+    n = 0
+    while os.path.exists(out):
+        n += 1
+        out, err = os.path.join(cwd, f"run{n}.out"), os.path.join(cwd, f"run{n}.err")
+    with open(out, "w") as o, open(err, "w") as e:
+        p = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=o, stderr=e)
+
+    def launcher():
+        if p.poll() is not None:
+            return None
+        return next((c for c in child_pids(p.pid) if read_text(f"/proc/{c}/comm").strip() == "simlaunch"), 0)
+    end_time_limit_when(launcher, lambda: verdict in read_text(out) and "while the job runs" in read_text(err))
+    try:
+        p.wait(timeout=180)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return subprocess.CompletedProcess(cmd, p.returncode, read_text(out), read_text(err))
 
 
 @case
@@ -28,14 +54,14 @@ def run_wrapper():
     check(r.returncode == -signal.SIGTERM, f"death by signal kept: {r.returncode}")
     # A hang: dumps land in --dir and the verdict is printed after the job.
     dumps = os.path.join(tmp, "dumps")
-    r = subprocess.run([nw, "run", "--dir", dumps, "--timeout", "3", "--set", "PEER_POLL_MS=200", "--",
-                        built("bin", "simlaunch"), "-n", "2", "--timeout", "8", "--",
-                        built("bin", "sim_workload"), "--iters", "20", "--busy-rank", "1", "--busy-at", "4",
-                        "--busy-ms", "-1"], env=base, cwd=tmp, capture_output=True, text=True)
+    r = run_until_live_verdict([nw, "run", "--dir", dumps, "--timeout", "3", "--set", "PEER_POLL_MS=200", "--",
+                                built("bin", "simlaunch"), "-n", "2", "--timeout", "8", "--",
+                                built("bin", "sim_workload"), "--iters", "20", "--busy-rank", "1", "--busy-at", "4",
+                                "--busy-ms", "-1"], base, tmp, "rank_missing")
     check(r.returncode == 124, f"the launcher's timeout status is kept ({r.returncode})")
     check(glob.glob(os.path.join(dumps, "rank*.json")), "dumps in --dir")
     check("rank_missing" in r.stdout and "rank 1" in r.stdout, f"the verdict is printed:\n{r.stdout[-2000:]}")
-    # ... while the job runs (the launcher's timeout ends it 8 s in; the verdict came before),
+    # ... while the job runs (the launcher's time limit ends it after the verdict),
     # and not a second time at the end: nothing changed.
     check("while the job runs" in r.stderr, f"the verdict came while the job ran:\n{r.stderr[-2000:]}")
     check(re.search(r"^ncclwatch: while the job runs, 2 of 2 ranks dumped \(\d+ dump\(s\) of this job in ", r.stderr, re.M),
@@ -285,7 +311,8 @@ def metrics_removed_when_a_signal_ends_the_job():
     def wait_files(p):
         wait_for(lambda: len(glob.glob(os.path.join(metrics, "*.prom"))) == 2, "two metrics files")
     j = job(2, ["--iters", "20", "--busy-rank", "0", "--busy-at", "5", "--busy-ms", "-1"],
-            env={"NCCLWATCH_METRICS": metrics, "NCCLWATCH_TIMEOUT": "600"}, timeout=8, after_start=wait_files)
+            env={"NCCLWATCH_METRICS": metrics, "NCCLWATCH_TIMEOUT": "600"}, timeout=8, after_start=wait_files,
+            until=lambda d: lambda: len(glob.glob(os.path.join(metrics, "*.prom"))) == 2)
     for r in range(2):
         check(f"rank {r} killed by SIGTERM" in j.err and "signal" in j.reasons(r), f"rank {r} dumped, then SIGTERM ended it")
     check(os.listdir(metrics) == [], f"no metrics file left: {os.listdir(metrics)}")
@@ -296,7 +323,7 @@ def one_line_per_rank_per_event():
     # At 512 ranks the launcher's log is where users look: each rank says each event once, in
     # one short line (what happened and the dump's file name), never the same stall twice.
     j = job(4, ["--iters", "20", "--busy-rank", "2", "--busy-at", "5", "--busy-ms", "-1"],
-            env={"NCCLWATCH_TIMEOUT": "2"}, timeout=8)
+            env={"NCCLWATCH_TIMEOUT": "2"}, timeout=8, until=lambda d: dumped(d, range(4)))
     lines = j.ncclwatch_lines()
     dumps = sum(len(v) for v in j.dumps().values())
     check(len(lines) == dumps, f"one line per dump ({dumps}), no more:\n" + "\n".join(lines))
@@ -315,22 +342,11 @@ def run_at_scale_says_how_many_ranks_dumped():
     ranks = 64
 
     def hang(name, env):
-        # Once `run` has printed its live verdict, the job's time limit ends (it would end it the
-        # same way 20 s in).
-        cmd = [nw, "run", "--dir", os.path.join(tmp, name), "--timeout", "3", "--set", "PEER_POLL_MS=200",
-               "--", built("bin", "simlaunch"), "-n", str(ranks), "--timeout", "20", "--",
-               built("bin", "sim_workload"), "--iters", "20", "--busy-rank", "1", "--busy-at", "4", "--busy-ms", "-1"]
-        out, err = os.path.join(tmp, name + ".out"), os.path.join(tmp, name + ".err")
-        with open(out, "w") as o, open(err, "w") as e:
-            p = subprocess.Popen(cmd, env=dict(base, **env), cwd=tmp, stdout=o, stderr=e)
-
-        def launcher():
-            if p.poll() is not None:
-                return None
-            return next((c for c in child_pids(p.pid) if read_text(f"/proc/{c}/comm").strip() == "simlaunch"), 0)
-        end_time_limit_when(launcher, lambda: "rank_missing" in read_text(out) and "ranks dumped (" in read_text(err))
-        p.wait(timeout=120)
-        return subprocess.CompletedProcess(cmd, p.returncode, read_text(out), read_text(err))
+        return run_until_live_verdict(
+            [nw, "run", "--dir", os.path.join(tmp, name), "--timeout", "3", "--set", "PEER_POLL_MS=200",
+             "--", built("bin", "simlaunch"), "-n", str(ranks), "--timeout", "20", "--",
+             built("bin", "sim_workload"), "--iters", "20", "--busy-rank", "1", "--busy-at", "4", "--busy-ms", "-1"],
+            dict(base, **env), tmp, "rank_missing")
 
     def rank_lines(err):
         return [l for l in err.splitlines() if re.match(r"ncclwatch\[(rank \d+ )?pid \d+\]", l)]
