@@ -7,7 +7,7 @@ import subprocess
 import time
 
 from e2e_common import (analyze_dir, built, case, job, kill_after_stall, only_exit_records, signal_app)
-from ncclwatch_testing import (check, temp_dir)
+from ncclwatch_testing import (all_of, check, dumped, temp_dir)
 
 
 @case
@@ -303,7 +303,8 @@ def shared_dir_other_users_cannot_jam():
     env = {"NCCLWATCH_TIMEOUT": "2", "NCCLWATCH_BLACKBOX_DIR": shared, "NCCLWATCH_RELAY_DIR": shared}
 
     j = job(2, ["--iters", "200", "--busy-rank", "1", "--busy-at", "20", "--busy-ms", "-1"], env=env, timeout=15,
-            after_start=lambda p: kill_after_stall(p, 1))
+            after_start=lambda p: kill_after_stall(p, 1),
+            until=lambda d: all_of(dumped(d, [0]), dumped(d, [1], ["postmortem"])))
     check("postmortem" in j.reasons(1), f"rank 1's postmortem despite the squatter: {j.reasons(1)}\n{j.err[-1500:]}")
     mine = os.path.join(shared, f"ncclwatch-{uid}")
     st = os.lstat(mine)
