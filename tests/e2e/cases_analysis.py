@@ -452,7 +452,8 @@ def mid_job_communicator_never_joined():
     # creation is never no_hang.
     for kind, groups in (("init", "2"), ("config", "2"), ("split", "2"), ("shrink", "1")):
         j = job(8, ["--iters", "30", "--new-comm-at", "10", "--new-comm-kind", kind, "--new-comm-groups", groups,
-                    "--new-comm-skip-rank", "5"], env={"NCCLWATCH_TIMEOUT": "2"}, timeout=10)
+                    "--new-comm-skip-rank", "5"], env={"NCCLWATCH_TIMEOUT": "2"}, timeout=10,
+                until=lambda d: dumped(d, range(8)))
         rc, report = analyze_dir(j.dir)
         causes = [(v["cause"], v["culprit_ranks"]) for v in report["verdicts"]]
         check(rc == 1 and causes[0] == ("init_hang", [5]), f"{kind}: init_hang naming rank 5 first ({rc}): {causes}\n{j.err[-1500:]}")
