@@ -156,11 +156,10 @@ def c_example_gives_its_promised_verdict():
     nw = built("bin", "ncclwatch")
     tmp = temp_dir("ncclwatch-e2e-")
     base = {k: v for k, v in os.environ.items() if not k.startswith("NCCLWATCH_") and k != "LD_PRELOAD"}
-    r = subprocess.run([nw, "run", "--dir", os.path.join(tmp, "d"), "--timeout", "3", "--set", "PEER_POLL_MS=200",
-                        "--", built("bin", "simlaunch"), "-n", "4", "--timeout", "12", "--",
-                        built("bin", "example_allreduce")],
-                       env=dict(base, HANG_RANK="1", NCCL_ID_FILE=os.path.join(tmp, "id")), cwd=tmp,
-                       capture_output=True, text=True, timeout=120)
+    r = run_until_live_verdict([nw, "run", "--dir", os.path.join(tmp, "d"), "--timeout", "3", "--set", "PEER_POLL_MS=200",
+                                "--", built("bin", "simlaunch"), "-n", "4", "--timeout", "12", "--",
+                                built("bin", "example_allreduce")],
+                               dict(base, HANG_RANK="1", NCCL_ID_FILE=os.path.join(tmp, "id")), tmp, "rank_missing")
     check("rank_missing  rank 1 never entered AllReduce" in r.stdout,
           f"the promised verdict:\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}")
 
