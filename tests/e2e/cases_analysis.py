@@ -298,11 +298,11 @@ def generated_dump_matches_library_dump():
     # The same scenarios written by the library over the simulator and by ncclwatch-gen (the
     # test generator) must have the same keys with the same JSON types: one format, one writer.
     real = []
-    for args, env in ((["--iters", "20", "--slow-kernel-rank", "2", "--slow-kernel-at", "5", "--slow-kernel-ms", "-1"],
-                       {"NCCLWATCH_TIMEOUT": "3"}),
-                      (["--iters", "20", "--busy-rank", "0", "--busy-at", "5", "--busy-ms", "6000"],
-                       {"NCCLWATCH_TIMEOUT": "2"})):
-        j = job(4, args, env=env, timeout=14)
+    for args, env, until in ((["--iters", "20", "--slow-kernel-rank", "2", "--slow-kernel-at", "5", "--slow-kernel-ms", "-1"],
+                              {"NCCLWATCH_TIMEOUT": "3"}, lambda d: dumped(d, range(4))),  # a hang: ended once all dumped
+                             (["--iters", "20", "--busy-rank", "0", "--busy-at", "5", "--busy-ms", "6000"],
+                              {"NCCLWATCH_TIMEOUT": "2"}, None)):
+        j = job(4, args, env=env, timeout=14, until=until)
         real += [d for ds in j.dumps().values() for d in ds]
     reasons = {d["summary"]["reason"] for d in real}
     check({"stall", "peer_request"} <= reasons, f"library dumps for a stall and a peer request: {reasons}")
