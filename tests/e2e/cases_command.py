@@ -8,35 +8,14 @@ import shutil
 import signal
 import subprocess
 
-from e2e_common import (built, case, job, ranks_catching, serial_case)
-from ncclwatch_testing import (check, child_pids, dumped, end_time_limit_when, read_text, temp_dir, wait_for)
+from e2e_common import (built, case, job, ranks_catching, run_ended_when, serial_case)
+from ncclwatch_testing import (check, dumped, read_text, temp_dir, wait_for)
 
 
 def run_until_live_verdict(cmd, env, cwd, verdict):
-    """`ncclwatch run ... -- simlaunch ...` of a hung job, as subprocess.run with its output
-    captured; once `run` has printed its live `verdict` (and said so: "while the job runs"), the
-    launcher's time limit ends at once (SIGUSR1), as it would have ended the job later."""
-    out, err = os.path.join(cwd, "run.out"), os.path.join(cwd, "run.err")
-    n = 0
-    while os.path.exists(out):
-        n += 1
-        out, err = os.path.join(cwd, f"run{n}.out"), os.path.join(cwd, f"run{n}.err")
-    with open(out, "w") as o, open(err, "w") as e:
-        p = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=o, stderr=e)
-
-    def launcher():
-        if p.poll() is not None:
-            return None
-        return next((c for c in child_pids(p.pid) if read_text(f"/proc/{c}/comm").strip() == "simlaunch"), 0)
-    end_time_limit_when(launcher, lambda: verdict in read_text(out) and "while the job runs" in read_text(err))
-    try:
-        p.wait(timeout=180)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    return subprocess.CompletedProcess(cmd, p.returncode, read_text(out), read_text(err))
-
+    """`ncclwatch run ... -- simlaunch ...` of a hung job: its time limit ends once `run` has
+    printed its live `verdict` (and said so: "while the job runs")."""
+    return run_ended_when(cmd, env, cwd, lambda out, err: verdict in out and "while the job runs" in err)
 
 @case
 def run_wrapper():

@@ -108,6 +108,31 @@ def job(n, args, env=None, timeout=30, preload=True, program="sim_workload", cwd
     return Job(p.returncode, read_text(out_path), read_text(err_path), tmp)
 
 
+def run_ended_when(cmd, env, cwd, ready, timeout=180):
+    """subprocess.run(cmd, capture_output=True, text=True) for `ncclwatch run ... -- simlaunch ...`
+    (its output in files of `cwd`), whose launcher's time limit ends at once (SIGUSR1: as the
+    limit would end the job) when ready(stdout so far, stderr so far) holds."""
+    n = 0
+    while os.path.exists(os.path.join(cwd, f"run{n}.out")):
+        n += 1
+    out, err = os.path.join(cwd, f"run{n}.out"), os.path.join(cwd, f"run{n}.err")
+    with open(out, "w") as o, open(err, "w") as e:
+        p = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=o, stderr=e)
+
+    def launcher():
+        if p.poll() is not None:
+            return None
+        return next((c for c in child_pids(p.pid) if read_text(f"/proc/{c}/comm").strip() == "simlaunch"), 0)
+    end_time_limit_when(launcher, lambda: ready(read_text(out), read_text(err)))
+    try:
+        p.wait(timeout=timeout)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return subprocess.CompletedProcess(cmd, p.returncode, read_text(out), read_text(err))
+
+
 def ring_entries(d):
     """The ring's operations as objects, decoded from version 2's shapes and rows as
     docs/trace-format.md describes them (a second reader, independent of the C++ one)."""
