@@ -6,5 +6,5 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 # Only what the demo runs (scripts/test.sh builds the rest).
 cmake -S . -B build >/dev/null
-cmake --build build -j "$(nproc)" --target ncclwatch ncclwatch_preload simlaunch sim_workload
+cmake --build build -j "$(($(nproc) + 2))" --target ncclwatch ncclwatch_preload simlaunch sim_workload
 exec examples/demo/hang_demo.sh build

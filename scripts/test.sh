@@ -24,19 +24,36 @@ sanitizer_build() {  # NAME SANITIZERS JOBS TARGETS...
 # machine that others load, the builds got no CPU at all until the tests were done, and then
 # took ten minutes.) ASan first, its tests are the longer ones; the TSan build starts when the
 # ASan build or the main tests are done, whichever comes first, and goes on while the ASan
-# tests run.
+# tests run. Once the main tests are done, a build still going on is stopped and continued with
+# all the jobs (make keeps what it compiled, and deletes what it was writing).
 sanitizers_log=build/sanitizers.log
 asan_built=build/.asan-built
 main_tested=build/.main-tested
 if ! $quick; then
   rm -f "$asan_built" "$main_tested"
+  set -m  # each background build in a process group of its own, stopped whole
   (sanitizer_build asan "address;undefined" 1 "${asan_targets[@]}" && touch "$asan_built") >"$sanitizers_log.asan" 2>&1 &
   asan=$!
   (while [ ! -e "$asan_built" ] && [ ! -e "$main_tested" ] && kill -0 "$asan" 2>/dev/null; do sleep 1; done
    sanitizer_build tsan thread 1 "${tsan_targets[@]}") >"$sanitizers_log.tsan" 2>&1 &
   tsan=$!
-  trap 'kill "$asan" "$tsan" 2>/dev/null || true' EXIT
+  set +m
+  trap 'kill -- -"$asan" -"$tsan" 2>/dev/null || true' EXIT
 fi
+# finish_build NAME PID SANITIZERS TARGETS...: the background build NAME, finished with all the
+# jobs when it is still going on; fails when it failed.
+finish_build() {
+  local name=$1 pid=$2 san=$3
+  shift 3
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM -- -"$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    echo "test.sh: the tests are done: the $name build goes on with $((jobs + 2)) jobs" >>"$sanitizers_log.$name"
+    sanitizer_build "$name" "$san" "$((jobs + 2))" "$@" >>"$sanitizers_log.$name" 2>&1
+  else
+    wait "$pid"
+  fi
+}
 
 # Every run fails when a test left a new entry in / (tests write only in their temporary directories).
 inside() { tests/support/root_unchanged.sh "$@"; }
@@ -55,12 +72,12 @@ sanitizer_failed() {  # NAME
   echo "test.sh: the $1 build failed (above)" >&2
   exit 1
 }
-wait "$asan" || sanitizer_failed asan
+finish_build asan "$asan" "address;undefined" "${asan_targets[@]}" || sanitizer_failed asan
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp:print_suppressions=0
 echo "== tests under address;undefined (build-asan/)"
 inside ctest --test-dir build-asan --output-on-failure -j "$jobs" -R '^(core:|format:|stacks:|sim_cuda\.|sim_nccl:|analyzer:)'
-wait "$tsan" || sanitizer_failed tsan
+finish_build tsan "$tsan" thread "${tsan_targets[@]}" || sanitizer_failed tsan
 trap - EXIT
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 echo "== tests under thread (build-tsan/)"

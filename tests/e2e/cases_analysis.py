@@ -11,7 +11,7 @@ import time
 
 from e2e_common import (analyze, analyze_dir, built, case, first_verdict, job, rank_pid, ranks_catching, serial_case,
                         stalled)
-from ncclwatch_testing import (blocked_in_syscall, check, temp_dir, wait_for, wait_for_ranks)
+from ncclwatch_testing import (all_of, blocked_in_syscall, check, dumped, temp_dir, wait_for, wait_for_ranks)
 
 
 def run_busy_then_on(n, busy_rank, workload_args, run_args=()):
@@ -162,7 +162,8 @@ def healthy_jitter_names_nobody():
 @serial_case
 def slow_rank_below_a_hang():
     j = job(8, ["--iters", "200", "--straggler-rank", "2", "--straggler-ms", "20", "--straggler-max-ms", "40",
-                "--busy-rank", "5", "--busy-at", "40", "--busy-ms", "-1"], env={"NCCLWATCH_TIMEOUT": "3"}, timeout=12)
+                "--busy-rank", "5", "--busy-at", "40", "--busy-ms", "-1"], env={"NCCLWATCH_TIMEOUT": "3"}, timeout=12,
+            until=lambda d: dumped(d, range(8)))
     report, found = findings(j)
     v = report["verdicts"][0]
     check(v["cause"] == "rank_missing" and v["culprit_ranks"] == [5], f"the hang leads: {v['cause']} {v['culprit_ranks']}")
@@ -174,7 +175,8 @@ def slow_rank_below_a_hang():
 
 @case
 def analyze_rank_missing():
-    j = job(4, ["--iters", "20", "--busy-rank", "2", "--busy-at", "5", "--busy-ms", "-1"], env=STALL, timeout=9)
+    j = job(4, ["--iters", "20", "--busy-rank", "2", "--busy-at", "5", "--busy-ms", "-1"], env=STALL, timeout=9,
+            until=lambda d: dumped(d, range(4)))
     v, text = expect_verdict(j, "rank_missing", [2], seq=6, op="AllReduce")
     check(sorted(v["waiting_ranks"]) == [0, 1, 3], f"waiting ranks: {v['waiting_ranks']}")
     where = json.dumps(v["culprit_stacks"]["2"])
@@ -184,13 +186,14 @@ def analyze_rank_missing():
 @case
 def analyze_gpu_not_reached():
     j = job(4, ["--iters", "20", "--slow-kernel-rank", "1", "--slow-kernel-at", "5", "--slow-kernel-ms", "-1"],
-            env=STALL, timeout=9)
+            env=STALL, timeout=9, until=lambda d: dumped(d, range(4)))
     expect_verdict(j, "gpu_not_reached", [1], seq=6, op="AllReduce")
 
 
 @case
 def analyze_stuck_in_collective():
-    j = job(4, ["--iters", "20"], env=dict(STALL, NCCLWATCH_SIM_FAULT="stall:rank=1,seq=4"), timeout=9)
+    j = job(4, ["--iters", "20"], env=dict(STALL, NCCLWATCH_SIM_FAULT="stall:rank=1,seq=4"), timeout=9,
+            until=lambda d: dumped(d, range(4)))
     v, text = expect_verdict(j, "stuck_in_collective", [], seq=4)
     check(sorted(v["waiting_ranks"]) == [0, 1, 2, 3], f"everyone waits: {v['waiting_ranks']}")
 
@@ -301,11 +304,11 @@ def generated_dump_matches_library_dump():
     # The same scenarios written by the library over the simulator and by ncclwatch-gen (the
     # test generator) must have the same keys with the same JSON types: one format, one writer.
     real = []
-    for args, env in ((["--iters", "20", "--slow-kernel-rank", "2", "--slow-kernel-at", "5", "--slow-kernel-ms", "-1"],
-                       {"NCCLWATCH_TIMEOUT": "3"}),
-                      (["--iters", "20", "--busy-rank", "0", "--busy-at", "5", "--busy-ms", "6000"],
-                       {"NCCLWATCH_TIMEOUT": "2"})):
-        j = job(4, args, env=env, timeout=14)
+    for args, env, until in ((["--iters", "20", "--slow-kernel-rank", "2", "--slow-kernel-at", "5", "--slow-kernel-ms", "-1"],
+                              {"NCCLWATCH_TIMEOUT": "3"}, lambda d: dumped(d, range(4))),  # a hang: ended once all dumped
+                             (["--iters", "20", "--busy-rank", "0", "--busy-at", "5", "--busy-ms", "6000"],
+                              {"NCCLWATCH_TIMEOUT": "2"}, None)):
+        j = job(4, args, env=env, timeout=14, until=until)
         real += [d for ds in j.dumps().values() for d in ds]
     reasons = {d["summary"]["reason"] for d in real}
     check({"stall", "peer_request"} <= reasons, f"library dumps for a stall and a peer request: {reasons}")
@@ -349,7 +352,8 @@ def ending_framework_abort_first():
     # abort their communicators and exit; rank 0, busy in a "checkpoint", answers the job-wide
     # request the abort wrote. The first verdict names rank 0, not the aborting ranks.
     j = job(4, ["--iters", "20", "--busy-rank", "0", "--busy-at", "5", "--busy-ms", "-1", "--abort-after-ms", "2000"],
-            env={"NCCLWATCH_TIMEOUT": "600"}, timeout=10)
+            env={"NCCLWATCH_TIMEOUT": "600"}, timeout=10,
+            until=lambda d: all_of(dumped(d, [1, 2, 3], ["abort"]), dumped(d, [0], ["peer_request"])))
     for r in (1, 2, 3):
         check("abort" in j.reasons(r), f"rank {r} dumped on abort: {j.reasons(r)}")
     rc, report = analyze_dir(j.dir)
@@ -454,7 +458,8 @@ def mid_job_communicator_never_joined():
     # creation is never no_hang.
     for kind, groups in (("init", "2"), ("config", "2"), ("split", "2"), ("shrink", "1")):
         j = job(8, ["--iters", "30", "--new-comm-at", "10", "--new-comm-kind", kind, "--new-comm-groups", groups,
-                    "--new-comm-skip-rank", "5"], env={"NCCLWATCH_TIMEOUT": "2"}, timeout=10)
+                    "--new-comm-skip-rank", "5"], env={"NCCLWATCH_TIMEOUT": "2"}, timeout=10,
+                until=lambda d: dumped(d, range(8)))
         rc, report = analyze_dir(j.dir)
         causes = [(v["cause"], v["culprit_ranks"]) for v in report["verdicts"]]
         check(rc == 1 and causes[0] == ("init_hang", [5]), f"{kind}: init_hang naming rank 5 first ({rc}): {causes}\n{j.err[-1500:]}")
@@ -469,7 +474,8 @@ def ending_framework_abort_then_sigabrt():
     # As PyTorch tears down: the waiting ranks abort their communicators, then abort() (SIGABRT:
     # a fatal_signal dump after the abort dump). The busy rank is still the culprit.
     j = job(4, ["--iters", "20", "--busy-rank", "0", "--busy-at", "5", "--busy-ms", "-1", "--abort-after-ms", "2000",
-                "--abort-signal"], env={"NCCLWATCH_TIMEOUT": "600"}, timeout=10)
+                "--abort-signal"], env={"NCCLWATCH_TIMEOUT": "600"}, timeout=10,
+            until=lambda d: all_of(dumped(d, [1, 2, 3], ["fatal_signal"]), dumped(d, [0], ["peer_request"])))
     # Under load a rank may answer another's request between the two (a peer_request): the abort
     # still leads and stays the evidence.
     for r in (1, 2, 3):
@@ -484,7 +490,7 @@ def ending_graph_then_missing():
     # before the third of them. The captured one is never "not reached": rank 3 is missing from
     # the next collective.
     j = job(4, ["--graph", "--graph-then-loop", "--iters", "5", "--busy-rank", "3", "--busy-at", "2", "--busy-ms", "-1"],
-            env={"NCCLWATCH_TIMEOUT": "2"}, timeout=8)
+            env={"NCCLWATCH_TIMEOUT": "2"}, timeout=8, until=lambda d: dumped(d, range(4)))
     v = first_verdict(j, "rank_missing", [3])
     check(v["seq"] > 1, f"not at the captured operation (#1): #{v['seq']}")
 

@@ -8,9 +8,14 @@ import shutil
 import signal
 import subprocess
 
-from e2e_common import (built, case, job, ranks_catching, serial_case)
-from ncclwatch_testing import (check, read_text, temp_dir, wait_for)
+from e2e_common import (built, case, job, ranks_catching, run_ended_when, serial_case)
+from ncclwatch_testing import (check, dumped, read_text, temp_dir, wait_for)
 
+
+def run_until_live_verdict(cmd, env, cwd, verdict):
+    """`ncclwatch run ... -- simlaunch ...` of a hung job: its time limit ends once `run` has
+    printed its live `verdict` (and said so: "while the job runs")."""
+    return run_ended_when(cmd, env, cwd, lambda out, err: verdict in out and "while the job runs" in err)
 
 @case
 def run_wrapper():
@@ -28,14 +33,14 @@ def run_wrapper():
     check(r.returncode == -signal.SIGTERM, f"death by signal kept: {r.returncode}")
     # A hang: dumps land in --dir and the verdict is printed after the job.
     dumps = os.path.join(tmp, "dumps")
-    r = subprocess.run([nw, "run", "--dir", dumps, "--timeout", "3", "--set", "PEER_POLL_MS=200", "--",
-                        built("bin", "simlaunch"), "-n", "2", "--timeout", "8", "--",
-                        built("bin", "sim_workload"), "--iters", "20", "--busy-rank", "1", "--busy-at", "4",
-                        "--busy-ms", "-1"], env=base, cwd=tmp, capture_output=True, text=True)
+    r = run_until_live_verdict([nw, "run", "--dir", dumps, "--timeout", "3", "--set", "PEER_POLL_MS=200", "--",
+                                built("bin", "simlaunch"), "-n", "2", "--timeout", "8", "--",
+                                built("bin", "sim_workload"), "--iters", "20", "--busy-rank", "1", "--busy-at", "4",
+                                "--busy-ms", "-1"], base, tmp, "rank_missing")
     check(r.returncode == 124, f"the launcher's timeout status is kept ({r.returncode})")
     check(glob.glob(os.path.join(dumps, "rank*.json")), "dumps in --dir")
     check("rank_missing" in r.stdout and "rank 1" in r.stdout, f"the verdict is printed:\n{r.stdout[-2000:]}")
-    # ... while the job runs (the launcher's timeout ends it 8 s in; the verdict came before),
+    # ... while the job runs (the launcher's time limit ends it after the verdict),
     # and not a second time at the end: nothing changed.
     check("while the job runs" in r.stderr, f"the verdict came while the job ran:\n{r.stderr[-2000:]}")
     check(re.search(r"^ncclwatch: while the job runs, 2 of 2 ranks dumped \(\d+ dump\(s\) of this job in ", r.stderr, re.M),
@@ -130,11 +135,10 @@ def c_example_gives_its_promised_verdict():
     nw = built("bin", "ncclwatch")
     tmp = temp_dir("ncclwatch-e2e-")
     base = {k: v for k, v in os.environ.items() if not k.startswith("NCCLWATCH_") and k != "LD_PRELOAD"}
-    r = subprocess.run([nw, "run", "--dir", os.path.join(tmp, "d"), "--timeout", "3", "--set", "PEER_POLL_MS=200",
-                        "--", built("bin", "simlaunch"), "-n", "4", "--timeout", "12", "--",
-                        built("bin", "example_allreduce")],
-                       env=dict(base, HANG_RANK="1", NCCL_ID_FILE=os.path.join(tmp, "id")), cwd=tmp,
-                       capture_output=True, text=True, timeout=120)
+    r = run_until_live_verdict([nw, "run", "--dir", os.path.join(tmp, "d"), "--timeout", "3", "--set", "PEER_POLL_MS=200",
+                                "--", built("bin", "simlaunch"), "-n", "4", "--timeout", "12", "--",
+                                built("bin", "example_allreduce")],
+                               dict(base, HANG_RANK="1", NCCL_ID_FILE=os.path.join(tmp, "id")), tmp, "rank_missing")
     check("rank_missing  rank 1 never entered AllReduce" in r.stdout,
           f"the promised verdict:\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}")
 
@@ -285,7 +289,8 @@ def metrics_removed_when_a_signal_ends_the_job():
     def wait_files(p):
         wait_for(lambda: len(glob.glob(os.path.join(metrics, "*.prom"))) == 2, "two metrics files")
     j = job(2, ["--iters", "20", "--busy-rank", "0", "--busy-at", "5", "--busy-ms", "-1"],
-            env={"NCCLWATCH_METRICS": metrics, "NCCLWATCH_TIMEOUT": "600"}, timeout=8, after_start=wait_files)
+            env={"NCCLWATCH_METRICS": metrics, "NCCLWATCH_TIMEOUT": "600"}, timeout=8, after_start=wait_files,
+            until=lambda d: lambda: len(glob.glob(os.path.join(metrics, "*.prom"))) == 2)
     for r in range(2):
         check(f"rank {r} killed by SIGTERM" in j.err and "signal" in j.reasons(r), f"rank {r} dumped, then SIGTERM ended it")
     check(os.listdir(metrics) == [], f"no metrics file left: {os.listdir(metrics)}")
@@ -296,7 +301,7 @@ def one_line_per_rank_per_event():
     # At 512 ranks the launcher's log is where users look: each rank says each event once, in
     # one short line (what happened and the dump's file name), never the same stall twice.
     j = job(4, ["--iters", "20", "--busy-rank", "2", "--busy-at", "5", "--busy-ms", "-1"],
-            env={"NCCLWATCH_TIMEOUT": "2"}, timeout=8)
+            env={"NCCLWATCH_TIMEOUT": "2"}, timeout=8, until=lambda d: dumped(d, range(4)))
     lines = j.ncclwatch_lines()
     dumps = sum(len(v) for v in j.dumps().values())
     check(len(lines) == dumps, f"one line per dump ({dumps}), no more:\n" + "\n".join(lines))
@@ -315,10 +320,11 @@ def run_at_scale_says_how_many_ranks_dumped():
     ranks = 64
 
     def hang(name, env):
-        return subprocess.run([nw, "run", "--dir", os.path.join(tmp, name), "--timeout", "3", "--set", "PEER_POLL_MS=200",
-                               "--", built("bin", "simlaunch"), "-n", str(ranks), "--timeout", "20", "--",
-                               built("bin", "sim_workload"), "--iters", "20", "--busy-rank", "1", "--busy-at", "4",
-                               "--busy-ms", "-1"], env=dict(base, **env), cwd=tmp, capture_output=True, text=True)
+        return run_until_live_verdict(
+            [nw, "run", "--dir", os.path.join(tmp, name), "--timeout", "3", "--set", "PEER_POLL_MS=200",
+             "--", built("bin", "simlaunch"), "-n", str(ranks), "--timeout", "20", "--",
+             built("bin", "sim_workload"), "--iters", "20", "--busy-rank", "1", "--busy-at", "4", "--busy-ms", "-1"],
+            dict(base, **env), tmp, "rank_missing")
 
     def rank_lines(err):
         return [l for l in err.splitlines() if re.match(r"ncclwatch\[(rank \d+ )?pid \d+\]", l)]

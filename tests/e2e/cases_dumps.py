@@ -10,7 +10,7 @@ import time
 
 from e2e_common import (built, case, job, only_exit_records, ranks_catching, ring_entries, serial_case, signal_app,
                         stalled)
-from ncclwatch_testing import (check, temp_dir)
+from ncclwatch_testing import (all_of, check, dumped, temp_dir)
 
 
 def world_comm(d):
@@ -20,7 +20,7 @@ def world_comm(d):
 @serial_case
 def busy_rank_every_rank_dumps():
     j = job(4, ["--iters", "20", "--busy-rank", "0", "--busy-at", "5", "--busy-ms", "-1"],
-            env={"NCCLWATCH_TIMEOUT": "3"}, timeout=12)
+            env={"NCCLWATCH_TIMEOUT": "3"}, timeout=12, until=lambda d: dumped(d, [0, 1, 2, 3]))
     dumps = j.dumps()
     check(sorted(dumps) == [0, 1, 2, 3], f"every rank dumped: {sorted(dumps)}")
     stall_times = []
@@ -74,7 +74,8 @@ def relay_one_reader_per_host():
     check(os.listdir(relay) == [], f"the watchers left nothing behind: {os.listdir(relay)}")
     # A request still reaches every rank, on both hosts, through the relays.
     j = job(8, ["--iters", "20", "--busy-rank", "0", "--busy-at", "5", "--busy-ms", "-1"],
-            launcher_args=["--hosts", "2"], env={"NCCLWATCH_TIMEOUT": "3", "NCCLWATCH_RELAY_DIR": relay}, timeout=15)
+            launcher_args=["--hosts", "2"], env={"NCCLWATCH_TIMEOUT": "3", "NCCLWATCH_RELAY_DIR": relay}, timeout=15,
+            until=lambda d: dumped(d, range(8)))
     dumps = j.dumps()
     check(sorted(dumps) == list(range(8)), f"every rank dumped: {sorted(dumps)}\n{j.err[-1500:]}")
     j.first(0, "peer_request")
@@ -86,7 +87,7 @@ def relay_one_reader_per_host():
 @case
 def relay_missing_dir_each_rank_reads():
     j = job(4, ["--iters", "20", "--busy-rank", "0", "--busy-at", "5", "--busy-ms", "-1"],
-            launcher_args=["--hosts", "2"], timeout=12,
+            launcher_args=["--hosts", "2"], timeout=12, until=lambda d: dumped(d, range(4)),
             env={"NCCLWATCH_TIMEOUT": "3", "NCCLWATCH_RELAY_DIR": "/nonexistent/ncclwatch-relay"})
     lines = [l for l in j.ncclwatch_lines() if "NCCLWATCH_RELAY_DIR" in l]
     check(len(lines) == 4 and all("reads the job-wide dump request in the dump directory itself" in l for l in lines),
@@ -98,7 +99,8 @@ def relay_missing_dir_each_rank_reads():
 @serial_case
 def adaptive_deadline_within_15s():
     # No NCCLWATCH_TIMEOUT: with millisecond collectives the adaptive deadline applies.
-    j = job(4, ["--iters", "400", "--busy-rank", "0", "--busy-at", "150", "--busy-ms", "-1"], timeout=30)
+    j = job(4, ["--iters", "400", "--busy-rank", "0", "--busy-at", "150", "--busy-ms", "-1"], timeout=30,
+            until=lambda d: dumped(d, [1], ["stall"]))
     d = j.first(1, "stall")
     s = stalled(d)
     check(s["seq"] == 151, f"stalled at seq 151: {s['seq']}")
@@ -111,7 +113,7 @@ def adaptive_deadline_within_15s():
 def gpu_not_reached():
     # Rank 2's own kernel before iteration 5 never ends: its GPU never reaches seq 6.
     j = job(4, ["--iters", "20", "--slow-kernel-rank", "2", "--slow-kernel-at", "5", "--slow-kernel-ms", "-1"],
-            env={"NCCLWATCH_TIMEOUT": "3"}, timeout=12)
+            env={"NCCLWATCH_TIMEOUT": "3"}, timeout=12, until=lambda d: dumped(d, range(4), ["stall"]))
     s2 = stalled(j.first(2, "stall"))
     check(s2["seq"] == 6 and s2["state"] == "enqueued", f"rank 2's GPU never reached seq 6: {s2}")
     for r in (0, 1, 3):
@@ -122,7 +124,7 @@ def gpu_not_reached():
 @case
 def transport_stall():
     j = job(4, ["--iters", "20"], env={"NCCLWATCH_TIMEOUT": "3", "NCCLWATCH_SIM_FAULT": "stall:rank=1,seq=4"},
-            timeout=12)
+            timeout=12, until=lambda d: dumped(d, range(4), ["stall"]))
     for r in range(4):
         s = stalled(j.first(r, "stall"))
         check(s["seq"] == 4 and s["state"] == "gpu_reached", f"rank {r} inside seq 4: {s}")
@@ -132,7 +134,8 @@ def transport_stall():
 @case
 def abort_dumps_before_forwarding():
     j = job(4, ["--iters", "20", "--busy-rank", "0", "--busy-at", "5", "--busy-ms", "-1",
-                "--abort-after-ms", "2000"], env={"NCCLWATCH_TIMEOUT": "600"}, timeout=15)
+                "--abort-after-ms", "2000"], env={"NCCLWATCH_TIMEOUT": "600"}, timeout=15,
+            until=lambda d: all_of(dumped(d, [1, 2, 3], ["abort"]), dumped(d, [0], ["peer_request"])))
     for r in (1, 2, 3):
         d = j.first(r, "abort")
         inflight = d["summary"]["in_flight"]

@@ -10,7 +10,7 @@ import subprocess
 import time
 
 from e2e_common import (analyze_dir, built, case, host_dirs, job)
-from ncclwatch_testing import (check, child_pids, temp_dir, wait_for)
+from ncclwatch_testing import (all_of, check, child_pids, dumped, temp_dir, wait_for)
 
 # What a report must never say of a rank whose last call was #20: its first call, or that
 # nothing of what its GPU did is known.
@@ -37,7 +37,8 @@ def early_end_first_second_is_told():
         # rank lived: a box without op states is tried once more (it says so; never a wrong text).
         for attempt in range(2):
             j = job(4, ["--iters", "200", "--exit-rank", "1", "--exit-at", "20", how],
-                    env={"NCCLWATCH_TIMEOUT": "2"}, timeout=8)
+                    env={"NCCLWATCH_TIMEOUT": "2"}, timeout=8,
+                    until=lambda d: all_of(dumped(d, [0, 2, 3], ["stall"]), dumped(d, [1], ["postmortem", "stopped"])))
             boxed = [d for d in j.dumps().get(1, []) if d["summary"]["reason"] in ("postmortem", "stopped")]
             if boxed and all(d["summary"].get("states_as_of_mono_ns", 0) > 0 for d in boxed):
                 break

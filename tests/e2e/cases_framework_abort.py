@@ -8,8 +8,8 @@ import json
 import os
 import subprocess
 
-from e2e_common import (built, case, dumps_by_rank, ring_entries)
-from ncclwatch_testing import (check, temp_dir)
+from e2e_common import (built, case, dumps_by_rank, ring_entries, run_ended_when)
+from ncclwatch_testing import (all_of, check, dumped, temp_dir)
 
 BUSY, WAITING, SEQ = 3, [0, 1, 2], 21
 
@@ -23,11 +23,14 @@ def run_under_ncclwatch(workload, timeout_s, launcher_s, busy_ms=-1):
     base["NCCLWATCH_BLACKBOX_DIR"] = os.path.join(tmp, "boxes")
     os.makedirs(base["NCCLWATCH_BLACKBOX_DIR"])
     dumps = os.path.join(tmp, "dumps")
-    r = subprocess.run([built("bin", "ncclwatch"), "run", "--dir", dumps, "--timeout", str(timeout_s),
-                        "--set", "PEER_POLL_MS=200", "--", built("bin", "simlaunch"), "-n", "4", "--timeout",
-                        str(launcher_s), "--", built("bin", "sim_workload"), "--iters", "40", "--busy-rank", str(BUSY),
-                        "--busy-at", str(SEQ - 1), "--busy-ms", str(busy_ms)] + workload,
-                       env=base, cwd=tmp, capture_output=True, text=True, timeout=launcher_s + 120)
+    cmd = [built("bin", "ncclwatch"), "run", "--dir", dumps, "--timeout", str(timeout_s), "--set", "PEER_POLL_MS=200",
+           "--", built("bin", "simlaunch"), "-n", "4", "--timeout", str(launcher_s), "--", built("bin", "sim_workload"),
+           "--iters", "40", "--busy-rank", str(BUSY), "--busy-at", str(SEQ - 1), "--busy-ms", str(busy_ms)] + workload
+    if busy_ms >= 0:  # every rank ends by itself
+        r = subprocess.run(cmd, env=base, cwd=tmp, capture_output=True, text=True, timeout=launcher_s + 120)
+    else:  # the busy rank stays: its time limit ends once the others ended and it answered their request
+        ended = all_of(dumped(dumps, WAITING, ["fatal_signal", "exit"]), dumped(dumps, [BUSY], ["peer_request"]))
+        r = run_ended_when(cmd, base, tmp, lambda out, err: ended(), timeout=launcher_s + 120)
     return r, dumps
 
 

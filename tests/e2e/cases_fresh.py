@@ -10,7 +10,8 @@ import subprocess
 import time
 
 from e2e_common import (analyze_dir, built, case, host_dirs, job, ranks_catching, serial_case)
-from ncclwatch_testing import (Failure, catches, check, child_pids, read_text, temp_dir, wait_for, wait_for_ranks)
+from ncclwatch_testing import (Failure, catches, check, child_pids, end_time_limit_when, read_text, temp_dir, wait_for,
+                               wait_for_ranks)
 
 
 def NW():
@@ -50,6 +51,15 @@ class RunJob:
         proxy = P()
         proxy.pid = pid
         return wait_for_ranks(proxy, self.n, ready, what)
+
+    def end_when(self, ready):
+        """The launcher's time limit ends (SIGUSR1) once ready() holds: as it would end the job."""
+        def launcher():
+            if self.p.poll() is not None:
+                return None
+            kids = child_pids(self.p.pid)
+            return kids[0] if kids else 0
+        end_time_limit_when(launcher, ready)
 
     def wait(self):
         try:
@@ -163,6 +173,7 @@ def run_prints_the_changed_story():
     j = RunJob(tmp, "run", 4, ["--dir", os.path.join(tmp, "d"), "--timeout", "2", "--set", "PEER_POLL_MS=200"],
                ["--iters", "100000000", "--jitter-ms", "2", "--busy-rank", "1", "--busy-at", "50", "--busy-ms", "7000",
                 "--slow-kernel-rank", "2", "--slow-kernel-at", "300", "--slow-kernel-ms", "-1"], launcher_timeout=30)
+    j.end_when(lambda: "this report replaces the one above" in j.err() and "AllReduce #301" in j.out())
     j.wait()
     out, err = j.out(), j.err()
     check("rank 1 never entered AllReduce #51" in out, f"the first story:\n{out[-3000:]}\n{err[-2000:]}")
@@ -211,6 +222,7 @@ def one_job_one_directory():
     a = RunJob(tmp, "a", 2, ["--dir", shared, "--timeout", "3", "--set", "PEER_POLL_MS=200"],
                ["--iters", "100000000", "--jitter-ms", "2", "--busy-rank", "1", "--busy-at", "50", "--busy-ms", "-1"],
                launcher_timeout=14)
+    a.end_when(lambda: "rank 1 never entered AllReduce" in a.out() and "while the job runs" in a.err())
     a.wait()
     b.p.send_signal(signal.SIGTERM)
     b.wait()
@@ -258,6 +270,7 @@ def run_checks_its_directory():
     os.rmdir(dumps) if os.path.isdir(dumps) else None
     open(dumps, "w").close()  # a file where the directory was
     open(flag, "w").close()
+    j.end_when(lambda: "rank 1 never entered AllReduce" in j.out() and "while the job runs" in j.err())
     j.wait()
     err, out = j.err(), j.out()
     said = [l for l in err.splitlines() if "cannot write dump directory" in l and "instead" in l]
@@ -284,6 +297,7 @@ def early_dump_names_what_is_not_yet_due():
         time.sleep(3.0)
         got["early"] = subprocess.run([NW(), "dump", dumpdir, "--json", "--wait", "30"], capture_output=True, text=True)
         got["text"] = subprocess.run([NW(), "analyze", "--no-color", dumpdir], capture_output=True, text=True).stdout
+        p.send_signal(signal.SIGUSR1)  # all taken: the job's time limit, now
 
     tmp = temp_dir("ncclwatch-e2e-early-")
     got["dir"] = os.path.join(tmp, "dumps")

@@ -7,7 +7,7 @@ import subprocess
 import time
 
 from e2e_common import (analyze_dir, built, case, job, kill_after_stall, only_exit_records, signal_app)
-from ncclwatch_testing import (check, temp_dir)
+from ncclwatch_testing import (all_of, check, dumped, temp_dir)
 
 
 @case
@@ -167,17 +167,25 @@ def signals_as_the_kernel_delivers_them():
     same_as_without(run, "term_no_onstack", None, ["term handler on the thread's stack", "term handler returned"])
 
 
-def ready_then_dump(cwd, dumps):
+def ready_then_dump(cwd, dumps, preload=True):
     """after_start: once the program says it waits (a file "ready" in its directory), a
-    job-wide dump request, as `ncclwatch dump` makes it."""
+    job-wide dump request, as `ncclwatch dump` makes it. Its wait for answers ends with the job
+    (no rank answers after it); without the library there is nobody to answer, and no request
+    (the program cannot tell either way)."""
     def after(p):
         for _ in range(600):
             if os.path.exists(os.path.join(cwd, "ready")) or p.poll() is not None:
                 break
             time.sleep(0.05)
         time.sleep(0.3)
-        subprocess.run([built("bin", "ncclwatch"), "dump", dumps, "--wait", "10"],
-                       capture_output=True, text=True, timeout=60)
+        if not preload:
+            return
+        with subprocess.Popen([built("bin", "ncclwatch"), "dump", dumps, "--wait", "10"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as asked:
+            while asked.poll() is None and p.poll() is None:
+                time.sleep(0.05)
+            if asked.poll() is None:
+                asked.kill()
     return after
 
 
@@ -186,7 +194,7 @@ def app_with_dump(program, scenario, preload, env=None):
     dumps = os.path.join(cwd, "dumps")
     j = job(1, [scenario], env={"NCCLWATCH_TIMEOUT": "600", "NCCLWATCH_DIR": dumps,
                                 "E2E_READY_FILE": os.path.join(cwd, "ready"), **(env or {})}, timeout=30,
-            preload=preload, program=program, cwd=cwd, after_start=ready_then_dump(cwd, dumps))
+            preload=preload, program=program, cwd=cwd, after_start=ready_then_dump(cwd, dumps, preload))
     j.dir = dumps
     return j, [l for l in j.err.splitlines() if l.startswith("simlaunch: rank 0 ")]
 
@@ -303,7 +311,8 @@ def shared_dir_other_users_cannot_jam():
     env = {"NCCLWATCH_TIMEOUT": "2", "NCCLWATCH_BLACKBOX_DIR": shared, "NCCLWATCH_RELAY_DIR": shared}
 
     j = job(2, ["--iters", "200", "--busy-rank", "1", "--busy-at", "20", "--busy-ms", "-1"], env=env, timeout=15,
-            after_start=lambda p: kill_after_stall(p, 1))
+            after_start=lambda p: kill_after_stall(p, 1),
+            until=lambda d: all_of(dumped(d, [0]), dumped(d, [1], ["postmortem"])))
     check("postmortem" in j.reasons(1), f"rank 1's postmortem despite the squatter: {j.reasons(1)}\n{j.err[-1500:]}")
     mine = os.path.join(shared, f"ncclwatch-{uid}")
     st = os.lstat(mine)

@@ -12,7 +12,7 @@ import time
 
 from e2e_common import (analyze, analyze_dir, built, case, first_verdict, host_dirs, job, kill_after_stall, rank_pid,
                         ring_entries)
-from ncclwatch_testing import (check, wait_for, wait_for_ranks)
+from ncclwatch_testing import (all_of, check, dumped, wait_for, wait_for_ranks)
 
 
 def files_in(path):
@@ -149,7 +149,8 @@ def last_words_sigkill_outside_nccl():
     # Rank 2 stops outside NCCL after #20 (a save); the others stall in #21 and dump; then it is
     # SIGKILLed. Its postmortem says it was outside NCCL after #20, not that it left no dump.
     j = job(4, ["--iters", "200", "--busy-rank", "2", "--busy-at", "20", "--busy-ms", "-1"],
-            env={"NCCLWATCH_TIMEOUT": "2"}, timeout=15, after_start=lambda p: kill_after_stall(p, 2))
+            env={"NCCLWATCH_TIMEOUT": "2"}, timeout=15, after_start=lambda p: kill_after_stall(p, 2),
+            until=lambda d: all_of(dumped(d, [0, 1, 3], ["stall"]), dumped(d, [2], ["postmortem"])))
     v, where, text = postmortem_where(j, 2)
     check(v["seq"] == 21, f"the others wait in #21: #{v['seq']}")
     check("last seen outside NCCL" in where["where"] and "#20" in where["where"], f"where: {where['where']}")
@@ -168,6 +169,7 @@ def last_words_default_and_relative_dir():
             time.sleep(1.0)  # rank 1 is past its busy point, before any dump
             os.kill(pid, signal.SIGKILL)
             wait_for(lambda: glob.glob(pattern), f"rank 1's postmortem dump in {pattern}")
+            p.send_signal(signal.SIGUSR1)  # what the case waits for is written: the time limit, now
         j = job(2, ["--iters", "200", "--busy-rank", "1", "--busy-at", "5", "--busy-ms", "-1"],
                 env={"NCCLWATCH_TIMEOUT": "600", "NCCLWATCH_DIR": setting}, timeout=15, after_start=kill_busy)
         found = glob.glob(os.path.join(j.tmp, setting or "ncclwatch-*", "rank00001-*-postmortem.json"))

@@ -21,7 +21,7 @@ def limits_app(args, preload, env=None, program="e2e_limits_app", dump=False):
     j = job(1, list(args), env={"NCCLWATCH_TIMEOUT": "600", "NCCLWATCH_DIR": dumps,
                                 "E2E_READY_FILE": os.path.join(cwd, "ready"), **(env or {})},
             timeout=60, preload=preload, program=program, cwd=cwd,
-            after_start=ready_then_dump(cwd, dumps) if dump else None)
+            after_start=ready_then_dump(cwd, dumps, preload) if dump else None)
     j.dir = dumps
     return j, [l for l in j.err.splitlines() if l.startswith("simlaunch: rank 0 ")]
 

@@ -8,7 +8,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from ncclwatch_testing import (Failure, catches, check, child_pids, read_text, temp_dir, wait_for, wait_for_ranks)
+from ncclwatch_testing import (Failure, catches, check, child_pids, end_time_limit_when, launcher_of, read_text, temp_dir,
+                               wait_for, wait_for_ranks)
 
 BUILD = None  # the build directory under test; run_e2e.py sets it
 CASES = {}
@@ -70,9 +71,11 @@ class Job:
 
 
 def job(n, args, env=None, timeout=30, preload=True, program="sim_workload", cwd=None, after_start=None,
-        launcher_args=()):
+        launcher_args=(), until=None):
     """Runs the job under simlaunch; after_start(launcher) runs while it does. Its output goes to
-    files (no pipe to fill while after_start waits)."""
+    files (no pipe to fill while after_start waits). until(dumps): a condition on the dump
+    directory (dumped(...)) after which the time limit ends at once, as it would end the job
+    (a hung job waits it out otherwise)."""
     tmp = temp_dir("ncclwatch-e2e-")
     e = dict(os.environ)
     e.pop("LD_PRELOAD", None)
@@ -92,6 +95,8 @@ def job(n, args, env=None, timeout=30, preload=True, program="sim_workload", cwd
     out_path, err_path = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
     with open(out_path, "w") as out, open(err_path, "w") as err:
         p = subprocess.Popen(cmd, env=e, cwd=cwd or tmp, stdout=out, stderr=err)
+    if until:
+        end_time_limit_when(launcher_of(p), until(e["NCCLWATCH_DIR"]))
     try:
         if after_start:
             after_start(p)
@@ -101,6 +106,31 @@ def job(n, args, env=None, timeout=30, preload=True, program="sim_workload", cwd
             p.kill()
             p.wait()
     return Job(p.returncode, read_text(out_path), read_text(err_path), tmp)
+
+
+def run_ended_when(cmd, env, cwd, ready, timeout=180):
+    """subprocess.run(cmd, capture_output=True, text=True) for `ncclwatch run ... -- simlaunch ...`
+    (its output in files of `cwd`), whose launcher's time limit ends at once (SIGUSR1: as the
+    limit would end the job) when ready(stdout so far, stderr so far) holds."""
+    n = 0
+    while os.path.exists(os.path.join(cwd, f"run{n}.out")):
+        n += 1
+    out, err = os.path.join(cwd, f"run{n}.out"), os.path.join(cwd, f"run{n}.err")
+    with open(out, "w") as o, open(err, "w") as e:
+        p = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=o, stderr=e)
+
+    def launcher():
+        if p.poll() is not None:
+            return None
+        return next((c for c in child_pids(p.pid) if read_text(f"/proc/{c}/comm").strip() == "simlaunch"), 0)
+    end_time_limit_when(launcher, lambda: ready(read_text(out), read_text(err)))
+    try:
+        p.wait(timeout=timeout)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return subprocess.CompletedProcess(cmd, p.returncode, read_text(out), read_text(err))
 
 
 def ring_entries(d):

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from ncclwatch_testing import temp_dir  # noqa: E402
+from ncclwatch_testing import end_time_limit_when, launcher_of, temp_dir  # noqa: E402
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sim_job.py")
 
@@ -17,20 +17,29 @@ def marker_line(marker):
         return next(i for i, l in enumerate(f, 1) if marker in l)
 
 
-def run_sim_job(build, n, timeout, **env):
+def run_sim_job(build, n, timeout, until=None, **env):
     """Runs sim_job.py as `n` ranks under simlaunch (which gives up after `timeout` s), a stall
     deadline of 2 s and peers polled every 200 ms unless `env` says otherwise; `env` adds the
-    job's own settings. Returns (the launcher's completed process, the dump directory, the black
-    box directory)."""
+    job's own settings. `until(dumps)`: a condition (ncclwatch_testing.dumped) after which the
+    job's time limit ends at once, as the limit would end it (the hung jobs wait it out
+    otherwise). Returns (the launcher's completed process, the dump directory, the black box
+    directory)."""
     tmp = temp_dir("ncclwatch-py-")
     boxes, dumps = os.path.join(tmp, "boxes"), os.path.join(tmp, "dumps")
     os.makedirs(boxes)
     job_env = dict(os.environ, LD_PRELOAD=os.path.join(build, "lib", "libncclwatch.so"), NCCLWATCH_DIR=dumps,
                    NCCLWATCH_TIMEOUT="2", NCCLWATCH_PEER_POLL_MS="200", NCCLWATCH_BLACKBOX_DIR=boxes)
     job_env.update(env)
-    p = subprocess.run([os.path.join(build, "bin", "simlaunch"), "-n", str(n), "--timeout", str(timeout), "--",
-                        sys.executable, SCRIPT], env=job_env, capture_output=True, text=True, timeout=timeout + 80)
-    return p, dumps, boxes
+    cmd = [os.path.join(build, "bin", "simlaunch"), "-n", str(n), "--timeout", str(timeout), "--", sys.executable, SCRIPT]
+    with subprocess.Popen(cmd, env=job_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as launcher:
+        if until:
+            end_time_limit_when(launcher_of(launcher), until(dumps))
+        try:
+            out, err = launcher.communicate(timeout=timeout + 80)
+        except subprocess.TimeoutExpired:
+            launcher.kill()
+            raise
+    return subprocess.CompletedProcess(cmd, launcher.returncode, out, err), dumps, boxes
 
 
 def analyze_json(build, dumps, boxes):

@@ -15,14 +15,14 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from ncclwatch_testing import Checks  # noqa: E402
+from ncclwatch_testing import Checks, dumped  # noqa: E402
 from python_jobs import SCRIPT as script, marker_line, run_sim_job  # noqa: E402
 
 build = os.path.abspath(sys.argv[1])
 driver_line = marker_line("DRIVER-LINE")
 check = Checks(verbose=True)
 
-p, dumps, boxes = run_sim_job(build, 2, 10, BUSY_RANK="0", BUSY_STEP="5",
+p, dumps, boxes = run_sim_job(build, 2, 10, BUSY_RANK="0", BUSY_STEP="5", until=lambda d: dumped(d, [0, 1]),
                               NATIVE_ISSUER=os.path.join(build, "lib", "libsim_native_issuer.so"))
 files = sorted(glob.glob(os.path.join(dumps, "rank*.json")))
 check(len(files) >= 2, f"both ranks dumped ({files}); launcher:\n{p.stderr[-2000:]}")

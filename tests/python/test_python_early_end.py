@@ -15,7 +15,7 @@ import re
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from ncclwatch_testing import Checks  # noqa: E402
+from ncclwatch_testing import Checks, dumped  # noqa: E402
 from python_jobs import analyze_json, marker_line, run_sim_job  # noqa: E402
 
 build = os.path.abspath(sys.argv[1])
@@ -39,7 +39,9 @@ for api in ("pydll", "cdll"):
             done = max((c.get("last_completed", 0) for c in d["summary"].get("comms", [])), default=0)
             return d["summary"].get("states_as_of_mono_ns", 0) > 0 and (steps == 1 or done > 1)
         for attempt in range(3):
+            # Ended once rank 0 has dumped its stall (as its time limit would end it).
             p, dumps, boxes = run_sim_job(build, 2, 8, BUSY_RANK="-1", NCCL_API=api, DIE_RANK="1",
+                                          until=lambda d: dumped(d, [0]),
                                           DIE_STEP=str(steps), DIE_NOW="1", DIE_SIGNAL=how)
             boxed = [json.load(open(f)) for f in glob.glob(os.path.join(dumps, "rank00001-*-postmortem.json"))]
             if all(settled(d) for d in boxed):

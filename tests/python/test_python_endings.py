@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from ncclwatch_testing import Checks  # noqa: E402
+from ncclwatch_testing import Checks, all_of, dumped  # noqa: E402
 from python_jobs import SCRIPT as script, marker_line, run_sim_job  # noqa: E402
 
 build = os.path.abspath(sys.argv[1])
@@ -25,7 +25,9 @@ check = Checks(verbose=True)
 
 
 def run_job(extra_env, timeout=12):
+    # Ended once rank 1's exit record and the others' stall dumps are written.
     p, dumps, boxes = run_sim_job(build, 3, timeout, NCCLWATCH_TIMEOUT="3", BUSY_RANK="-1", END_RANK="1", END_STEP="5",
+                                  until=lambda d: all_of(dumped(d, [1], ["exit"]), dumped(d, [0, 2], ["stall"])),
                                   **extra_env)
     texts = {}
     for fmt in ("--json", "--no-color"):

@@ -14,15 +14,19 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from ncclwatch_testing import Checks  # noqa: E402
+from ncclwatch_testing import Checks, all_of, dumped  # noqa: E402
 from python_jobs import run_sim_job  # noqa: E402
 
 build = os.path.abspath(sys.argv[1])
 check = Checks(verbose=True)
 
 for ending, how in (("abort", "SIGABRT"), ("exit", "exit status 6")):
+    # Ended once ranks 1-3 have ended (their last dump: the SIGABRT's or the exit record) and
+    # rank 0 has answered the request their aborts wrote.
     p, dumps, boxes = run_sim_job(build, 4, 25, BUSY_RANK="0", BUSY_STEP="5", WATCHDOG_S="5",
-                                  WATCHDOG_ENDING=ending, NCCL_API="cdll")
+                                  WATCHDOG_ENDING=ending, NCCL_API="cdll",
+                                  until=lambda d: all_of(dumped(d, [1, 2, 3], ["fatal_signal", "exit"]),
+                                                         dumped(d, [0], ["peer_request"])))
     reasons = {}
     for f in sorted(glob.glob(os.path.join(dumps, "rank*.json"))):
         d = json.load(open(f))

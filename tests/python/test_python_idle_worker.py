@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from ncclwatch_testing import Checks  # noqa: E402
+from ncclwatch_testing import Checks, dumped  # noqa: E402
 from python_jobs import marker_line, run_sim_job  # noqa: E402
 
 build = os.path.abspath(sys.argv[1])
@@ -38,7 +38,7 @@ def innermost_python(thread):
 
 
 # The worker: idle between steps, the main thread busy.
-p, dumps, _ = run_sim_job(build, 2, 12, BUSY_RANK="0", BUSY_STEP="5", WORKER="1",
+p, dumps, _ = run_sim_job(build, 2, 12, BUSY_RANK="0", BUSY_STEP="5", WORKER="1", until=lambda d: dumped(d, [0, 1]),
                           NATIVE_ISSUER=os.path.join(build, "lib", "libsim_native_issuer.so"))
 v, threads = culprit(dumps)
 check(v.get("culprit_ranks") == [0], f"rank 0 is the culprit ({v.get('cause')} {v.get('culprit_ranks')}); "
@@ -59,7 +59,7 @@ check(at_now >= 0 and "the main thread" in lines[at_now] and f"save_checkpoint (
       f"the report's 'now' is the main thread in save_checkpoint:\n{text[-2500:]}")
 
 # No worker: the thread that issued the last call is the busy one, and stays first.
-p, dumps, _ = run_sim_job(build, 2, 12, BUSY_RANK="0", BUSY_STEP="5")
+p, dumps, _ = run_sim_job(build, 2, 12, BUSY_RANK="0", BUSY_STEP="5", until=lambda d: dumped(d, [0, 1]))
 v, threads = culprit(dumps)
 now = threads[0] if threads else {}
 check(v.get("culprit_ranks") == [0] and now.get("role") == "issued_last_call" and

@@ -14,7 +14,7 @@ import re
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from ncclwatch_testing import Checks  # noqa: E402
+from ncclwatch_testing import Checks, all_of, dumped  # noqa: E402
 from python_jobs import analyze_json, marker_line, run_sim_job  # noqa: E402
 
 build = os.path.abspath(sys.argv[1])
@@ -22,8 +22,10 @@ call_line = marker_line("CALL-LINE")
 check = Checks(verbose=True)
 
 
-def run_job(extra_env, timeout=10):
-    p, dumps, boxes = run_sim_job(build, 2, timeout, BUSY_RANK="-1", NCCL_API="cdll", **extra_env)
+def run_job(extra_env, rank1_dumps, timeout=10):
+    # Ended once rank 0 has its stall dump and rank 1 its `rank1_dumps` one.
+    p, dumps, boxes = run_sim_job(build, 2, timeout, BUSY_RANK="-1", NCCL_API="cdll",
+                                  until=lambda d: all_of(dumped(d, [0]), dumped(d, [1], [rank1_dumps])), **extra_env)
     report = analyze_json(build, dumps, boxes)
     reasons = {}
     for f in sorted(glob.glob(os.path.join(dumps, "rank*.json"))):
@@ -38,7 +40,7 @@ def python_top(stack):
 
 
 # A rank SIGKILLed between two steps: its postmortem dump, its last call site's Python line.
-report, reasons, err, boxes = run_job({"DIE_RANK": "1", "DIE_STEP": "5"})
+report, reasons, err, boxes = run_job({"DIE_RANK": "1", "DIE_STEP": "5"}, "postmortem")
 check("postmortem" in reasons.get(1, []), f"SIGKILL: the dead rank has a postmortem dump ({reasons}); launcher:\n{err[-2000:]}")
 v = report["verdicts"][0] if report["verdicts"] else {}
 check(v.get("cause") == "rank_dead" and v.get("culprit_ranks") == [1], f"SIGKILL: rank 1 is dead ({v.get('cause')} "
@@ -58,7 +60,7 @@ check(not [f for f in os.listdir(boxes) if "ncclwatch-box-" in f], f"SIGKILL: no
 UNQUALIFIED = re.compile(r"its GPU (has not finished|has not reached|is inside) ")
 for steps in (1, 10):
     what = f"killed after step {steps}"
-    tmp_report, reasons, err, boxes = run_job({"DIE_RANK": "1", "DIE_STEP": str(steps), "DIE_NOW": "1"})
+    tmp_report, reasons, err, boxes = run_job({"DIE_RANK": "1", "DIE_STEP": str(steps), "DIE_NOW": "1"}, "postmortem")
     dumps = [json.load(open(f)) for f in glob.glob(os.path.join(os.path.dirname(boxes), "dumps", "rank00001-*-postmortem.json"))]
     check(len(dumps) == 1, f"{what}: one postmortem dump ({reasons}); launcher:\n{err[-2000:]}")
     if not dumps:
@@ -89,7 +91,7 @@ for steps in (1, 10):
           f"{what}: rank 1 dead, nothing said as fact that its box cannot know ({v.get('cause')}: {where})")
 
 # multiprocessing's fork context: rank 1's child leaves early through os._exit.
-report, reasons, err, boxes = run_job({"FORK": "1", "EXIT_RANK": "1", "EXIT_STEP": "5"})
+report, reasons, err, boxes = run_job({"FORK": "1", "EXIT_RANK": "1", "EXIT_STEP": "5"}, "exit")
 check(reasons.get(1) == ["exit"], f"os._exit: rank 1 wrote its exit record ({reasons}); launcher:\n{err[-2000:]}")
 v = report["verdicts"][0] if report["verdicts"] else {}
 check(v.get("cause") == "rank_exited" and v.get("culprit_ranks") == [1] and v.get("seq") == 6,

@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from ncclwatch_testing import Checks, temp_dir  # noqa: E402
+from ncclwatch_testing import Checks, dumped, end_time_limit_when, launcher_of, temp_dir  # noqa: E402
 
 build = os.path.abspath(sys.argv[1])
 here = os.path.dirname(os.path.abspath(__file__))
@@ -32,8 +32,12 @@ def run_job(name, extra_env):
     tmp = temp_dir("ncclwatch-py-")
     env = dict(os.environ, LD_PRELOAD=os.path.join(build, "lib", "libncclwatch.so"), NCCLWATCH_DIR=tmp,
                NCCLWATCH_TIMEOUT="3", NCCLWATCH_PEER_POLL_MS="200", BUSY_RANK="1", BUSY_STEP="5", **extra_env)
-    p = subprocess.run([os.path.join(build, "bin", "simlaunch"), "-n", "2", "--timeout", "10", "--",
-                        sys.executable, script], env=env, capture_output=True, text=True)
+    # Ended once both ranks dumped, as its time limit would end it.
+    with subprocess.Popen([os.path.join(build, "bin", "simlaunch"), "-n", "2", "--timeout", "10", "--", sys.executable,
+                           script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as launcher:
+        end_time_limit_when(launcher_of(launcher), dumped(tmp, [0, 1]))
+        out, err = launcher.communicate(timeout=90)
+    p = subprocess.CompletedProcess(launcher.args, launcher.returncode, out, err)
     dumps = {}
     for f in sorted(glob.glob(os.path.join(tmp, "rank*.json"))):
         d = json.load(open(f))

@@ -8,10 +8,13 @@ run under every pyenv CPython from 3.9 on).
 """
 import atexit
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 SKIP = 77  # ctest's SKIP_RETURN_CODE
@@ -177,3 +180,55 @@ def wait_for_ranks(launcher, n, ready=lambda pid: True, what="", timeout=DEADLIN
             raise Failure(f"the job ended (exit {launcher.returncode}) while waiting for {what or 'its ranks'}")
         return len(pids) == n and all(ready(p) for p in pids) and pids
     return wait_for(all_ready, f"{n} ranks {what}".strip(), timeout)
+
+
+# ---- ending a job once a test has what it waits for ------------------------------------------
+def dumped(directory, ranks, reasons=None):
+    """A condition: each of `ranks` has a dump in `directory` (one whose reason is in `reasons`,
+    when given). Dumps appear whole (written aside, then renamed)."""
+    want = set(ranks)
+
+    def ready():
+        have = set()
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            return False
+        for name in names:
+            m = re.match(r"rank(\d+)-.*-([a-z_]+)\.json$", name)
+            if m and (reasons is None or m.group(2) in reasons):
+                have.add(int(m.group(1)))
+        return want <= have
+    return ready
+
+
+def all_of(*conditions):
+    return lambda: all(c() for c in conditions)
+
+
+def end_time_limit_when(launcher_pid, ready, margin_s=1.0):
+    """Watches (a thread) until ready() holds, then, `margin_s` later, sends SIGUSR1 to simlaunch
+    (`launcher_pid()`: its pid, 0 while not known yet, None once the job ended), which ends its
+    time limit now: SIGTERM to every rank, SIGKILL 5 s later, exit 124, as at its --timeout. A hung job that
+    has written what the test waits for ends as its time limit would end it, without waiting the
+    limit out; when ready() never holds, the limit ends it as before."""
+    def watch():
+        while launcher_pid() is not None:
+            if ready():
+                time.sleep(margin_s)
+                pid = launcher_pid()
+                if pid:
+                    try:
+                        os.kill(pid, signal.SIGUSR1)
+                    except ProcessLookupError:
+                        pass
+                return
+            time.sleep(0.1)
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    return t
+
+
+def launcher_of(popen):
+    """For end_time_limit_when: the pid of a simlaunch started with Popen while it runs."""
+    return lambda: popen.pid if popen.poll() is None else None

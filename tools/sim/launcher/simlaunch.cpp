@@ -42,9 +42,12 @@ const char kUsage[] =
     "  --hosts H         spread the ranks over H simulated hosts, in blocks of N/H (rounded up):\n"
     "                    NCCLWATCH_HOST=simhost<k>, LOCAL_RANK and LOCAL_WORLD_SIZE per host\n"
     "\n"
-    "SIGINT and SIGTERM are forwarded to every rank. One line per rank that exited non-zero or\n"
-    "was killed. Exit status: 0 if every rank exited 0; 124 on --timeout; else, for the first\n"
-    "rank that failed, 128+signal if it was killed by a signal, or 1 if it exited non-zero.\n";
+    "SIGINT and SIGTERM are forwarded to every rank. SIGUSR1 is the time limit now: SIGTERM,\n"
+    "SIGKILL 5 s later and exit 124, as at --timeout (a test that has seen what it waited for ends\n"
+    "the job as its time limit would, without waiting it out). One line per rank that exited\n"
+    "non-zero or was killed. Exit status: 0 if every rank exited 0; 124 on --timeout (or SIGUSR1);\n"
+    "else, for the first rank that failed, 128+signal if it was killed by a signal, or 1 if it\n"
+    "exited non-zero.\n";
 
 struct Rank {
   pid_t pid = -1;
@@ -163,6 +166,7 @@ int main(int argc, char** argv) {
   sigaddset(&handled, SIGCHLD);
   sigaddset(&handled, SIGINT);
   sigaddset(&handled, SIGTERM);
+  sigaddset(&handled, SIGUSR1);
   sigprocmask(SIG_BLOCK, &handled, &original);
 
   const pid_t launcher = getpid();
@@ -214,8 +218,9 @@ int main(int argc, char** argv) {
 
   int running = static_cast<int>(std::count_if(ranks.begin(), ranks.end(), [](const Rank& k) { return k.running; }));
   int first_failure = -1;  // rank index, in the order failures were reaped
-  bool timed_out = false;
-  const double deadline = timeout > 0 ? Now() + timeout : 0;
+  bool timed_out = false, ended_early = false;
+  const double started = Now();
+  double deadline = timeout > 0 ? started + timeout : 0;
   double kill_at = 0;  // after the grace period: SIGKILL
   auto signal_all = [&](int sig) {
     for (const Rank& k : ranks)
@@ -244,7 +249,11 @@ int main(int argc, char** argv) {
           std::string list;
           for (int r = 0; r < n; ++r)
             if (ranks[r].running) list += " " + std::to_string(r);
-          fprintf(stderr, "simlaunch: timeout after %g s; still running: ranks%s\n", timeout, list.c_str());
+          if (ended_early)
+            fprintf(stderr, "simlaunch: time limit ended by SIGUSR1 after %.1f s; still running: ranks%s\n",
+                    now - started, list.c_str());
+          else
+            fprintf(stderr, "simlaunch: timeout after %g s; still running: ranks%s\n", timeout, list.c_str());
         }
         signal_all(SIGTERM);
         kill_at = now + kGraceSeconds;
@@ -265,6 +274,10 @@ int main(int argc, char** argv) {
     ts.tv_nsec = static_cast<long>((std::min(wake, 3600.0) - static_cast<double>(ts.tv_sec)) * 1e9);
     int sig = sigtimedwait(&handled, nullptr, &ts);
     if (sig == SIGINT || sig == SIGTERM) signal_all(sig);
+    if (sig == SIGUSR1 && !timed_out) {  // the time limit, now
+      deadline = Now();
+      ended_early = true;
+    }
   }
 
   for (int r = 0; r < n; ++r) {
