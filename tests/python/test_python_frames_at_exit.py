@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from ncclwatch_testing import Checks  # noqa: E402
+from ncclwatch_testing import Checks, all_of, dumped  # noqa: E402
 from python_jobs import SCRIPT as script, marker_line, run_sim_job  # noqa: E402
 
 build = os.path.abspath(sys.argv[1])
@@ -23,7 +23,8 @@ driver_line = marker_line("DRIVER-LINE")
 check = Checks(verbose=True)
 
 p, dumps, boxes = run_sim_job(build, 2, 40, NATIVE_ISSUER=os.path.join(build, "lib", "libsim_native_issuer.so"),
-                              GIL_HOG_RANK="1", GIL_HOG_S="2", EXIT_RANK="1", EXIT_STEP="8", BUSY_RANK="-1")
+                              GIL_HOG_RANK="1", GIL_HOG_S="2", EXIT_RANK="1", EXIT_STEP="8", BUSY_RANK="-1",
+                              until=lambda d: all_of(dumped(d, [1], ["exit"]), dumped(d, [0], ["stall"])))
 exits = sorted(glob.glob(os.path.join(dumps, "rank00001-*-exit.json")))
 check(exits, f"rank 1 wrote its exit record ({os.listdir(dumps) if os.path.isdir(dumps) else 'no dumps'}); "
              f"launcher:\n{p.stderr[-2000:]}")
