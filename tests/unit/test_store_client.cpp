@@ -102,7 +102,7 @@ TEST_CASE("store: addresses") {
     CHECK_FALSE(ParseAddress(bad, &host, &port));
 }
 
-TEST_CASE("store: GET asks CHECK first; a missing key sends no GET") {
+TEST_CASE("store: GET asks CHECK first and a missing key sends no GET") {
   Pair p;
   std::thread server([&] {
     CHECK(p.Read(1 + 8 + 8 + 4) == Bytes({0x05}) + Le64(1) + Le64(4) + "/key");
@@ -231,7 +231,7 @@ TEST_CASE("store: nothing listening, or a server that is not a TCPStore: Connect
   CHECK_FALSE(c.Connect("no-such-host.invalid", 1, 1000, &why));
 }
 
-TEST_CASE("store: a published dump reads back; anything else is refused") {
+TEST_CASE("store: a published dump reads back and anything else is refused") {
   std::string text(50000, 'x');
   for (size_t i = 0; i < text.size(); i += 7) text[i] = static_cast<char>('a' + i % 26);
   std::string value, back, why;
