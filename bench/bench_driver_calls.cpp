@@ -28,6 +28,7 @@
 
 #include "ncclwatch/cuda_abi.h"
 #include "ncclwatch/nccl_abi.h"
+#include "driver_call_log.h"
 
 namespace {
 
@@ -45,27 +46,6 @@ struct Nccl {
   GroupFn group_start;
   GroupFn group_end;
 };
-
-FILE* g_out = nullptr;  // the real stderr: fd 2 goes to the driver-call log
-
-// Driver calls logged since the last call, by function name, with "others:" before the name
-// of a call made by another thread than `tid` (the watchdog's).
-std::map<std::string, long> Drain(FILE* log, long tid) {
-  std::map<std::string, long> calls;
-  std::fflush(stderr);
-  char line[256];
-  std::clearerr(log);
-  while (std::fgets(line, sizeof line, log)) {
-    const char* p = std::strstr(line, "[sim-cuda] ");
-    if (!p) continue;
-    p += std::strlen("[sim-cuda] ");
-    const char* end = std::strchr(p, ' ');
-    const char* t = std::strstr(p, " tid ");
-    const bool mine = t && std::atol(t + 5) == tid;
-    calls[(mine ? "" : "others:") + std::string(p, end ? static_cast<size_t>(end - p) : std::strlen(p))]++;
-  }
-  return calls;
-}
 
 // `ops` operations (alone, or in groups of `group`) in synchronized batches, then time for the
 // watchdog (polling every 10 ms) to follow them all. With two streams, consecutive launches
@@ -93,21 +73,8 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--max-plain") == 0) max_plain = std::atof(argv[i + 1]);
     if (std::strcmp(argv[i], "--max-group8") == 0) max_group = std::atof(argv[i + 1]);
   }
-  char dir[] = "/tmp/ncclwatch-driver-calls-XXXXXX";
-  if (!mkdtemp(dir)) return 2;
-  setvbuf(stdout, nullptr, _IOLBF, 0);
-  setenv("NCCLWATCH_SIM_CUDA_LOG", "1", 1);
-  setenv("NCCLWATCH_DIR", dir, 1);
-  setenv("NCCLWATCH_POLL_MS", "10", 0);
-  setenv("NCCLWATCH_BLACKBOX_DIR", "none", 0);
-  setenv("NCCLWATCH_RELAY_DIR", "none", 0);
-  setenv("NCCLWATCH_EXIT_RECORD", "0", 0);
-  const std::string log_path = std::string(dir) + "/driver.log";
-  g_out = fdopen(dup(2), "w");
-  int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  FILE* log = std::fopen(log_path.c_str(), "r");
-  if (!g_out || fd < 0 || !log || dup2(fd, 2) < 0) return 2;
-  close(fd);
+  bench::DriverCallLog log;
+  if (!log.Open("driver-calls")) return 2;
 
   cuInit(0);
   CUcontext ctx;
@@ -119,7 +86,7 @@ int main(int argc, char** argv) {
   cuMemAlloc(&buf, 64);
   void* lib = dlopen(NCCLWATCH_PRELOAD_PATH, RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
-    std::fprintf(g_out, "bench_driver_calls: cannot load %s\n", NCCLWATCH_PRELOAD_PATH);
+    std::fprintf(log.out(), "bench_driver_calls: cannot load %s\n", NCCLWATCH_PRELOAD_PATH);
     return 2;
   }
   const Nccl direct{&ncclAllReduce, &ncclGroupStart, &ncclGroupEnd};
@@ -131,7 +98,7 @@ int main(int argc, char** argv) {
   ncclUniqueId id;
   ncclComm_t comm;
   if (!wrapped.all_reduce || !get_id || !init || get_id(&id) != ncclSuccess || init(&comm, 1, id, 0) != ncclSuccess) {
-    std::fprintf(g_out, "bench_driver_calls: simulator setup failed\n");
+    std::fprintf(log.out(), "bench_driver_calls: simulator setup failed\n");
     return 2;
   }
   bool over = false;
@@ -148,23 +115,14 @@ int main(int argc, char** argv) {
   for (const Variant& v : variants) {
     const int group = v.group;
     Run(wrapped, comm, streams, v.nstreams, buf, group);  // warm-up: marker pools, call sites, the watchdog's pace
-    Drain(log, tid);
+    log.Drain(tid);
     Run(direct, comm, streams, v.nstreams, buf, group);
-    auto base = Drain(log, tid);
+    auto base = log.Drain(tid);
     Run(wrapped, comm, streams, v.nstreams, buf, group);
-    auto with = Drain(log, tid);
-    double mine = 0, others = 0;
-    std::string detail;
-    for (auto& [name, count] : with) {
-      const double added = static_cast<double>(count - base[name]) / ops;
-      (name.compare(0, 7, "others:") == 0 ? others : mine) += added;
-      if (added > 0.005 || added < -0.005) {
-        char part[96];
-        std::snprintf(part, sizeof part, "%s %.2f, ", name.c_str(), added);
-        detail += part;
-      }
-    }
-    if (detail.size() > 2) detail.resize(detail.size() - 2);
+    auto with = log.Drain(tid);
+    const bench::AddedCalls calls = bench::Added(with, base, ops);
+    double mine = calls.mine;
+    const double others = calls.others;
     // A marker pool that grows (the watchdog gave markers back later than in the warm-up, as on
     // a loaded machine) creates an event pair in the stream's context: one context lookup and
     // two creations per marker. Not steady state: counted apart.
@@ -173,7 +131,7 @@ int main(int argc, char** argv) {
     mine -= growth;
     std::printf("driver calls added per operation, %-13s %.2f on the calling thread, %.2f on others, %.2f growing "
                 "the marker pool (%s)\n",
-                v.name, mine, others, growth, detail.c_str());
+                v.name, mine, others, growth, calls.detail.c_str());
     const double bound = v.bound;
     if (bound >= 0 && mine > bound) {
       std::printf("  above the bound of %.2f: the path every operation takes makes more driver calls\n", bound);
@@ -186,7 +144,5 @@ int main(int argc, char** argv) {
       over = true;
     }
   }
-  unlink(log_path.c_str());
-  rmdir(dir);
   return over ? 1 : 0;
 }

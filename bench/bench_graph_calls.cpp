@@ -23,6 +23,7 @@
 
 #include "ncclwatch/cuda_abi.h"
 #include "ncclwatch/nccl_abi.h"
+#include "driver_call_log.h"
 
 namespace {
 
@@ -30,47 +31,6 @@ constexpr int kReplays = 200;
 
 using AllReduceFn = ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
                                      cudaStream_t);
-
-FILE* g_out = nullptr;
-
-// Driver calls logged since the last call, by name; "others:" before a call of another thread.
-std::map<std::string, long> Drain(FILE* log, long tid) {
-  std::map<std::string, long> calls;
-  std::fflush(stderr);
-  char line[256];
-  std::clearerr(log);
-  while (std::fgets(line, sizeof line, log)) {
-    const char* p = std::strstr(line, "[sim-cuda] ");
-    if (!p) continue;
-    p += std::strlen("[sim-cuda] ");
-    const char* end = std::strchr(p, ' ');
-    const char* t = std::strstr(p, " tid ");
-    const bool mine = t && std::atol(t + 5) == tid;
-    calls[(mine ? "" : "others:") + std::string(p, end ? static_cast<size_t>(end - p) : std::strlen(p))]++;
-  }
-  return calls;
-}
-
-struct Counts {
-  double mine = 0, others = 0;
-  std::string detail;
-};
-
-Counts Added(std::map<std::string, long> with, std::map<std::string, long> base, double per) {
-  Counts c;
-  for (auto& [name, count] : with) base[name] += 0;
-  for (auto& [name, count] : base) {
-    const double added = static_cast<double>(with[name] - count) / per;
-    (name.compare(0, 7, "others:") == 0 ? c.others : c.mine) += added;
-    if (added > 0.005 || added < -0.005) {
-      char part[96];
-      std::snprintf(part, sizeof part, "%s %+.2f, ", name.c_str(), added);
-      c.detail += part;
-    }
-  }
-  if (c.detail.size() > 2) c.detail.resize(c.detail.size() - 2);
-  return c;
-}
 
 CUgraphExec Capture(AllReduceFn all_reduce, ncclComm_t comm, CUstream s, CUdeviceptr buf) {
   CUgraph graph = nullptr;
@@ -97,21 +57,8 @@ int main(int argc, char** argv) {
   double max_replay = -1;
   for (int i = 1; i + 1 < argc; i += 2)
     if (std::strcmp(argv[i], "--max-replay") == 0) max_replay = std::atof(argv[i + 1]);
-  char dir[] = "/tmp/ncclwatch-graph-calls-XXXXXX";
-  if (!mkdtemp(dir)) return 2;
-  setvbuf(stdout, nullptr, _IOLBF, 0);
-  setenv("NCCLWATCH_SIM_CUDA_LOG", "1", 1);
-  setenv("NCCLWATCH_DIR", dir, 1);
-  setenv("NCCLWATCH_POLL_MS", "10", 0);
-  setenv("NCCLWATCH_BLACKBOX_DIR", "none", 0);
-  setenv("NCCLWATCH_RELAY_DIR", "none", 0);
-  setenv("NCCLWATCH_EXIT_RECORD", "0", 0);
-  const std::string log_path = std::string(dir) + "/driver.log";
-  g_out = fdopen(dup(2), "w");
-  int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  FILE* log = std::fopen(log_path.c_str(), "r");
-  if (!g_out || fd < 0 || !log || dup2(fd, 2) < 0) return 2;
-  close(fd);
+  bench::DriverCallLog log;
+  if (!log.Open("graph-calls")) return 2;
 
   cuInit(0);
   CUcontext ctx;
@@ -123,7 +70,7 @@ int main(int argc, char** argv) {
   cuMemAlloc(&buf, 64);
   void* lib = dlopen(NCCLWATCH_PRELOAD_PATH, RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
-    std::fprintf(g_out, "bench_graph_calls: cannot load %s\n", NCCLWATCH_PRELOAD_PATH);
+    std::fprintf(log.out(), "bench_graph_calls: cannot load %s\n", NCCLWATCH_PRELOAD_PATH);
     return 2;
   }
   auto wrapped = reinterpret_cast<AllReduceFn>(dlsym(lib, "ncclAllReduce"));
@@ -132,7 +79,7 @@ int main(int argc, char** argv) {
   ncclUniqueId id;
   ncclComm_t comm;
   if (!wrapped || !get_id || !init || get_id(&id) != ncclSuccess || init(&comm, 1, id, 0) != ncclSuccess) {
-    std::fprintf(g_out, "bench_graph_calls: simulator setup failed\n");
+    std::fprintf(log.out(), "bench_graph_calls: simulator setup failed\n");
     return 2;
   }
   const long tid = syscall(SYS_gettid);
@@ -142,23 +89,23 @@ int main(int argc, char** argv) {
             reinterpret_cast<cudaStream_t>(s));
   cuStreamSynchronize(s);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  Drain(log, tid);
+  log.Drain(tid);
 
   CUgraphExec direct = Capture(&ncclAllReduce, comm, s, buf);
-  auto capture_base = Drain(log, tid);
+  auto capture_base = log.Drain(tid);
   CUgraphExec watched = Capture(wrapped, comm, s, buf);
-  auto capture_with = Drain(log, tid);
+  auto capture_with = log.Drain(tid);
   if (!direct || !watched) {
     std::printf("bench_graph_calls: a capture failed (the library broke it?)\n");
     return 1;
   }
   Replay(direct, s);
-  auto replay_base = Drain(log, tid);
+  auto replay_base = log.Drain(tid);
   Replay(watched, s);
-  auto replay_with = Drain(log, tid);
+  auto replay_with = log.Drain(tid);
 
-  const Counts at_capture = Added(capture_with, capture_base, 1);
-  const Counts per_replay = Added(replay_with, replay_base, kReplays);
+  const bench::AddedCalls at_capture = bench::Added(capture_with, capture_base, 1);
+  const bench::AddedCalls per_replay = bench::Added(replay_with, replay_base, kReplays);
   std::printf("driver calls added per captured operation at capture: %.2f on the calling thread (%s)\n",
               at_capture.mine, at_capture.detail.c_str());
   std::printf("driver calls added per replay: %.2f on the calling thread, %.2f on others (the watchdog's polls, "
@@ -169,7 +116,5 @@ int main(int argc, char** argv) {
     std::printf("  above the bound of %.2f: a replay costs the application's thread driver calls\n", max_replay);
     over = true;
   }
-  unlink(log_path.c_str());
-  rmdir(dir);
   return over ? 1 : 0;
 }
