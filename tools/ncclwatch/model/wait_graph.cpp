@@ -338,9 +338,7 @@ void WaitGraph::BuildCollectiveBlockedOp(int ci) {
       blocked.blockers.push_back(b);
     }
   }
-  if (by_signature.size() > 1) DescribeMismatch(c, s, by_signature, &blocked);
-  c.blocked_op = static_cast<int>(blocked_ops_.size());
-  blocked_ops_.push_back(std::move(blocked));
+  AddCollectiveBlockedOp(c, s, by_signature, std::move(blocked));
 }
 
 // Collectives captured into CUDA graphs count as completed at capture on every rank: a hang in
@@ -409,6 +407,11 @@ void WaitGraph::BuildReplayBlockedOp(int ci) {
       blocked.blockers.push_back(b);
     }
   }
+  AddCollectiveBlockedOp(c, s, by_signature, std::move(blocked));
+}
+
+void WaitGraph::AddCollectiveBlockedOp(CommIndex& c, int64_t s, const std::map<Signature, std::vector<int>>& by_signature,
+                                       BlockedOp blocked) {
   if (by_signature.size() > 1) DescribeMismatch(c, s, by_signature, &blocked);
   c.blocked_op = static_cast<int>(blocked_ops_.size());
   blocked_ops_.push_back(std::move(blocked));

@@ -209,6 +209,10 @@ class WaitGraph {
   void BuildInitBlockedOp(int ci);
   void BuildCollectiveBlockedOp(int ci);
   void BuildReplayBlockedOp(int ci);
+  // The collective blocked op of communicator `c` at `s`, described as a mismatch when its
+  // members are inside differing calls (by_signature), becomes c's.
+  void AddCollectiveBlockedOp(CommIndex& c, int64_t s, const std::map<Signature, std::vector<int>>& by_signature,
+                              BlockedOp blocked);
   void DescribeMismatch(const CommIndex& c, int64_t s, const std::map<Signature, std::vector<int>>& by_signature, BlockedOp* blocked);
   // One blocked operation per incomplete Send/Recv transfer, keyed by (comm, src, dst, p2p_seq), built
   // from whichever side recorded it.
