@@ -70,7 +70,8 @@ def two_launches_stuck_rollout_worker():
     check("left no dump" not in text and "global rank unknown" not in text,
           f"the stuck worker dumped: it is never called dumpless:\n{text[:4000]}")
     check("2 launches share communicator" in text, f"the report says the dumps hold two launches:\n{text[:2000]}")
-    check(f"comm rank 5" in text and f"pid {pid}" in text, f"the stuck worker named by its comm rank and pid:\n{what}")
+    check(f"rank 5 (RANK 1 of launch 2; {host}, pid {pid})" in text,
+          f"the stuck worker named by its rank in the shared communicator, its RANK, host and pid:\n{what}")
     # Its own stack, under its own name: the busy function appears with the worker's pid only.
     stacks = vs[0]["culprit_stacks"]
     check(len(stacks) == 1, f"one culprit: {list(stacks)}")
