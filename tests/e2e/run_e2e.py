@@ -32,6 +32,7 @@ import cases_signal_waits  # noqa: E402,F401
 import cases_resources  # noqa: E402,F401
 import cases_graphs  # noqa: E402,F401
 import cases_multi_gpu  # noqa: E402,F401
+import cases_two_launches  # noqa: E402,F401
 
 
 def main():

@@ -451,8 +451,95 @@ std::vector<Dump> DumpSet::SplitAttempts(std::vector<Dump> usable, int wanted) {
   return usable;
 }
 
+void DumpSet::SeparateLaunches(std::vector<Dump>* usable) {
+  shared_launches_ = {};
+  // Each process (host, pid, process uid): the RANK it claims, and its communicators (id ->
+  // size, rank) over all its dumps. Its launch is its world communicator: size world_size,
+  // rank RANK.
+  struct Proc {
+    int rank = -1, world_size = 0;
+    std::string world;
+    std::map<std::string, std::pair<int, int>> comms;
+  };
+  std::map<std::string, Proc> procs;
+  for (const Dump& d : *usable) {
+    if (d.SharedProcess() || d.summary.rank < 0 || d.summary.world_size <= 0) continue;
+    Proc& p = procs[d.ProcessOnlyKey()];
+    p.rank = d.summary.rank;
+    p.world_size = d.summary.world_size;
+    for (const auto& c : d.summary.comms) {
+      if (c.id.empty() || c.rank < 0 || c.size <= 0) continue;
+      p.comms[c.id] = {c.size, c.rank};
+      if (p.world.empty() && c.size == d.summary.world_size && c.rank == d.summary.rank) p.world = c.id;
+    }
+  }
+  std::map<std::string, std::vector<std::pair<const std::string*, const Proc*>>> launches;  // world comm -> processes
+  for (const auto& [key, p] : procs)
+    if (!p.world.empty()) launches[p.world].push_back({&key, &p});
+  if (launches.size() < 2) return;
+  // The communicator they share: the largest one held by processes of two launches or more
+  // (a restarted launch shares none with the one before it: its communicators are new).
+  std::map<std::string, std::set<std::string>> comm_launches;
+  std::map<std::string, int> comm_size;
+  for (const auto& [world, ps] : launches)
+    for (const auto& kp : ps)
+      for (const auto& [id, size_rank] : kp.second->comms) {
+        comm_launches[id].insert(world);
+        comm_size[id] = size_rank.first;
+      }
+  std::string shared;
+  for (const auto& [id, worlds] : comm_launches)
+    if (worlds.size() >= 2 && (shared.empty() || comm_size[id] > comm_size[shared])) shared = id;
+  if (shared.empty()) return;
+  // Each launch in it is a block: every process of the launch holds it, at rank first + RANK,
+  // and no two processes hold one rank of it. Anything else stays as it was.
+  SharedLaunches out;
+  out.comm = shared;
+  out.comm_size = comm_size[shared];
+  std::set<int> taken;
+  std::map<std::string, int> new_rank;  // process -> its rank in the shared communicator
+  for (const auto& [world, ps] : launches) {
+    if (!comm_launches[shared].count(world)) continue;
+    int first = INT_MIN;
+    for (const auto& [key, p] : ps) {
+      auto it = p->comms.find(shared);
+      if (it == p->comms.end()) return;
+      const int at = it->second.second;
+      if (first == INT_MIN) first = at - p->rank;
+      if (at - p->rank != first || !taken.insert(at).second) return;
+      new_rank[*key] = at;
+    }
+    out.launches.push_back({world, ps.front().second->world_size, first});
+  }
+  if (out.launches.size() < 2) return;
+  std::sort(out.launches.begin(), out.launches.end(),
+            [](const Launch& a, const Launch& b) { return a.first_rank < b.first_rank; });
+  for (Dump& d : *usable) {
+    if (d.SharedProcess()) continue;
+    auto it = new_rank.find(d.ProcessOnlyKey());
+    if (it == new_rank.end()) continue;
+    d.summary.rank = it->second;
+    d.summary.world_size = out.comm_size;
+  }
+  shared_launches_ = std::move(out);
+}
+
+bool DumpSet::LaunchOf(int rank, int* launch, int* launch_rank) const {
+  const auto& ls = shared_launches_.launches;
+  for (size_t i = 0; i < ls.size(); ++i)
+    if (rank >= ls[i].first_rank && rank < ls[i].first_rank + ls[i].world_size) {
+      *launch = static_cast<int>(i);
+      *launch_rank = rank - ls[i].first_rank;
+      return true;
+    }
+  return false;
+}
+
 void DumpSet::Select(std::vector<Dump> usable, int attempt) {
   usable = SplitAttempts(std::move(usable), attempt);
+  // Two launches sharing a communicator repeat RANK numbers: each process takes its rank in
+  // the shared communicator before any two claims of one rank are compared.
+  SeparateLaunches(&usable);
   // Sorted by index, each process key made once: the dumps themselves (over a KB each) move
   // once, into dumps_ or history_.
   std::vector<std::string> keys(usable.size());

@@ -165,12 +165,32 @@ class DumpSet {
   // The recovery record of (comm, seq) in the later dumps of the process of `d`, if any.
   const trace::Recovery* RecoveryOf(const Dump& d, const std::string& comm, int64_t seq) const;
 
+  // Two launches (or more) that share a communicator and repeat the same RANK numbers (an RL
+  // trainer's RANK 0-3 and a rollout engine's RANK 0-1, both in one weight-sync communicator):
+  // their processes are told apart by host, pid and process uid, and each one's global rank
+  // here is its rank in the shared communicator (`comm`). Empty when the dumps hold one launch.
+  struct Launch {
+    std::string world_comm;    // the launch's own world communicator (size world_size)
+    int world_size = 0;
+    int first_rank = 0;        // its RANK 0 is rank first_rank of `comm`
+  };
+  struct SharedLaunches {
+    std::string comm;          // the communicator they share
+    int comm_size = 0;
+    std::vector<Launch> launches;  // by first_rank
+  };
+  const SharedLaunches& shared_launches() const { return shared_launches_; }
+  // Rank r of the shared communicator: its launch (index in shared_launches().launches) and
+  // the RANK it was started with; false when the dumps hold one launch or r is not in one.
+  bool LaunchOf(int rank, int* launch, int* launch_rank) const;
+
   // Attempts found in the directory; the analysis uses chosen_attempt() only.
   const std::vector<Attempt>& attempts() const { return attempts_; }
   int chosen_attempt() const { return chosen_attempt_; }
 
  private:
   void Select(std::vector<Dump> usable, int attempt);
+  void SeparateLaunches(std::vector<Dump>* usable);
   std::vector<Dump> SplitAttempts(std::vector<Dump> usable, int wanted);
   void MarkGoneBeforeTeardown();
   void LeaveOutUnanswered();
@@ -191,6 +211,7 @@ class DumpSet {
   std::map<int, std::string> unreadable_ranks_;
   std::map<int, Unanswered> unanswered_ranks_;
   int world_size_ = 0;
+  SharedLaunches shared_launches_;
   std::vector<Attempt> attempts_;
   int chosen_attempt_ = 0;
   size_t files_seen_ = 0;

@@ -258,6 +258,9 @@ void RenderEvidence(std::ostream& out, const Style& st, const CulpritEvidence& e
   if (e.device >= 0)  // one of several ranks of its process
     out << " (device " << e.device << " of pid " << e.pid << " on " << Printable(e.host) << ", which drives "
         << FormatRanks(e.process_ranks) << ")";
+  else if (e.launch >= 0)  // two launches share a communicator and repeat RANK numbers
+    out << " (RANK " << e.launch_rank << " of launch " << e.launch << "; " << Printable(e.host) << ", pid " << e.pid
+        << ")";
   else if (!e.host.empty())
     out << " (" << Printable(e.host) << ", pid " << e.pid << ")";
   out << ": " << Printable(WhereText(e)) << "\n";
@@ -691,6 +694,17 @@ std::string RenderReportText(const Report& report, const ReportTextOptions& opti
   if (!report.problems.empty())
     out << "; " << report.problems.size() << " problem" << (report.problems.size() > 1 ? "s" : "")
         << " with files (listed on stderr)";
+  if (!report.launches.empty()) {
+    // "2 launches share communicator X: ranks 0-3 are RANK 0-3 of launch 1, ranks 4-5 RANK 0-1 of launch 2"
+    out << "\n" << report.launches.size() << " launches share communicator " << report.launches_comm << ":";
+    for (size_t i = 0; i < report.launches.size(); ++i) {
+      const auto [first, size] = report.launches[i];
+      auto span = [](int a, int b) { return a == b ? std::to_string(a) : std::to_string(a) + "-" + std::to_string(b); };
+      out << (i ? "," : "") << " ranks " << span(first, first + size - 1) << (i ? "" : " are") << " RANK "
+          << span(0, size - 1) << " of launch " << i + 1;
+    }
+    out << " (ranks here are ranks of " << report.launches_comm << ")";
+  }
   out << "\n\n";
   if (!report.Hang() && report.verdicts.front().cause != Cause::JobKilled) {
     // Before a deadline, a wait that is not yet a verdict is no green "no hang".
@@ -994,6 +1008,11 @@ json ReportToJson(const Report& report) {
         s[rk::kDevice] = e.device;
         s[rk::kProcessRanks] = e.process_ranks;
       }
+      if (e.launch >= 0) {
+        s[rk::kLaunch] = e.launch;
+        s[rk::kLaunchRank] = e.launch_rank;
+        s["comm_rank"] = e.comm_rank;
+      }
       s[rk::kFile] = e.file;
       s[rk::kCallsiteOp] = e.callsite_op ? OpRefText(*e.callsite_op) : "";
       s[rk::kCallsite] = StackFrames(e.callsite, report.source_lines);
@@ -1130,7 +1149,7 @@ json ReportToJson(const Report& report) {
     }
     recovered.push_back(std::move(j));
   }
-  return {{rk::kFormat, analysis::kReportFormatName},
+  json out = {{rk::kFormat, analysis::kReportFormatName},
           {rk::kVersion, analysis::kReportVersion},
           {rk::kVerdicts, std::move(verdicts)},
           {rk::kFindings, std::move(findings)},
@@ -1143,6 +1162,12 @@ json ReportToJson(const Report& report) {
           {rk::kAttempts, std::move(attempts)},
           {rk::kAttempt, report.attempt},
           {rk::kNotes, NotesText(report)}};
+  if (!report.launches.empty()) {
+    std::vector<std::vector<int>> spans;
+    for (const auto& [first, size] : report.launches) spans.push_back({first, size});
+    out[rk::kLaunches] = {{"comm", report.launches_comm}, {"ranks", spans}};
+  }
+  return out;
 }
 
 }  // namespace analysis

@@ -94,6 +94,10 @@ struct CulpritEvidence {
   // Its process drives several ranks (several devices): its device, and every rank of it.
   int64_t device = -1;
   std::vector<int> process_ranks;
+  // Its launch where two launches share a communicator (DumpSet::shared_launches): the
+  // launch's number (1, 2, ...) and the RANK it was started with; -1 otherwise.
+  int launch = -1;
+  int launch_rank = -1;
   std::string file;       // its dump file (or its unreadable one), empty when it left none
   CulpritPosition position;
   std::optional<OpRef> callsite_op;  // which operation `callsite` belongs to
@@ -289,6 +293,10 @@ struct Report {
   size_t more_recovered_stalls = 0;              // beyond those explained
   int ranks_seen = 0;
   int world_size = 0;
+  // Two launches or more share communicator `launches_comm` (its size is the world here):
+  // each launch's first rank in it and its size, by first rank. Empty for one launch.
+  std::string launches_comm;
+  std::vector<std::pair<int, int>> launches;
   std::vector<int> ranks_without_dump;  // 0..world_size-1 with no usable dump
   // Dumps not used as evidence (history): earlier ones, and later ones that followed the start
   // of their process's teardown (`later`: a crash after the framework's abort), or those of a

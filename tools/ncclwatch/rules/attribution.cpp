@@ -55,6 +55,10 @@ class Attributor {
     Report report;
     report.world_size = set_.world_size();
     report.ranks_seen = static_cast<int>(g_.dumps().size());
+    if (!set_.shared_launches().launches.empty()) {
+      report.launches_comm = set_.shared_launches().comm;
+      for (const auto& l : set_.shared_launches().launches) report.launches.push_back({l.first_rank, l.world_size});
+    }
     for (int r = 0; r < std::min(report.world_size, kMaxCommSize); ++r)
       if (set_.IndexOfRank(r) < 0) report.ranks_without_dump.push_back(r);
     report.verdicts = std::move(verdicts_);

@@ -54,6 +54,10 @@ void Evidence::Fill(const BlockedOp* blocked, int dump, CulpritEvidence* e) {
     e->device = dm.share->device;
     e->process_ranks = dm.share->process_ranks;
   }
+  if (int launch = -1, launch_rank = -1; e->rank >= 0 && set_.LaunchOf(e->rank, &launch, &launch_rank)) {
+    e->launch = launch + 1;
+    e->launch_rank = launch_rank;
+  }
   e->file = dm.file_name;
   e->position = PositionOf(blocked, dump);
 
