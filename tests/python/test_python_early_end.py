@@ -34,7 +34,8 @@ for api in ("pydll", "cdll"):
         what = f"{api}, {'SIGSTOP' if how == 'STOP' else 'SIGKILL'} after step {steps}"
         # On a loaded machine the watchdog thread may not have run at all in the milliseconds the
         # rank lived, or the simulated GPU may still be at #1 when it last did: such a box (it
-        # says so; never a wrong text) is tried again, up to three times.
+        # says so; never a wrong text) is tried again, up to three times. A stopped rank's is read
+        # from its stand-in when the job ended before its post-mortem.
         def settled(d):
             done = max((c.get("last_completed", 0) for c in d["summary"].get("comms", [])), default=0)
             return d["summary"].get("states_as_of_mono_ns", 0) > 0 and (steps == 1 or done > 1)
@@ -43,7 +44,9 @@ for api in ("pydll", "cdll"):
             p, dumps, boxes = run_sim_job(build, 2, 8, BUSY_RANK="-1", NCCL_API=api, DIE_RANK="1",
                                           until=lambda d: dumped(d, [0]),
                                           DIE_STEP=str(steps), DIE_NOW="1", DIE_SIGNAL=how)
-            boxed = [json.load(open(f)) for f in glob.glob(os.path.join(dumps, "rank00001-*-postmortem.json"))]
+            # Read from its black box: a post-mortem, or the stand-in of a stopped process.
+            boxed = [json.load(open(f)) for f in glob.glob(os.path.join(dumps, "rank00001-*.json"))
+                     if f.endswith(("-postmortem.json", "-stopped.json"))]
             if all(settled(d) for d in boxed):
                 break
         report = analyze_json(build, dumps, boxes)
