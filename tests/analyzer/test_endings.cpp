@@ -749,3 +749,43 @@ TEST_CASE("every rank of one host killed within a moment while others wait: host
           std::string::npos);
   }
 }
+
+// Two hosts stall at once, each linked to the launcher's store: rank 1 (host A) and rank 2
+// (host B) each dump their stall and write a request; each request reaches the other host
+// seconds later, through the store. Rank 3 (host B) is busy in host code. Rank 2's latest dump
+// answers host A's request, a moment before rank 0's answer to host B's own request, the newest
+// round: rank 2 asked that one itself, right after its stall dump, and answered it so.
+TEST_CASE("the rank that wrote the newest request answered it with the dump before it", "[endings]") {
+  const int64_t t0 = 1700000000000000000LL;
+  auto waiting = [&](int r, R reason, int64_t at) {
+    Document d = Dump(r, 4, {Comm(kWorld, 4, r, 21, 21, 20)}, {Op(kWorld, 21, "AllReduce", "gpu_reached", 2.1)},
+                      Name(reason));
+    d.summary.host = r < 2 ? "hosta" : "hostb";
+    d.summary.time_unix_ns = t0 + at;
+    return d;
+  };
+  const trace::AnsweredRequest from_a{"hosta-1001-0", 1, "hosta", Name(R::Stall)};
+  const trace::AnsweredRequest from_b{"hostb-1002-0", 2, "hostb", Name(R::Stall)};
+  auto answer = [&](Document d, const trace::AnsweredRequest& request, int64_t at) {
+    d = Then(d, R::PeerRequest);
+    d.summary.answered = request;
+    d.summary.time_unix_ns = t0 + at;
+    return d;
+  };
+  const int64_t ms = 1000000;
+  Document r0 = waiting(0, R::Stall, 3 * ms), r1 = waiting(1, R::Stall, 3 * ms), r2 = waiting(2, R::Stall, 0);
+  Document r0a = answer(r0, from_a, 9 * ms);
+  Document r3 = Dump(3, 4, {Comm(kWorld, 4, 3, 20, 20, 20)}, {}, Name(R::PeerRequest));
+  r3.summary.host = "hostb";
+  r3.summary.answered = from_b;
+  r3.summary.time_unix_ns = t0 + 200 * ms;
+  const std::vector<Document> dumps = {r0, r0a, answer(r0a, from_b, 8020 * ms), r1, answer(r1, from_b, 8200 * ms),
+                                       r2, answer(r2, from_a, 8016 * ms), r3, answer(r3, from_a, 8017 * ms)};
+  TempDir dir;
+  auto report = Analyze(dir, dumps);
+  INFO(analysis::ReportToJson(report).dump());
+  REQUIRE(report.verdicts.size() == 1);
+  CHECK(report.verdicts[0].cause == Cause::RankMissing);
+  CHECK(report.verdicts[0].culprit_ranks == Ranks({3}));
+  CHECK(report.verdicts[0].waiting_ranks == Ranks({0, 1, 2}));
+}

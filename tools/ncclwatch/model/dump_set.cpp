@@ -453,6 +453,21 @@ std::vector<Dump> DumpSet::SplitAttempts(std::vector<Dump> usable, int wanted) {
 
 void DumpSet::SeparateLaunches(std::vector<Dump>* usable) {
   shared_launches_ = {};
+  // One launch (every job but a few): one world communicator among all the dumps, found without
+  // a copy; the processes' maps below are built only where there are two.
+  const std::string* one_world = nullptr;
+  bool two_worlds = false;
+  for (const Dump& d : *usable) {
+    if (d.SharedProcess() || d.summary.rank < 0 || d.summary.world_size <= 0) continue;
+    for (const auto& c : d.summary.comms)
+      if (!c.id.empty() && c.size == d.summary.world_size && c.rank == d.summary.rank) {
+        if (one_world == nullptr) one_world = &c.id;
+        two_worlds = two_worlds || c.id != *one_world;
+        break;
+      }
+    if (two_worlds) break;
+  }
+  if (!two_worlds) return;
   // Each process (host, pid, process uid): the RANK it claims, and its communicators (id ->
   // size, rank) over all its dumps. Its launch is its world communicator: size world_size,
   // rank RANK.
@@ -681,11 +696,16 @@ void DumpSet::LeaveOutUnanswered() {
                                  [](const auto& a, const auto& b) { return a.second < b.second; });
   // A rank that answered the newest round too, in an earlier dump of its own, did answer it:
   // two requests of one episode (hosts that asked at once, each through the launcher's store)
-  // reach ranks in either order, and its latest dump then answers the other one.
+  // reach ranks in either order, and its latest dump then answers the other one. So did the
+  // rank that asked: the library writes a request right after its own dump (its stall, its
+  // abort), which is its answer.
   std::set<int> answered_newest;
   for (const auto* list : {&dumps_, &history_})
     for (const auto& d : *list)
-      if (d.summary.answered && d.summary.answered->request == newest->first) answered_newest.insert(d.summary.rank);
+      if (d.summary.answered && d.summary.answered->request == newest->first) {
+        answered_newest.insert(d.summary.rank);
+        if (d.summary.answered->origin_rank >= 0) answered_newest.insert(d.summary.answered->origin_rank);
+      }
   std::vector<Dump> kept;
   kept.reserve(dumps_.size());
   for (auto& d : dumps_) {

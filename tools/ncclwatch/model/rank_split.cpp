@@ -2,7 +2,8 @@
 
 #include <algorithm>
 #include <map>
-#include <set>
+#include <string_view>
+#include <utility>
 
 namespace ncclwatch {
 namespace analysis {
@@ -47,15 +48,21 @@ std::shared_ptr<const trace::Detail> ShareOf(const RankShare& share, std::shared
 std::vector<Dump> SplitByRank(Dump d) {
   const trace::Summary& s = d.summary;
   // Several ranks: one communicator id held as two ranks, each communicator's device written.
+  // (Asked of every dump read: the ids are sorted in place of a map, and the dump is moved,
+  // never copied, when it is one rank's.)
+  std::vector<std::pair<std::string_view, int>> held;
+  held.reserve(s.comms.size());
+  for (const auto& c : s.comms)
+    if (c.rank >= 0) held.emplace_back(c.id, c.rank);
+  std::sort(held.begin(), held.end());
   bool several = false;
-  std::map<std::string, std::set<int>> ranks_of;
-  for (const auto& c : s.comms) {
-    if (c.rank < 0) continue;
-    auto& r = ranks_of[c.id];
-    r.insert(c.rank);
-    several = several || r.size() > 1;
+  for (size_t i = 1; i < held.size() && !several; ++i)
+    several = held[i].first == held[i - 1].first && held[i].second != held[i - 1].second;
+  if (!several) {
+    std::vector<Dump> one;
+    one.push_back(std::move(d));
+    return one;
   }
-  if (!several) return {std::move(d)};
   std::map<int64_t, std::vector<const trace::CommSummary*>> by_device;
   std::vector<const trace::CommSummary*> no_device;
   int world = 0;
