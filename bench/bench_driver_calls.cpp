@@ -15,7 +15,6 @@
 // With --max-*, exits 1 when a figure is above its bound (tests: the count must not grow).
 #include <dlfcn.h>
 #include <fcntl.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -28,6 +27,7 @@
 
 #include "ncclwatch/cuda_abi.h"
 #include "ncclwatch/nccl_abi.h"
+#include "common/thread_id.h"
 #include "driver_call_log.h"
 
 namespace {
@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
   }
   bool over = false;
   const int ops = kBatch * kBatches;
-  const long tid = syscall(SYS_gettid);
+  const long tid = ncclwatch::CurrentTid();
   struct Variant {
     const char* name;
     int group, nstreams;

@@ -10,7 +10,6 @@
 // --max-replay, exits 1 when the calls added per replay on the calling thread exceed X.
 #include <dlfcn.h>
 #include <fcntl.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -23,6 +22,7 @@
 
 #include "ncclwatch/cuda_abi.h"
 #include "ncclwatch/nccl_abi.h"
+#include "common/thread_id.h"
 #include "driver_call_log.h"
 
 namespace {
@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
     std::fprintf(log.out(), "bench_graph_calls: simulator setup failed\n");
     return 2;
   }
-  const long tid = syscall(SYS_gettid);
+  const long tid = ncclwatch::CurrentTid();
   // Warm-up: the marker pool and the stream's context (eager operations give their markers back).
   for (int i = 0; i < 8; ++i)
     wrapped(reinterpret_cast<void*>(buf), reinterpret_cast<void*>(buf), 1, ncclFloat, ncclSum, comm,

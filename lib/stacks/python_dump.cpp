@@ -1,7 +1,6 @@
 // Dump-time Python introspection: everything here runs with the GIL held (see RunWithGil)
 // and uses only the public C API, except PythonThreadsWithoutGil (the GIL cannot be had).
 #include <dlfcn.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -10,6 +9,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "common/thread_id.h"
 #include "python_api.h"
 
 namespace ncclwatch {
@@ -384,7 +384,7 @@ int OnAuditEvent(const char* event, PyObject* args, void*) {
   const PythonApi* api = GetPythonApi();
   // The interpreter's own report of what ends it: the main thread, no Python frame under it.
   // (A C extension that prints an error with PyErr_Print and goes on has its caller's frames.)
-  if (api == nullptr || syscall(SYS_gettid) != getpid() || api->PyEval_GetFrame() != nullptr) return 0;
+  if (api == nullptr || CurrentTid() != getpid() || api->PyEval_GetFrame() != nullptr) return 0;
   const ExitApi& x = g_exit_api;
   if (x.PyTuple_Size(args) != 4) return 0;  // (hook, type, value, traceback)
   PyObject* value = x.PyTuple_GetItem(args, 2);

@@ -18,38 +18,14 @@ static const char* kUsage =
     "                      sync step S: it never enters the shared broadcast #S\n"
     "The shared id is exchanged through $SIM_SHARED_DIR (both launches must see it).\n";
 
-/* The shared id: shared rank 0 publishes it in $SIM_SHARED_DIR (write, rename), the others poll. */
+/* The shared id: shared rank 0 publishes it in $SIM_SHARED_DIR, the others poll. */
 static void exchange_shared_id(int shared_rank, ncclUniqueId* id) {
   const char* dir = getenv("SIM_SHARED_DIR");
-  char path[4096], tmp[4200];
   if (!dir || !*dir) {
     fprintf(stderr, "SIM_SHARED_DIR is not set\n");
     exit(SIMUTIL_EXIT_USAGE);
   }
-  snprintf(path, sizeof path, "%s/weight_sync.id", dir);
-  if (shared_rank == 0) {
-    FILE* f;
-    NCCLCHECK(ncclGetUniqueId(id));
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    f = fopen(tmp, "wb");
-    if (!f || fwrite(id, sizeof *id, 1, f) != 1 || fclose(f) != 0 || rename(tmp, path) != 0) {
-      fprintf(stderr, "cannot publish the shared id at %s: %s\n", path, strerror(errno));
-      exit(SIMUTIL_EXIT_API);
-    }
-    return;
-  }
-  for (double start = simutil_now_ms();; simutil_sleep_ms(5)) {
-    FILE* f = fopen(path, "rb");
-    if (f) {
-      size_t got = fread(id, sizeof *id, 1, f);
-      fclose(f);
-      if (got == 1) return;
-    }
-    if (simutil_now_ms() - start > 120e3) {
-      fprintf(stderr, "shared rank %d: no unique id at %s after 120 s\n", shared_rank, path);
-      exit(SIMUTIL_EXIT_API);
-    }
-  }
+  simutil_exchange_id_in(dir, "weight_sync", shared_rank, id);
 }
 
 /* Stuck generating: host code that never calls NCCL again (its own frame in the stacks). */

@@ -68,15 +68,10 @@ static inline CUcontext simutil_cuda_init(int local_rank) {
   return ctx;
 }
 
-/* The unique id travels as a file in $NCCLWATCH_SIM_RUNDIR (simlaunch sets it): rank 0
- * creates it and publishes it atomically (write a temporary file, rename), the others poll. */
-static inline void simutil_exchange_id(const char* name, int rank, ncclUniqueId* id) {
-  const char* dir = getenv("NCCLWATCH_SIM_RUNDIR");
+/* The unique id NAME travels as a file DIR/NAME.id: rank 0 creates it and publishes it
+ * atomically (write a temporary file, rename), the others poll. */
+static inline void simutil_exchange_id_in(const char* dir, const char* name, int rank, ncclUniqueId* id) {
   char path[4096], tmp[4200];
-  if (!dir || !*dir) {
-    fprintf(stderr, "NCCLWATCH_SIM_RUNDIR is not set: run under simlaunch\n");
-    exit(SIMUTIL_EXIT_USAGE);
-  }
   snprintf(path, sizeof path, "%s/%s.id", dir, name);
   if (rank == 0) {
     FILE* f;
@@ -101,6 +96,16 @@ static inline void simutil_exchange_id(const char* name, int rank, ncclUniqueId*
       exit(SIMUTIL_EXIT_API);
     }
   }
+}
+
+/* The job's ids live in $NCCLWATCH_SIM_RUNDIR (simlaunch sets it). */
+static inline void simutil_exchange_id(const char* name, int rank, ncclUniqueId* id) {
+  const char* dir = getenv("NCCLWATCH_SIM_RUNDIR");
+  if (!dir || !*dir) {
+    fprintf(stderr, "NCCLWATCH_SIM_RUNDIR is not set: run under simlaunch\n");
+    exit(SIMUTIL_EXIT_USAGE);
+  }
+  simutil_exchange_id_in(dir, name, rank, id);
 }
 
 /* Device buffers: the simulated driver's device memory, filled and read through copies. */
