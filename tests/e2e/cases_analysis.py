@@ -9,8 +9,8 @@ import signal
 import subprocess
 import time
 
-from e2e_common import (analyze, analyze_dir, built, case, first_verdict, job, rank_pid, ranks_catching, serial_case,
-                        stalled)
+from e2e_common import (analyze, analyze_dir, built, case, first_verdict, job, long_case, rank_pid, ranks_catching,
+                        serial_case, stalled)
 from ncclwatch_testing import (all_of, blocked_in_syscall, check, dumped, temp_dir, wait_for, wait_for_ranks)
 
 
@@ -66,7 +66,7 @@ def recovered_stall_is_no_hang():
               f"and how long it took: {rs}")
 
 
-@case
+@long_case(14)
 def recovered_stall_names_the_busy_rank_whoever_asked():
     # 4 ranks, rank 0 busy 6 s at iteration 10: ranks 1-3 stall, whichever got stuck first
     # writes the job-wide request, rank 0 answers it and then goes on. Rank 1 straggles 250 ms
@@ -425,7 +425,7 @@ def ending_setup_hang():
     check(sorted(v["waiting_ranks"]) == [0, 1, 3], f"waiting: {v['waiting_ranks']}")
 
 
-@case
+@long_case(25)
 def late_rank_then_healthy_is_no_hang():
     # A rank reaches setup (or its first collective) seconds after the others, past their
     # deadline, then the job runs healthily: the others' setup-time stall dumps are followed by
@@ -448,7 +448,7 @@ def late_rank_then_healthy_is_no_hang():
               f"{name}: one recovered stall, {op} waiting for rank 2: {json.dumps(rs)[:1500]}")
 
 
-@case
+@long_case(15)
 def mid_job_communicator_never_joined():
     # Before iteration 10 every rank creates a new communicator (a checkpoint group), except rank
     # 5, busy in host code. Each way of creating one: ncclCommInitRank / ncclCommInitRankConfig
@@ -495,7 +495,7 @@ def ending_graph_then_missing():
     check(v["seq"] > 1, f"not at the captured operation (#1): #{v['seq']}")
 
 
-@case
+@long_case(14)
 def recovered_only_when_completed():
     # A pipeline's later stages wait in Recvs (p2p operations: no collective sequence number).
     # Only an operation whose completion a later dump saw is a recovered stall: a stage that

@@ -8,7 +8,7 @@ import shutil
 import signal
 import subprocess
 
-from e2e_common import (built, case, job, ranks_catching, run_ended_when, serial_case)
+from e2e_common import (built, case, long_case, job, ranks_catching, run_ended_when, serial_case)
 from ncclwatch_testing import (check, dumped, read_text, temp_dir, wait_for)
 
 
@@ -196,7 +196,7 @@ def live_dump_snapshot():
           f"nobody there: exit 2, and the directory it created is gone again: {r.stderr}")
 
 
-@case
+@long_case(15)
 def live_dump_creates_the_directory():
     # A job preloaded by hand with NCCLWATCH_DIR set, which has dumped nothing yet (the library
     # creates the directory at its first dump): `ncclwatch dump DIR` creates it, and the ranks,

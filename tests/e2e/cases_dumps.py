@@ -8,8 +8,8 @@ import signal
 import subprocess
 import time
 
-from e2e_common import (built, case, job, only_exit_records, ranks_catching, ring_entries, serial_case, signal_app,
-                        stalled)
+from e2e_common import (built, case, job, long_case, only_exit_records, ranks_catching, ring_entries, serial_case,
+                        signal_app, stalled)
 from ncclwatch_testing import (all_of, check, dumped, temp_dir)
 
 
@@ -207,7 +207,7 @@ def second_signal_keeps_first_dump_and_status():
         check(not leftover_temporaries(j), f"gap {gap_ms} ms: temporary files left: {leftover_temporaries(j)}")
 
 
-@case
+@long_case(20)
 def abandoned_signal_dump_leaves_no_file():
     for wait_ms in ("0", "0", "1", "2", "4"):
         j = job(3, ["--iters", "20", "--busy-rank", "0", "--busy-at", "5", "--busy-ms", "-1"],

@@ -8,7 +8,7 @@ import json
 import os
 import subprocess
 
-from e2e_common import (built, case, dumps_by_rank, ring_entries, run_ended_when)
+from e2e_common import (built, case, long_case, dumps_by_rank, ring_entries, run_ended_when)
 from ncclwatch_testing import (all_of, check, dumped, temp_dir)
 
 BUSY, WAITING, SEQ = 3, [0, 1, 2], 21
@@ -97,7 +97,7 @@ def framework_abort_then_sigabrt():
     check_the_ending(r, dumps, "SIGABRT", "abort, SIGABRT")
 
 
-@case
+@long_case(17)
 def framework_abort_long_after_the_verdict():
     # PyTorch aborts 10 minutes in by default, long after ncclwatch's verdict: here 8x the
     # deadline (2 s, abort at 16 s). The ranks answered requests and the black boxes aged meanwhile.
@@ -119,7 +119,7 @@ def framework_abort_while_ops_complete():
         check(seqs == list(range(SEQ, 31)), f"rank {w}'s {os.path.basename(last['_path'])}: #{SEQ}-#30 aborted: {seqs}")
 
 
-@case
+@long_case(13)
 def framework_abort_just_before_the_culprit_returns():
     # Rank 3's checkpoint takes 7 s, the framework's timeout is 6 s: the others abort #21 and
     # end; rank 3 issues #21 a moment later and waits in it alone until its own framework

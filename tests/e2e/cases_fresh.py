@@ -9,7 +9,7 @@ import signal
 import subprocess
 import time
 
-from e2e_common import (analyze_dir, built, case, host_dirs, job, ranks_catching, serial_case)
+from e2e_common import (analyze_dir, built, case, long_case, host_dirs, job, ranks_catching, serial_case)
 from ncclwatch_testing import (Failure, catches, check, child_pids, end_time_limit_when, read_text, temp_dir, wait_for,
                                wait_for_ranks)
 
@@ -206,7 +206,7 @@ def caretaker_says_only_its_jobs_deaths():
     check("ended without a word" not in second.err, f"B's output tells nothing of A's deaths:\n{second.err[-1500:]}")
 
 
-@case
+@long_case(16)
 def one_job_one_directory():
     # Two jobs into one --dir at once: a healthy one (B) and, started while B runs, one that
     # hangs (A). A warns at start that the directory holds a live job's files; B never answers
@@ -318,7 +318,7 @@ def early_dump_names_what_is_not_yet_due():
           "slightly different moments" not in text, f"said so, not 'stopped while healthy':\n{text[-2500:]}")
 
 
-@case
+@long_case(13)
 def small_messages_say_what_is():
     tmp = temp_dir("ncclwatch-e2e-msgs-")
     # A command that cannot start: that, and no guess about NCCL.

@@ -6,7 +6,7 @@ import stat
 import subprocess
 import time
 
-from e2e_common import (analyze_dir, built, case, job, kill_after_stall, only_exit_records, signal_app)
+from e2e_common import (analyze_dir, built, case, long_case, job, kill_after_stall, only_exit_records, signal_app)
 from ncclwatch_testing import (all_of, check, dumped, temp_dir)
 
 
@@ -214,7 +214,7 @@ def dump_keeps_waits_whole():
     check(others, f"the waiting NCCL thread's stack is sampled: {[(t['tid'], t['note']) for t in d['threads']]}")
 
 
-@case
+@long_case(14)
 def resources_as_without_ncclwatch():
     # No descriptor, mapping or exception of ours reaches the application: a process that never
     # starts ncclwatch has no descriptor and no library more; one that closed every descriptor
@@ -247,7 +247,7 @@ def stderr_that_is_not_ours_gets_nothing():
     same_as_without(plain, "stderr_dead_pipe", None, ["stderr_dead_pipe: ran 20 operations and lived"])
 
 
-@case
+@long_case(16)
 def descriptors_closed_after_start_stay_the_applications():
     # An application that closes every descriptor >= 3 once NCCL has started (the library's
     # locks among them) and opens files of its own, which take the freed numbers: a burst of

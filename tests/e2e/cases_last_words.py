@@ -10,8 +10,8 @@ import signal
 import subprocess
 import time
 
-from e2e_common import (analyze, analyze_dir, built, case, first_verdict, host_dirs, job, kill_after_stall, rank_pid,
-                        ring_entries)
+from e2e_common import (analyze, analyze_dir, built, case, first_verdict, host_dirs, job, kill_after_stall, long_case,
+                        rank_pid, ring_entries)
 from ncclwatch_testing import (all_of, check, dumped, wait_for, wait_for_ranks)
 
 
@@ -299,7 +299,7 @@ def last_words_recovered_stall_then_death():
     check("ended without a word" in v["culprit_stacks"]["1"]["where"], f"where: {v['culprit_stacks']['1']['where']}")
 
 
-@case
+@long_case(16)
 def last_words_gone_before_teardown():
     # Without black boxes: rank 1 answered a request during a slow save, then was SIGKILLed; the
     # others answer the launcher's SIGTERM much later. Its old dump is not read as rank_missing.

@@ -5,7 +5,7 @@ between a pipeline pair, a missing receive, two stages that both receive first i
 groups, and a healthy all-to-all with no verdict."""
 import json
 
-from e2e_common import analyze, case, job
+from e2e_common import analyze, case, long_case, job
 from ncclwatch_testing import check
 
 STALL = {"NCCLWATCH_TIMEOUT": "3"}
@@ -90,7 +90,7 @@ def p2p_dtype_mismatch_in_pipeline():
           "Recv #3 from rank 1 expects 4 KiB (1024 float32)" in text, text)
 
 
-@case
+@long_case(13)
 def p2p_missing_recv():
     # In the all-to-all of step 3, rank 5 posts no receive from rank 2.
     j = p2p_job(8, ["--mode", "alltoall", "--steps", "6", "--fault-at", "3", "--missing-recv", "2", "5"], timeout=12)

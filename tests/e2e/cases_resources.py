@@ -8,7 +8,7 @@ import os
 import re
 
 from cases_harm import ready_then_dump, same_as_without
-from e2e_common import built, case, job
+from e2e_common import built, case, long_case, job
 from ncclwatch_testing import check, temp_dir
 
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
@@ -30,7 +30,7 @@ def said(j, pattern):
     return [l for l in j.err.splitlines() if l.startswith("ncclwatch") and re.search(pattern, l)]
 
 
-@case
+@long_case(14)
 def watchdog_allocates_nothing_in_steady_state():
     # malloc interposed by the program: the thread named "ncclwatch" makes no allocation in 5.5 s
     # of operations without a stall (every poll, drain, deadline check, box keeping, request
@@ -46,7 +46,7 @@ def watchdog_allocates_nothing_in_steady_state():
     check("no ncclwatch thread" in j.out, f"without the library: {j.out}")
 
 
-@case
+@long_case(40)
 def out_of_memory_keeps_its_exit_status():
     # The application exhausts its address space (RLIMIT_AS) and exits 12, with glibc's malloc
     # and with jemalloc preloaded (which crashes where glibc returns NULL): the same status and
@@ -86,7 +86,7 @@ def descriptors_left_to_the_application():
         print(f"  RLIMIT_NOFILE {limit}: {got.out.splitlines()[1]}")
 
 
-@case
+@long_case(18)
 def last_descriptors_stay_the_applications():
     # All descriptors but one in use while a job-wide dump is asked: none of the application's
     # opens (a loop of open and close all the while) fails (no dump is written: one line says so); with every one in use, the

@@ -2,7 +2,7 @@
 SystemCallFilter=, sandboxes, container profiles): the library finds out before its first read
 and reads only what can be read, so each run ends, prints and dumps as without the library."""
 from cases_harm import app_with_dump, same_as_without
-from e2e_common import case
+from e2e_common import case, long_case
 from ncclwatch_testing import check
 
 # The line each process says once (NCCLWATCH_LOG=info) when the call is refused.
@@ -30,7 +30,7 @@ def refused_read_runs_as_without(scenario, late=False):
     check(len(said) == (0 if late else 1), f"{scenario}: said once that process_vm_readv is refused: {got.ncclwatch_lines()}")
 
 
-@case
+@long_case(16)
 def seccomp_kill_on_process_vm_readv_as_without():
     # SECCOMP_RET_KILL_PROCESS / KILL_THREAD: the library never makes the call in the process
     # (a child sharing its memory finds out), so the job lives, as without the library.
@@ -38,7 +38,7 @@ def seccomp_kill_on_process_vm_readv_as_without():
         refused_read_runs_as_without(scenario)
 
 
-@case
+@long_case(16)
 def seccomp_trap_and_eperm_on_process_vm_readv_as_without():
     # SECCOMP_RET_TRAP with the application's own SIGSYS handler: the handler never runs for a
     # call of ours. SECCOMP_RET_ERRNO(EPERM): a frame pointer into a PROT_NONE page (JIT code)

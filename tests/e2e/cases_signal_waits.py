@@ -10,7 +10,7 @@ import subprocess
 import time
 
 from cases_harm import same_as_without
-from e2e_common import built, case, job, rank_pid, serial_case
+from e2e_common import built, case, long_case, job, rank_pid, serial_case
 from ncclwatch_testing import check, temp_dir
 
 
@@ -79,7 +79,7 @@ def dumps_keep_short_sleeps_whole():
             check(not cut, f"{d['_path']}: no stack signal cut a system call short: {cut}")
 
 
-@case
+@long_case(15)
 def dump_signal_cuts_the_wait_it_lands_on():
     # `kill -USR2`, the on-demand trigger: the kernel gives it to the main thread, asleep in
     # sleep(4), which returns after 1 s with 2 or 3 s left (a handler ran: the kernel never

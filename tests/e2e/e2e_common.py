@@ -16,6 +16,9 @@ CASES = {}
 # Cases that measure time (how soon a stall is seen, who is slow, how long a stop takes): ctest
 # runs them alone.
 SERIAL = set()
+# Cases that take long (seconds on a quiet machine): ctest starts them first (their COST), so that
+# a fresh clone's run does not end on one of them alone.
+SECONDS = {}
 
 
 def built(*parts):
@@ -26,6 +29,14 @@ def built(*parts):
 def case(fn):
     CASES[fn.__name__] = fn
     return fn
+
+
+def long_case(seconds):
+    """A case that takes about `seconds` on a quiet machine: ctest starts it early."""
+    def register(fn):
+        SECONDS[fn.__name__] = seconds
+        return case(fn)
+    return register
 
 
 def serial_case(fn):

@@ -41,8 +41,12 @@ def main():
     ap.add_argument("--build")
     ap.add_argument("--list", action="store_true", help="the case names, one a line (CMake reads them)")
     ap.add_argument("--list-serial", action="store_true", help="the cases that must run alone")
+    ap.add_argument("--list-costs", action="store_true", help="'case seconds' of the long cases (their ctest COST)")
     ap.add_argument("cases", nargs="*")
     a = ap.parse_args()
+    if a.list_costs:
+        print("\n".join(f"{c} {s}" for c, s in e2e_common.SECONDS.items()))
+        return 0
     if a.list or a.list_serial:
         print("\n".join(c for c in cases if a.list or c in e2e_common.SERIAL))
         return 0

@@ -15,6 +15,7 @@ Cases (one PASS/FAIL/SKIP line each):
   clean_after_normal_end  a job that ends normally leaves no key of ncclwatch in the store
 
 usage: test_torch_hosts.py BUILD_DIR [CASE...]   (exit 77: no PyTorch here)
+       test_torch_hosts.py --list
 """
 import json
 import os
@@ -285,6 +286,9 @@ CASES = {"auto_under_torchrun": auto_under_torchrun, "verdict_on_host_a": verdic
 
 def main():
     global BUILD, PY
+    if sys.argv[1:] == ["--list"]:  # the cases, one a line (CMake registers one test each)
+        print("\n".join(CASES))
+        return 0
     BUILD = os.path.abspath(sys.argv[1])
     PY, version = torch_python()
     if not PY:
