@@ -3,6 +3,7 @@
 #   scripts/build.sh [BUILD_DIR] [-DCMAKE_OPTION=...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/cmake-env.sh
 build=${1:-build}
 shift || true
 cmake -S . -B "$build" "$@" >/dev/null

@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
+source scripts/cmake-env.sh
 # Only what the demo runs (scripts/test.sh builds the rest).
 cmake -S . -B build >/dev/null
 cmake --build build -j "$(($(nproc) + 2))" --target ncclwatch ncclwatch_preload simlaunch sim_workload

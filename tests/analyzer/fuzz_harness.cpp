@@ -8,10 +8,13 @@
 
 namespace ncclwatch {
 namespace testing {
+// A named namespace for the using-directive: in the analyzer tests' unity build, one in
+// namespace testing would reach every file that uses it (analysis::Dump against testing::Dump).
+namespace fuzz_harness {
+namespace {
 
 using namespace analysis;
-
-namespace {
+using analysis::Dump;  // not testing::Dump, the fixture
 
 // Peers for the fuzzed dump: idle copies holding the other ranks of its communicators, so
 // that attribution has members to compare (and blame).
@@ -44,8 +47,6 @@ void Render(const Report& report) {
   (void)ReportToJson(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-}  // namespace
-
 void ExerciseDumpBytes(std::string_view bytes) {
   Dump summary_only;
   (void)trace::ReadDumpBuffer(bytes, trace::ReadDepth::kSummary, &summary_only);
@@ -66,6 +67,11 @@ void ExerciseDumpBytes(std::string_view bytes) {
   with_peers.LoadFromDumps(WithIdlePeers(full));
   if (!with_peers.dumps().empty()) Render(Attribute(with_peers));
 }
+
+}  // namespace
+}  // namespace fuzz_harness
+
+void ExerciseDumpBytes(std::string_view bytes) { fuzz_harness::ExerciseDumpBytes(bytes); }
 
 }  // namespace testing
 }  // namespace ncclwatch
