@@ -112,6 +112,10 @@ def links(text):
     return len(re.findall(r"linked to the launcher's store at", text))
 
 
+def started(text):
+    return len(re.findall(r"\]: started: ring", text))
+
+
 def verdict_on_host_a():
     tmp = temp_dir("ncclwatch-store-")
     port, job = free_port(), "job%d" % os.getpid()
@@ -218,8 +222,10 @@ for line in sys.stdin:
     time.sleep(1)
     b = Host(tmp, "hostb", path, port, job, addr)
     try:
-        wait_for(lambda: links(a.text()) + links(b.text()) == 2 or a.p.poll() is not None, "both hosts linked",
-                 timeout=JOB_TIMEOUT)
+        # Every rank started too: a rank answers no request older than its own start (beside two
+        # busy loops, two ranks started 0.2 s after the request, which then had 2 of 4 answers).
+        wait_for(lambda: links(a.text()) + links(b.text()) == 2 and started(a.text()) + started(b.text()) == 4
+                 or a.p.poll() is not None, "both hosts linked, every rank started", timeout=JOB_TIMEOUT)
         d = subprocess.run([os.path.join(BUILD, "bin", "ncclwatch"), "dump", b.dumps, "--store", addr, "--store-job",
                             job, "--wait", "15"], env=b.env, capture_output=True, text=True, timeout=120)
         check("4/4 ranks answered" in d.stderr, f"every rank answered:\n{d.stderr[-2000:]}")
