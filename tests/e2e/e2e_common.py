@@ -96,8 +96,11 @@ def job(n, args, env=None, timeout=30, preload=True, program="sim_workload", cwd
     e["NCCLWATCH_DIR"] = os.path.join(tmp, "dumps")
     e["NCCLWATCH_PEER_POLL_MS"] = "200"
     # Each case's black boxes apart: a case's host caretaker converts only its own job's dead.
-    e["NCCLWATCH_BLACKBOX_DIR"] = os.path.join(tmp, "boxes")
-    os.makedirs(e["NCCLWATCH_BLACKBOX_DIR"])
+    # Its request relay too: a job whose ranks are all killed leaves its relay's lock behind
+    # (tidied by the host's next caretaker), and a case writes only in its temporary directory.
+    for name, sub in (("NCCLWATCH_BLACKBOX_DIR", "boxes"), ("NCCLWATCH_RELAY_DIR", "relay")):
+        e[name] = os.path.join(tmp, sub)
+        os.makedirs(e[name])
     if preload:
         e["LD_PRELOAD"] = built("lib", "libncclwatch.so")
     e.update(env or {})

@@ -25,10 +25,12 @@ def run_sim_job(build, n, timeout, until=None, **env):
     otherwise). Returns (the launcher's completed process, the dump directory, the black box
     directory)."""
     tmp = temp_dir("ncclwatch-py-")
-    boxes, dumps = os.path.join(tmp, "boxes"), os.path.join(tmp, "dumps")
+    boxes, relay, dumps = os.path.join(tmp, "boxes"), os.path.join(tmp, "relay"), os.path.join(tmp, "dumps")
     os.makedirs(boxes)
+    os.makedirs(relay)
     job_env = dict(os.environ, LD_PRELOAD=os.path.join(build, "lib", "libncclwatch.so"), NCCLWATCH_DIR=dumps,
-                   NCCLWATCH_TIMEOUT="2", NCCLWATCH_PEER_POLL_MS="200", NCCLWATCH_BLACKBOX_DIR=boxes)
+                   NCCLWATCH_TIMEOUT="2", NCCLWATCH_PEER_POLL_MS="200", NCCLWATCH_BLACKBOX_DIR=boxes,
+                   NCCLWATCH_RELAY_DIR=relay)
     job_env.update(env)
     cmd = [os.path.join(build, "bin", "simlaunch"), "-n", str(n), "--timeout", str(timeout), "--", sys.executable, SCRIPT]
     with subprocess.Popen(cmd, env=job_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as launcher:

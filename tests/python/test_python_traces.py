@@ -29,9 +29,9 @@ def is_call_line(frames):
 
 
 def run_job(name, extra_env):
-    tmp = temp_dir("ncclwatch-py-")
+    tmp, node = temp_dir("ncclwatch-py-"), temp_dir("ncclwatch-py-node-")
     env = dict(os.environ, LD_PRELOAD=os.path.join(build, "lib", "libncclwatch.so"), NCCLWATCH_DIR=tmp,
-               NCCLWATCH_TIMEOUT="3", NCCLWATCH_PEER_POLL_MS="200", BUSY_RANK="1", BUSY_STEP="5", **extra_env)
+               NCCLWATCH_BLACKBOX_DIR=node, NCCLWATCH_RELAY_DIR=node, NCCLWATCH_TIMEOUT="3", NCCLWATCH_PEER_POLL_MS="200", BUSY_RANK="1", BUSY_STEP="5", **extra_env)
     # Ended once both ranks dumped, as its time limit would end it.
     with subprocess.Popen([os.path.join(build, "bin", "simlaunch"), "-n", "2", "--timeout", "10", "--", sys.executable,
                            script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as launcher:

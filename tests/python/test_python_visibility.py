@@ -31,8 +31,8 @@ class Run:
         tmp = temp_dir("ncclwatch-pyvis-")
         self.dumps = os.path.join(tmp, "dumps")
         str_log = os.path.join(tmp, "str.log")
-        job_env = dict(os.environ, NCCLWATCH_DIR=self.dumps, NCCLWATCH_BLACKBOX_DIR=tmp, NCCLWATCH_TIMEOUT="60",
-                       STR_LOG=str_log, **env)
+        job_env = dict(os.environ, NCCLWATCH_DIR=self.dumps, NCCLWATCH_BLACKBOX_DIR=tmp, NCCLWATCH_RELAY_DIR=tmp,
+                       NCCLWATCH_TIMEOUT="60", STR_LOG=str_log, **env)
         job_env.pop("LD_PRELOAD", None)
         if preload:
             job_env["LD_PRELOAD"] = os.path.join(build, "lib", "libncclwatch.so")

@@ -99,9 +99,21 @@ def _remove_temp_dirs():
 
 
 # ---- processes ----------------------------------------------------------------------------------
+_node_dirs = None
+
+
 def clean_env(**extra):
-    """The environment without ncclwatch's settings or a caller's preload, plus `extra`."""
+    """The environment without ncclwatch's settings or a caller's preload, plus `extra`. The
+    node-local directories (black boxes, the request relay) are this script's own, in its
+    temporary directory: a test writes nowhere else (not even a caretaker's lock in /dev/shm)."""
+    global _node_dirs
+    if _node_dirs is None:
+        node = temp_dir("ncclwatch-node-")
+        _node_dirs = {"NCCLWATCH_BLACKBOX_DIR": os.path.join(node, "boxes"), "NCCLWATCH_RELAY_DIR": os.path.join(node, "relay")}
+        for d in _node_dirs.values():
+            os.makedirs(d)
     env = {k: v for k, v in os.environ.items() if not k.startswith("NCCLWATCH_") and k != "LD_PRELOAD"}
+    env.update(_node_dirs)
     env.update(extra)
     return env
 
