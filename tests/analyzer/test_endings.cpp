@@ -789,3 +789,40 @@ TEST_CASE("the rank that wrote the newest request answered it with the dump befo
   CHECK(report.verdicts[0].culprit_ranks == Ranks({3}));
   CHECK(report.verdicts[0].waiting_ranks == Ranks({0, 1, 2}));
 }
+
+TEST_CASE("the rank that wrote the newest request, its own dump missing, did not answer it", "[endings]") {
+  // A snapshot every rank answered; seconds later rank 2 stalled, dumped and asked, and the
+  // others answered. Without rank 2's stall dump (not yet copied, removed), its latest is the
+  // snapshot's: from before the round, left out and said, never its verdict.
+  const int64_t t0 = 1700000000000000000LL, ms = 1000000;
+  const trace::AnsweredRequest snapshot{"cli-hosta-900-1", trace::kUnknownRank, "hosta", "on_demand"};
+  const trace::AnsweredRequest from_2{"hosta-1002-0", 2, "hosta", Name(R::Stall)};
+  std::vector<Document> dumps;
+  for (int r = 0; r < 4; ++r) {
+    Document d = Dump(r, 4, {Comm(kWorld, 4, r, 100, 100, 100)}, {}, Name(R::PeerRequest));
+    d.summary.answered = snapshot;
+    d.summary.time_unix_ns = t0 + r * ms;
+    if (r != 1) {
+      dumps.push_back(d);
+      if (r == 2) continue;
+      // Ranks 0 and 3 wait in #601, which rank 1 never called.
+      d = Then(d, R::PeerRequest);
+      d.summary.comms = {Comm(kWorld, 4, r, 601, 600, 600)};
+      d.summary.in_flight = {Op(kWorld, 601, "AllReduce", "gpu_reached", 3.0)};
+    } else {
+      dumps.push_back(d);
+      d = Then(d, R::PeerRequest);
+      d.summary.comms = {Comm(kWorld, 4, r, 600, 600, 600)};
+    }
+    d.summary.answered = from_2;
+    d.summary.time_unix_ns = t0 + 4000 * ms + r * ms;
+    dumps.push_back(d);
+  }
+  TempDir dir;
+  auto report = Analyze(dir, dumps);
+  INFO(analysis::ReportToJson(report).dump());
+  REQUIRE(report.unanswered.size() == 1);
+  CHECK(report.unanswered[0].rank == 2);
+  REQUIRE(!report.verdicts.empty());
+  for (const auto& v : report.verdicts) CHECK(v.seq > 100);  // nothing from the snapshot's moment
+}

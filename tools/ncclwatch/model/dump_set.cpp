@@ -697,15 +697,22 @@ void DumpSet::LeaveOutUnanswered() {
   // A rank that answered the newest round too, in an earlier dump of its own, did answer it:
   // two requests of one episode (hosts that asked at once, each through the launcher's store)
   // reach ranks in either order, and its latest dump then answers the other one. So did the
-  // rank that asked: the library writes a request right after its own dump (its stall, its
-  // abort), which is its answer.
+  // rank that asked, when the evidence holds the dump that made it ask (the library writes a
+  // request right after its own dump: its stall's, its abort's), which is its answer; without
+  // that dump its latest is from before the round, as any other rank's that did not answer.
   std::set<int> answered_newest;
+  const trace::AnsweredRequest* newest_request = nullptr;
   for (const auto* list : {&dumps_, &history_})
     for (const auto& d : *list)
       if (d.summary.answered && d.summary.answered->request == newest->first) {
         answered_newest.insert(d.summary.rank);
-        if (d.summary.answered->origin_rank >= 0) answered_newest.insert(d.summary.answered->origin_rank);
+        newest_request = &*d.summary.answered;
       }
+  const int asker = newest_request ? newest_request->origin_rank : trace::kUnknownRank;
+  for (const auto* list : {&dumps_, &history_})
+    for (const auto& d : *list)
+      if (asker >= 0 && d.summary.rank == asker && !d.summary.answered && d.summary.reason.Name() == newest_request->reason)
+        answered_newest.insert(asker);
   std::vector<Dump> kept;
   kept.reserve(dumps_.size());
   for (auto& d : dumps_) {
