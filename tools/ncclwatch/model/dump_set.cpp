@@ -709,10 +709,11 @@ void DumpSet::LeaveOutUnanswered() {
         newest_request = &*d.summary.answered;
       }
   const int asker = newest_request ? newest_request->origin_rank : trace::kUnknownRank;
-  for (const auto* list : {&dumps_, &history_})
-    for (const auto& d : *list)
-      if (asker >= 0 && d.summary.rank == asker && !d.summary.answered && d.summary.reason.Name() == newest_request->reason)
-        answered_newest.insert(asker);
+  if (asker >= 0)
+    for (const auto* list : {&dumps_, &history_})
+      for (const auto& d : *list)
+        if (d.summary.rank == asker && !d.summary.answered && d.summary.reason.Name() == newest_request->reason)
+          answered_newest.insert(asker);
   std::vector<Dump> kept;
   kept.reserve(dumps_.size());
   for (auto& d : dumps_) {
