@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from ncclwatch_testing import (Failure, catches, check, child_pids, end_time_limit_when, launcher_of, read_text, temp_dir,
+from ncclwatch_testing import (Failure, catches, check, child_pids, end_time_limit_when, launcher_of, node_dirs, read_text, temp_dir,
                                wait_for, wait_for_ranks)
 
 BUILD = None  # the build directory under test; run_e2e.py sets it
@@ -98,9 +98,7 @@ def job(n, args, env=None, timeout=30, preload=True, program="sim_workload", cwd
     # Each case's black boxes apart: a case's host caretaker converts only its own job's dead.
     # Its request relay too: a job whose ranks are all killed leaves its relay's lock behind
     # (tidied by the host's next caretaker), and a case writes only in its temporary directory.
-    for name, sub in (("NCCLWATCH_BLACKBOX_DIR", "boxes"), ("NCCLWATCH_RELAY_DIR", "relay")):
-        e[name] = os.path.join(tmp, sub)
-        os.makedirs(e[name])
+    e.update(node_dirs(tmp))
     if preload:
         e["LD_PRELOAD"] = built("lib", "libncclwatch.so")
     e.update(env or {})
@@ -253,12 +251,8 @@ def rank_pid(p, rank):
 def host_dirs():
     # A host of its own for a case about what jobs leave on it: black box and relay directories
     # that no other case uses, and the settings that point a job at them (deadline 2 s).
-    shared = temp_dir("ncclwatch-e2e-host-")
-    boxes_dir, relay_dir = os.path.join(shared, "boxes"), os.path.join(shared, "relay")
-    os.makedirs(boxes_dir)
-    os.makedirs(relay_dir)
-    return boxes_dir, relay_dir, {"NCCLWATCH_BLACKBOX_DIR": boxes_dir, "NCCLWATCH_RELAY_DIR": relay_dir,
-                                  "NCCLWATCH_TIMEOUT": "2"}
+    node = node_dirs(temp_dir("ncclwatch-e2e-host-"))
+    return node["NCCLWATCH_BLACKBOX_DIR"], node["NCCLWATCH_RELAY_DIR"], dict(node, NCCLWATCH_TIMEOUT="2")
 
 
 def kill_after_stall(p, rank):

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from ncclwatch_testing import end_time_limit_when, launcher_of, temp_dir  # noqa: E402
+from ncclwatch_testing import end_time_limit_when, launcher_of, node_dirs, temp_dir  # noqa: E402
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sim_job.py")
 
@@ -25,12 +25,10 @@ def run_sim_job(build, n, timeout, until=None, **env):
     otherwise). Returns (the launcher's completed process, the dump directory, the black box
     directory)."""
     tmp = temp_dir("ncclwatch-py-")
-    boxes, relay, dumps = os.path.join(tmp, "boxes"), os.path.join(tmp, "relay"), os.path.join(tmp, "dumps")
-    os.makedirs(boxes)
-    os.makedirs(relay)
+    node, dumps = node_dirs(tmp), os.path.join(tmp, "dumps")
+    boxes = node["NCCLWATCH_BLACKBOX_DIR"]
     job_env = dict(os.environ, LD_PRELOAD=os.path.join(build, "lib", "libncclwatch.so"), NCCLWATCH_DIR=dumps,
-                   NCCLWATCH_TIMEOUT="2", NCCLWATCH_PEER_POLL_MS="200", NCCLWATCH_BLACKBOX_DIR=boxes,
-                   NCCLWATCH_RELAY_DIR=relay)
+                   NCCLWATCH_TIMEOUT="2", NCCLWATCH_PEER_POLL_MS="200", **node)
     job_env.update(env)
     cmd = [os.path.join(build, "bin", "simlaunch"), "-n", str(n), "--timeout", str(timeout), "--", sys.executable, SCRIPT]
     with subprocess.Popen(cmd, env=job_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as launcher:

@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from ncclwatch_testing import Checks, dumped, end_time_limit_when, launcher_of, temp_dir  # noqa: E402
+from ncclwatch_testing import Checks, dumped, end_time_limit_when, launcher_of, node_dirs, temp_dir  # noqa: E402
 
 build = os.path.abspath(sys.argv[1])
 here = os.path.dirname(os.path.abspath(__file__))
@@ -29,9 +29,10 @@ def is_call_line(frames):
 
 
 def run_job(name, extra_env):
-    tmp, node = temp_dir("ncclwatch-py-"), temp_dir("ncclwatch-py-node-")
+    tmp = temp_dir("ncclwatch-py-")
     env = dict(os.environ, LD_PRELOAD=os.path.join(build, "lib", "libncclwatch.so"), NCCLWATCH_DIR=tmp,
-               NCCLWATCH_BLACKBOX_DIR=node, NCCLWATCH_RELAY_DIR=node, NCCLWATCH_TIMEOUT="3", NCCLWATCH_PEER_POLL_MS="200", BUSY_RANK="1", BUSY_STEP="5", **extra_env)
+               **node_dirs(temp_dir("ncclwatch-py-node-")), NCCLWATCH_TIMEOUT="3", NCCLWATCH_PEER_POLL_MS="200",
+               BUSY_RANK="1", BUSY_STEP="5", **extra_env)
     # Ended once both ranks dumped, as its time limit would end it.
     with subprocess.Popen([os.path.join(build, "bin", "simlaunch"), "-n", "2", "--timeout", "10", "--", sys.executable,
                            script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as launcher:

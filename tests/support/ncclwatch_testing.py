@@ -99,6 +99,15 @@ def _remove_temp_dirs():
 
 
 # ---- processes ----------------------------------------------------------------------------------
+def node_dirs(parent):
+    """A host's node-local directories of its own, made under `parent` (black boxes, the request
+    relay), as the settings that point a job at them."""
+    dirs = {"NCCLWATCH_BLACKBOX_DIR": os.path.join(parent, "boxes"), "NCCLWATCH_RELAY_DIR": os.path.join(parent, "relay")}
+    for d in dirs.values():
+        os.makedirs(d)
+    return dirs
+
+
 _node_dirs = None
 
 
@@ -108,10 +117,7 @@ def clean_env(**extra):
     temporary directory: a test writes nowhere else (not even a caretaker's lock in /dev/shm)."""
     global _node_dirs
     if _node_dirs is None:
-        node = temp_dir("ncclwatch-node-")
-        _node_dirs = {"NCCLWATCH_BLACKBOX_DIR": os.path.join(node, "boxes"), "NCCLWATCH_RELAY_DIR": os.path.join(node, "relay")}
-        for d in _node_dirs.values():
-            os.makedirs(d)
+        _node_dirs = node_dirs(temp_dir("ncclwatch-node-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("NCCLWATCH_") and k != "LD_PRELOAD"}
     env.update(_node_dirs)
     env.update(extra)
